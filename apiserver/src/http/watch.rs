@@ -1,0 +1,216 @@
+//! WATCH: one compact JSON event per line, flushed per event. Errors after the stream started
+//! (a too-old resourceVersion) are in-stream ERROR events, never HTTP errors, because
+//! kube-runtime's watcher relists only on the in-stream form.
+
+use super::App;
+use super::list::Filter;
+use super::request::{Query, Want};
+use crate::core::Core;
+use crate::registry::ResourceType;
+use crate::status::ApiError;
+use crate::store::{Event, EventType};
+use crate::table::{self, IncludeObject};
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{StatusCode, header};
+use rand::Rng;
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until};
+
+struct Watch {
+    core: Arc<Core>,
+    rt: Arc<ResourceType>,
+    ns: String,
+    filter: Filter,
+    want: Want,
+    bookmarks: bool,
+    tx: mpsc::Sender<Result<Bytes, Infallible>>,
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut v = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+impl Watch {
+    fn render(&self, obj: &Value) -> Value {
+        let view = self.core.to_view(&self.rt, obj);
+        match self.want {
+            Want::Table => {
+                let rv = view.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
+                table::table(&self.rt, &[view], json!({"resourceVersion": rv}), IncludeObject::Metadata)
+            }
+            Want::PartialMetadata => table::partial_metadata(&view),
+            _ => view,
+        }
+    }
+
+    fn in_scope(&self, obj: &Value) -> bool {
+        self.ns.is_empty() || obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(self.ns.as_str())
+    }
+
+    fn visible(&self, obj: &Value) -> bool {
+        self.in_scope(obj) && self.filter.matches(obj)
+    }
+
+    async fn send(&self, kind: &str, obj: &Value) -> bool {
+        self.tx.send(Ok(line(kind, &self.render(obj)))).await.is_ok()
+    }
+
+    async fn bookmark(&self, rv: u64, initial_end: bool) -> bool {
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj = json!({"kind": self.rt.kind, "apiVersion": self.rt.api_version(), "metadata": meta});
+        self.tx.send(Ok(line("BOOKMARK", &obj))).await.is_ok()
+    }
+
+    /// Sends what a committed event means to this watcher. Returns false when the client is gone.
+    async fn deliver(&self, ev: &Event) -> bool {
+        if *ev.key.gr != *self.rt.storage {
+            return true;
+        }
+        let now = ev.kind != EventType::Deleted && self.visible(&ev.object);
+        let before = match (&ev.prev, ev.kind) {
+            (_, EventType::Deleted) => self.visible(&ev.object),
+            (Some(p), _) => self.visible(p),
+            (None, _) => false,
+        };
+        match (ev.kind, before, now) {
+            (EventType::Deleted, true, _) => self.send("DELETED", &ev.object).await,
+            (_, false, true) => self.send("ADDED", &ev.object).await,
+            (_, true, true) => self.send("MODIFIED", &ev.object).await,
+            (EventType::Modified, true, false) => {
+                // Left the selector: DELETED with the old content and this event's RV.
+                let mut old = ev.prev.as_deref().cloned().unwrap_or(Value::Null);
+                if let Some(m) = old.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.insert("resourceVersion".into(), json!(ev.rv.to_string()));
+                }
+                self.send("DELETED", &old).await
+            }
+            _ => true,
+        }
+    }
+}
+
+fn invalid(msg: &str) -> ApiError {
+    ApiError::unprocessable(format!("ListOptions.meta.k8s.io \"\" is invalid: {msg}"))
+}
+
+/// Starts a watch and returns the streaming response.
+pub fn serve(app: Arc<App>, rt: Arc<ResourceType>, ns: String, q: &Query, want: Want) -> Result<Response, ApiError> {
+    let filter = Filter::from_query(&rt, q)?;
+    let initial_events = q.flag("sendInitialEvents");
+    let rv_match = q.get("resourceVersionMatch");
+    if initial_events && rv_match != Some("NotOlderThan") {
+        return Err(invalid("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
+    }
+    if rv_match.is_some() && !initial_events {
+        return Err(invalid("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"));
+    }
+    let bookmarks = q.flag("allowWatchBookmarks");
+    if initial_events && !bookmarks {
+        return Err(invalid("allowWatchBookmarks: Forbidden: sendInitialEvents requires allowWatchBookmarks"));
+    }
+    let start: Option<u64> = match q.get("resourceVersion") {
+        None | Some("0") => None,
+        Some(v) => Some(v.parse().map_err(|_| ApiError::bad_request(format!("resourceVersion: invalid value {v:?}")))?),
+    };
+    let timeout = match q.number("timeoutSeconds")? {
+        Some(s) => Duration::from_secs(s),
+        None => app
+            .settings
+            .watch_timeout
+            .unwrap_or_else(|| Duration::from_secs(rand::rng().random_range(1800..3600))),
+    };
+    let (tx, rx) = mpsc::channel(256);
+    let w = Watch { core: app.core.clone(), rt, ns, filter, want, bookmarks, tx };
+    let replay_all = start.is_none() || initial_events;
+    let bookmark_every = app.settings.bookmark_interval;
+    let mut closing = app.closing.subscribe();
+    tokio::spawn(async move {
+        app.active_watches.fetch_add(1, Ordering::Relaxed);
+        tokio::select! {
+            _ = run(w, start, replay_all, initial_events, timeout, bookmark_every) => {}
+            _ = closing.wait_for(|c| *c) => {}
+        }
+        app.active_watches.fetch_sub(1, Ordering::Relaxed);
+    });
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+async fn run(w: Watch, start: Option<u64>, replay_all: bool, initial_events: bool, timeout: Duration, bookmark_every: Duration) {
+    let deadline = Instant::now() + timeout;
+    let (mut rx, mut last_rv) = if replay_all {
+        let ns = (!w.ns.is_empty()).then_some(w.ns.as_str());
+        let (items, rv, rx) = w.core.store.snapshot_and_subscribe(&w.rt.storage, ns);
+        for o in items.iter().filter(|o| w.filter.matches(o)) {
+            if !w.send("ADDED", o).await {
+                return;
+            }
+        }
+        if initial_events && !w.bookmark(rv, true).await {
+            return;
+        }
+        (rx, rv)
+    } else {
+        let from = start.unwrap_or(0);
+        match w.core.store.subscribe(from) {
+            Err(oldest) => {
+                let _ = w.tx.send(Ok(line("ERROR", &ApiError::expired(from, oldest).to_status()))).await;
+                return;
+            }
+            Ok((backlog, rx, _)) => {
+                let mut last = from;
+                for ev in backlog {
+                    if !w.deliver(&ev).await {
+                        return;
+                    }
+                    last = ev.rv;
+                }
+                (rx, last)
+            }
+        }
+    };
+    let mut next_bookmark = Instant::now() + bookmark_every;
+    loop {
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                Ok(ev) => {
+                    if ev.rv <= last_rv {
+                        continue;
+                    }
+                    last_rv = ev.rv;
+                    if !w.deliver(&ev).await {
+                        return;
+                    }
+                }
+                // Too far behind: end the stream; the client resumes from its last RV.
+                Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return,
+            },
+            _ = sleep_until(next_bookmark), if w.bookmarks => {
+                if !w.bookmark(last_rv, false).await {
+                    return;
+                }
+                next_bookmark = Instant::now() + bookmark_every;
+            }
+            _ = sleep_until(deadline) => {
+                if w.bookmarks {
+                    let _ = w.bookmark(last_rv, false).await;
+                }
+                return;
+            }
+            _ = w.tx.closed() => return,
+        }
+    }
+}

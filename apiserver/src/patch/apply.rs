@@ -1,0 +1,497 @@
+//! Server-side apply: field ownership in `metadata.managedFields` (FieldsV1), merge of an applied
+//! configuration into the live object, removal of fields a manager stopped applying, and
+//! conflicts when two managers want different values for one field.
+
+use serde_json::{Map, Value, json};
+use std::collections::BTreeSet;
+
+/// How a list merges under apply, from `x-kubernetes-list-type` or the built-in tables.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ListType {
+    Atomic,
+    Set,
+    Map(Vec<String>),
+}
+
+/// A path through an object in FieldsV1 element syntax (`f:name`, `k:{..}`, `v:..`).
+pub type FieldPath = Vec<String>;
+pub type FieldSet = BTreeSet<FieldPath>;
+
+/// Looks up the list type of a field by its dotted path (map-list keys omitted).
+pub trait ListTypes {
+    fn list_type(&self, dotted: &str) -> ListType;
+}
+
+impl<F: Fn(&str) -> ListType> ListTypes for F {
+    fn list_type(&self, dotted: &str) -> ListType {
+        self(dotted)
+    }
+}
+
+/// Fields that belong to the server and are never owned by a manager.
+const UNOWNED_META: &[&str] = &[
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+    "generateName",
+];
+
+fn join(dotted: &str, k: &str) -> String {
+    if dotted.is_empty() { k.to_string() } else { format!("{dotted}.{k}") }
+}
+
+fn key_of(elem: &Value, keys: &[String]) -> String {
+    let mut m = Map::new();
+    for k in keys {
+        m.insert(k.clone(), elem.get(k).cloned().unwrap_or(Value::Null));
+    }
+    format!("k:{}", Value::Object(m))
+}
+
+/// The set of leaf fields `v` sets.
+pub fn fields_of(v: &Value, types: &dyn ListTypes) -> FieldSet {
+    let mut out = FieldSet::new();
+    if let Value::Object(m) = v {
+        for (k, c) in m {
+            if k == "apiVersion" || k == "kind" {
+                continue;
+            }
+            if k == "metadata" {
+                if let Value::Object(meta) = c {
+                    for (mk, mc) in meta {
+                        if !UNOWNED_META.contains(&mk.as_str()) {
+                            let mut p = vec!["f:metadata".to_string(), format!("f:{mk}")];
+                            collect(mc, &mut p, &format!("metadata.{mk}"), types, &mut out);
+                        }
+                    }
+                }
+                continue;
+            }
+            let mut p = vec![format!("f:{k}")];
+            collect(c, &mut p, k, types, &mut out);
+        }
+    }
+    out
+}
+
+fn collect(v: &Value, path: &mut FieldPath, dotted: &str, types: &dyn ListTypes, out: &mut FieldSet) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, c) in m {
+                path.push(format!("f:{k}"));
+                collect(c, path, &join(dotted, k), types, out);
+                path.pop();
+            }
+        }
+        Value::Array(items) => match types.list_type(dotted) {
+            ListType::Atomic => {
+                out.insert(path.clone());
+            }
+            ListType::Set => {
+                for e in items {
+                    path.push(format!("v:{e}"));
+                    out.insert(path.clone());
+                    path.pop();
+                }
+            }
+            ListType::Map(keys) => {
+                for e in items {
+                    path.push(key_of(e, &keys));
+                    out.insert(path.clone());
+                    if let Value::Object(m) = e {
+                        for (k, c) in m {
+                            path.push(format!("f:{k}"));
+                            collect(c, path, &join(dotted, k), types, out);
+                            path.pop();
+                        }
+                    }
+                    path.pop();
+                }
+            }
+        },
+        _ => {
+            out.insert(path.clone());
+        }
+    }
+}
+
+fn elem_matches(e: &Value, step: &str) -> bool {
+    if let Some(k) = step.strip_prefix("k:") {
+        let Ok(Value::Object(keys)) = serde_json::from_str::<Value>(k) else { return false };
+        keys.iter().all(|(kk, kv)| e.get(kk).unwrap_or(&Value::Null) == kv)
+    } else if let Some(v) = step.strip_prefix("v:") {
+        serde_json::from_str::<Value>(v).is_ok_and(|v| &v == e)
+    } else {
+        false
+    }
+}
+
+/// The value at `path`, if present.
+pub fn get<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut cur = v;
+    for step in path {
+        cur = match (cur, step.strip_prefix("f:")) {
+            (Value::Object(m), Some(f)) => m.get(f)?,
+            (Value::Array(a), None) => a.iter().find(|e| elem_matches(e, step))?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+/// Deletes the field or list element at `path`.
+pub fn remove(v: &mut Value, path: &[String]) {
+    let Some((last, parent)) = path.split_last() else { return };
+    let mut cur = v;
+    for step in parent {
+        let next = match (cur, step.strip_prefix("f:")) {
+            (Value::Object(m), Some(f)) => m.get_mut(f),
+            (Value::Array(a), None) => a.iter_mut().find(|e| elem_matches(e, step)),
+            _ => None,
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return,
+        }
+    }
+    match (cur, last.strip_prefix("f:")) {
+        (Value::Object(m), Some(f)) => {
+            m.remove(f);
+        }
+        (Value::Array(a), None) => a.retain(|e| !elem_matches(e, last)),
+        _ => {}
+    }
+}
+
+/// Merges an applied configuration into the live object with apply's list semantics.
+pub fn merge_applied(live: &mut Value, applied: &Value, dotted: &str, types: &dyn ListTypes) {
+    match (live, applied) {
+        (Value::Object(l), Value::Object(a)) => {
+            for (k, av) in a {
+                let child = join(dotted, k);
+                match l.get_mut(k) {
+                    Some(lv) if !av.is_null() => merge_applied(lv, av, &child, types),
+                    _ => {
+                        l.insert(k.clone(), av.clone());
+                    }
+                }
+            }
+        }
+        (Value::Array(l), Value::Array(a)) => match types.list_type(dotted) {
+            ListType::Atomic => *l = a.clone(),
+            ListType::Set => {
+                for e in a {
+                    if !l.contains(e) {
+                        l.push(e.clone());
+                    }
+                }
+            }
+            ListType::Map(keys) => {
+                for e in a {
+                    let id = key_of(e, &keys);
+                    match l.iter_mut().find(|x| key_of(x, &keys) == id) {
+                        Some(x) => merge_applied(x, e, dotted, types),
+                        None => l.push(e.clone()),
+                    }
+                }
+            }
+        },
+        (live, applied) => *live = applied.clone(),
+    }
+}
+
+/// One `managedFields` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManagedEntry {
+    pub manager: String,
+    pub operation: String,
+    pub api_version: String,
+    pub time: String,
+    pub subresource: String,
+    pub fields: FieldSet,
+}
+
+fn encode(fields: &FieldSet) -> Value {
+    let mut root = Map::new();
+    for path in fields {
+        let mut cur = &mut root;
+        for (i, step) in path.iter().enumerate() {
+            let entry = cur.entry(step.clone()).or_insert_with(|| Value::Object(Map::new()));
+            let Value::Object(m) = entry else { break };
+            if i + 1 == path.len() && !step.starts_with("f:") {
+                m.entry(".".to_string()).or_insert_with(|| json!({}));
+            }
+            cur = m;
+        }
+    }
+    Value::Object(root)
+}
+
+fn decode(v: &Value, prefix: &mut FieldPath, out: &mut FieldSet) {
+    let Value::Object(m) = v else { return };
+    if m.is_empty() {
+        out.insert(prefix.clone());
+        return;
+    }
+    for (k, c) in m {
+        if k == "." {
+            out.insert(prefix.clone());
+            continue;
+        }
+        prefix.push(k.clone());
+        decode(c, prefix, out);
+        prefix.pop();
+    }
+}
+
+/// Reads `metadata.managedFields`.
+pub fn read_managed(obj: &Value) -> Vec<ManagedEntry> {
+    let Some(Value::Array(items)) = obj.pointer("/metadata/managedFields") else { return vec![] };
+    items
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+            let mut fields = FieldSet::new();
+            if let Some(f) = e.get("fieldsV1") {
+                decode(f, &mut vec![], &mut fields);
+            }
+            ManagedEntry {
+                manager: s("manager"),
+                operation: s("operation"),
+                api_version: s("apiVersion"),
+                time: s("time"),
+                subresource: s("subresource"),
+                fields,
+            }
+        })
+        .collect()
+}
+
+/// Writes `metadata.managedFields`, dropping entries that own nothing.
+pub fn write_managed(obj: &mut Value, entries: &[ManagedEntry]) {
+    let items: Vec<Value> = entries
+        .iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(|e| {
+            let mut v = json!({
+                "manager": e.manager,
+                "operation": e.operation,
+                "apiVersion": e.api_version,
+                "time": e.time,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": encode(&e.fields),
+            });
+            if !e.subresource.is_empty() {
+                v["subresource"] = json!(e.subresource);
+            }
+            v
+        })
+        .collect();
+    if items.is_empty() {
+        if let Some(Value::Object(meta)) = obj.get_mut("metadata") {
+            meta.remove("managedFields");
+        }
+        return;
+    }
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    if let Some(Value::Object(meta)) = obj.get_mut("metadata") {
+        meta.insert("managedFields".into(), Value::Array(items));
+    }
+}
+
+/// Renders a field path the way kube-apiserver prints it in conflict messages (`.spec.color`).
+pub fn display_path(path: &[String]) -> String {
+    path.iter()
+        .map(|s| match s.strip_prefix("f:") {
+            Some(f) => format!(".{f}"),
+            None => format!("[{}]", &s[2..]),
+        })
+        .collect()
+}
+
+/// A field owned by another manager with a different value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conflict {
+    pub manager: String,
+    pub api_version: String,
+    pub path: FieldPath,
+}
+
+/// Who is applying, and where.
+pub struct Applier<'a> {
+    pub manager: &'a str,
+    pub api_version: &'a str,
+    pub subresource: &'a str,
+    pub force: bool,
+    pub now: &'a str,
+}
+
+/// Applies `applied` onto `live` (an empty object when creating). Returns the new object with
+/// updated `managedFields`, or the conflicts when `force` is off.
+pub fn apply(live: &Value, applied: &Value, who: &Applier, types: &dyn ListTypes) -> Result<Value, Vec<Conflict>> {
+    let mut entries = read_managed(live);
+    let mine = fields_of(applied, types);
+    let mut conflicts = vec![];
+    for e in entries.iter_mut() {
+        if e.manager == who.manager && e.operation == "Apply" && e.subresource == who.subresource {
+            continue;
+        }
+        let contested: Vec<FieldPath> = e
+            .fields
+            .intersection(&mine)
+            .filter(|p| {
+                let last = p.last().map(String::as_str).unwrap_or("");
+                !last.starts_with("k:") && !last.starts_with("v:") && get(live, p) != get(applied, p)
+            })
+            .cloned()
+            .collect();
+        if who.force {
+            for p in &contested {
+                e.fields.remove(p);
+            }
+        } else {
+            conflicts.extend(contested.into_iter().map(|path| Conflict {
+                manager: e.manager.clone(),
+                api_version: e.api_version.clone(),
+                path,
+            }));
+        }
+    }
+    if !conflicts.is_empty() {
+        return Err(conflicts);
+    }
+    let mut out = live.clone();
+    let pos = entries
+        .iter()
+        .position(|e| e.manager == who.manager && e.operation == "Apply" && e.subresource == who.subresource);
+    if let Some(i) = pos {
+        let dropped: Vec<FieldPath> = entries[i].fields.difference(&mine).cloned().collect();
+        for p in dropped {
+            let shared = entries
+                .iter()
+                .enumerate()
+                .any(|(j, e)| j != i && e.fields.iter().any(|q| q.starts_with(&p)));
+            if !shared {
+                remove(&mut out, &p);
+            }
+        }
+    }
+    let mut body = applied.clone();
+    if let Some(Value::Object(meta)) = body.get_mut("metadata") {
+        for k in UNOWNED_META {
+            meta.remove(*k);
+        }
+    }
+    merge_applied(&mut out, &body, "", types);
+    let entry = ManagedEntry {
+        manager: who.manager.to_string(),
+        operation: "Apply".into(),
+        api_version: who.api_version.to_string(),
+        time: who.now.to_string(),
+        subresource: who.subresource.to_string(),
+        fields: mine,
+    };
+    match pos {
+        Some(i) => entries[i] = entry,
+        None => entries.push(entry),
+    }
+    write_managed(&mut out, &entries);
+    Ok(out)
+}
+
+/// Records a non-apply write: the fields it changed move to `manager`'s Update entry.
+pub fn record_update(old: Option<&Value>, new: &mut Value, who: &Applier, types: &dyn ListTypes) {
+    let mut entries = old.map(read_managed).unwrap_or_default();
+    let after = fields_of(new, types);
+    let changed: FieldSet = match old {
+        None => after.clone(),
+        Some(o) => after.iter().filter(|p| get(o, p) != get(new, p)).cloned().collect(),
+    };
+    for e in entries.iter_mut() {
+        e.fields.retain(|p| after.contains(p));
+        if !(e.manager == who.manager && e.operation == "Update" && e.subresource == who.subresource) {
+            e.fields.retain(|p| !changed.contains(p));
+        }
+    }
+    if !changed.is_empty() {
+        match entries
+            .iter_mut()
+            .find(|e| e.manager == who.manager && e.operation == "Update" && e.subresource == who.subresource)
+        {
+            Some(e) => {
+                e.fields.extend(changed);
+                e.time = who.now.to_string();
+                e.api_version = who.api_version.to_string();
+            }
+            None => entries.push(ManagedEntry {
+                manager: who.manager.to_string(),
+                operation: "Update".into(),
+                api_version: who.api_version.to_string(),
+                time: who.now.to_string(),
+                subresource: who.subresource.to_string(),
+                fields: changed,
+            }),
+        }
+    }
+    write_managed(new, &entries);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn atomic(_: &str) -> ListType {
+        ListType::Atomic
+    }
+
+    fn who(m: &str, force: bool) -> Applier<'_> {
+        Applier { manager: m, api_version: "example.com/v1", subresource: "", force, now: "2026-01-01T00:00:00Z" }
+    }
+
+    #[test]
+    fn removal_and_ownership() {
+        let a1 = json!({"metadata":{"name":"w"},"spec":{"color":"red","size":"S"}});
+        let o1 = apply(&json!({"metadata":{"name":"w"}}), &a1, &who("m", false), &atomic).unwrap();
+        assert_eq!(o1["spec"], json!({"color":"red","size":"S"}));
+        let o2 = apply(&o1, &json!({"metadata":{"name":"w"},"spec":{"other":1}}), &who("m2", false), &atomic).unwrap();
+        let o3 = apply(&o2, &json!({"metadata":{"name":"w"},"spec":{"color":"red"}}), &who("m", false), &atomic).unwrap();
+        assert_eq!(o3["spec"], json!({"color":"red","other":1}));
+        let err = apply(&o3, &json!({"spec":{"color":"blue"}}), &who("m2", false), &atomic).unwrap_err();
+        assert_eq!(display_path(&err[0].path), ".spec.color");
+        assert_eq!(err[0].manager, "m");
+        let o4 = apply(&o3, &json!({"spec":{"color":"blue","other":1}}), &who("m2", true), &atomic).unwrap();
+        assert_eq!(o4["spec"]["color"], "blue");
+        // m no longer owns color, so dropping it from m's config does not remove it.
+        let o5 = apply(&o4, &json!({"spec":{}}), &who("m", false), &atomic).unwrap();
+        assert_eq!(o5["spec"]["color"], "blue");
+    }
+
+    #[test]
+    fn map_lists_merge_by_key_and_roundtrip_fields() {
+        let types = |p: &str| if p == "spec.items" { ListType::Map(vec!["name".into()]) } else { ListType::Atomic };
+        let live = json!({"spec":{"items":[{"name":"a","v":1}]}});
+        let out = apply(&live, &json!({"spec":{"items":[{"name":"b","v":2}]}}), &who("m", false), &types).unwrap();
+        assert_eq!(out["spec"]["items"], json!([{"name":"a","v":1},{"name":"b","v":2}]));
+        let back = read_managed(&out);
+        assert_eq!(back[0].fields, fields_of(&json!({"spec":{"items":[{"name":"b","v":2}]}}), &types));
+    }
+
+    #[test]
+    fn updates_take_ownership_of_changed_fields() {
+        let o1 = apply(&json!({}), &json!({"spec":{"color":"red"}}), &who("m", false), &atomic).unwrap();
+        let mut o2 = o1.clone();
+        o2["spec"]["color"] = json!("green");
+        record_update(Some(&o1), &mut o2, &who("kubectl-edit", false), &atomic);
+        let managers: Vec<_> = read_managed(&o2).into_iter().map(|e| (e.manager, e.operation)).collect();
+        assert_eq!(managers, vec![("kubectl-edit".to_string(), "Update".to_string())]);
+    }
+}

@@ -1,0 +1,415 @@
+//! What the server serves: the built-in kinds and the kinds of every Established CRD, each with
+//! the strategy kube-apiserver applies to it (generation tracking, status subresource, list
+//! merge keys, printer columns, field selectors).
+
+use crate::patch::apply::ListType;
+use crate::patch::strategic::{self, ListStrategy};
+use crate::schema;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+/// The built-in kinds, each with its own write rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Builtin {
+    Namespace,
+    ConfigMap,
+    Secret,
+    /// core/v1 Event, the storage form of both Event views.
+    Event,
+    /// events.k8s.io/v1 Event, converted to and from the core form.
+    EventV1,
+    ServiceAccount,
+    Node,
+    Lease,
+    Crd,
+    /// RBAC objects are stored so manifests apply, but not enforced.
+    Rbac,
+}
+
+/// A printer column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Column {
+    pub name: String,
+    pub type_: String,
+    pub format: String,
+    pub description: String,
+    pub priority: i64,
+    pub json_path: String,
+}
+
+impl Column {
+    fn new(name: &str, type_: &str, json_path: &str) -> Self {
+        Column {
+            name: name.into(),
+            type_: type_.into(),
+            format: String::new(),
+            description: String::new(),
+            priority: 0,
+            json_path: json_path.into(),
+        }
+    }
+}
+
+/// One served group/version/resource.
+#[derive(Debug, Clone)]
+pub struct ResourceType {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub plural: String,
+    pub singular: String,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    pub namespaced: bool,
+    pub status_subresource: bool,
+    pub builtin: Option<Builtin>,
+    /// The `openAPIV3Schema` of this version (custom resources only).
+    pub schema: Option<Value>,
+    pub columns: Vec<Column>,
+    pub selectable_fields: Vec<String>,
+    /// Where objects live in the store (`group/plural`); the events.k8s.io view shares core's.
+    pub storage: String,
+}
+
+impl ResourceType {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+    }
+
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    pub fn is_custom(&self) -> bool {
+        self.builtin.is_none()
+    }
+
+    /// Whether writes outside metadata (and status) bump `metadata.generation`.
+    pub fn tracks_generation(&self) -> bool {
+        match self.builtin {
+            None => true,
+            Some(Builtin::Crd | Builtin::Namespace | Builtin::Node) => true,
+            Some(_) => false,
+        }
+    }
+
+    /// Custom resources answer DELETE with the object; most built-ins with a Status.
+    pub fn returns_deleted_object(&self) -> bool {
+        matches!(self.builtin, None | Some(Builtin::Crd | Builtin::Namespace))
+    }
+
+    pub fn verbs(&self) -> Vec<&'static str> {
+        vec!["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+    }
+
+    /// Field selectors this resource supports besides `metadata.name` and `metadata.namespace`.
+    pub fn supports_field(&self, field: &str) -> bool {
+        if field == "metadata.name" || field == "metadata.namespace" {
+            return true;
+        }
+        match self.builtin {
+            Some(Builtin::Event) => {
+                field.starts_with("involvedObject.")
+                    || matches!(field, "reason" | "reportingComponent" | "source" | "type")
+            }
+            Some(Builtin::EventV1) => {
+                field.starts_with("regarding.") || matches!(field, "reason" | "reportingController" | "type")
+            }
+            Some(Builtin::Secret) => field == "type",
+            Some(Builtin::Namespace) => field == "status.phase",
+            Some(Builtin::Node) => field == "spec.unschedulable",
+            _ => self.selectable_fields.iter().any(|f| f == field),
+        }
+    }
+
+    /// The apply list type of the field at `dotted` in objects of this type.
+    pub fn list_type(&self, dotted: &str) -> ListType {
+        if let Some(node) = self.schema.as_ref().and_then(|s| schema::node_at(s, dotted)) {
+            return schema::list_type(node);
+        }
+        match strategic::list_strategy(dotted) {
+            Some(ListStrategy::Keyed(k)) => ListType::Map(vec![k.to_string()]),
+            Some(ListStrategy::PrimitiveSet) => ListType::Set,
+            None => ListType::Atomic,
+        }
+    }
+
+    pub fn media_types_for_patch(&self) -> Vec<&'static str> {
+        let mut v = vec!["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"];
+        if !self.is_custom() {
+            v.push("application/strategic-merge-patch+json");
+        }
+        v
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn builtin(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    short: &[&str],
+    namespaced: bool,
+    status: bool,
+    b: Builtin,
+    columns: Vec<Column>,
+) -> ResourceType {
+    ResourceType {
+        group: group.into(),
+        version: version.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+        singular: kind.to_lowercase(),
+        short_names: short.iter().map(|s| s.to_string()).collect(),
+        categories: vec![],
+        namespaced,
+        status_subresource: status,
+        builtin: Some(b),
+        schema: None,
+        columns,
+        selectable_fields: vec![],
+        storage: format!("{group}/{plural}"),
+    }
+}
+
+fn builtins() -> Vec<ResourceType> {
+    let c = Column::new;
+    let mut event_v1 = builtin("events.k8s.io", "v1", "Event", "events", &["ev"], true, false, Builtin::EventV1, vec![]);
+    event_v1.storage = "/events".into();
+    let rbac = |kind: &str, plural: &str, namespaced| {
+        builtin("rbac.authorization.k8s.io", "v1", kind, plural, &[], namespaced, false, Builtin::Rbac, vec![])
+    };
+    vec![
+        builtin("", "v1", "Namespace", "namespaces", &["ns"], false, true, Builtin::Namespace, vec![c("Status", "string", ".status.phase")]),
+        builtin("", "v1", "ConfigMap", "configmaps", &["cm"], true, false, Builtin::ConfigMap, vec![c("Data", "integer", "#data")]),
+        builtin("", "v1", "Secret", "secrets", &[], true, false, Builtin::Secret, vec![c("Type", "string", ".type"), c("Data", "integer", "#data")]),
+        builtin(
+            "",
+            "v1",
+            "Event",
+            "events",
+            &["ev"],
+            true,
+            false,
+            Builtin::Event,
+            vec![
+                c("Last Seen", "date", ".lastTimestamp"),
+                c("Type", "string", ".type"),
+                c("Reason", "string", ".reason"),
+                c("Object", "string", "#involved"),
+                c("Message", "string", ".message"),
+            ],
+        ),
+        event_v1,
+        builtin("", "v1", "ServiceAccount", "serviceaccounts", &["sa"], true, false, Builtin::ServiceAccount, vec![]),
+        builtin(
+            "",
+            "v1",
+            "Node",
+            "nodes",
+            &["no"],
+            false,
+            true,
+            Builtin::Node,
+            vec![c("Status", "string", "#ready"), c("Version", "string", ".status.nodeInfo.kubeletVersion")],
+        ),
+        builtin("coordination.k8s.io", "v1", "Lease", "leases", &[], true, false, Builtin::Lease, vec![c("Holder", "string", ".spec.holderIdentity")]),
+        builtin(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            &["crd", "crds"],
+            false,
+            true,
+            Builtin::Crd,
+            vec![c("Created At", "date", ".metadata.creationTimestamp")],
+        ),
+        rbac("Role", "roles", true),
+        rbac("ClusterRole", "clusterroles", false),
+        rbac("RoleBinding", "rolebindings", true),
+        rbac("ClusterRoleBinding", "clusterrolebindings", false),
+    ]
+}
+
+fn strs(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// The resource types a CRD serves, one per served version.
+pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
+    let spec = &crd["spec"];
+    let names = &spec["names"];
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let group = s(&spec["group"]);
+    let plural = s(&names["plural"]);
+    let kind = s(&names["kind"]);
+    let mut out = vec![];
+    for v in spec["versions"].as_array().into_iter().flatten() {
+        if v.get("served").and_then(Value::as_bool) != Some(true) {
+            continue;
+        }
+        let columns = v
+            .get("additionalPrinterColumns")
+            .and_then(Value::as_array)
+            .map(|cols| {
+                cols.iter()
+                    .map(|c| Column {
+                        name: s(&c["name"]),
+                        type_: s(&c["type"]),
+                        format: s(&c["format"]),
+                        description: s(&c["description"]),
+                        priority: c["priority"].as_i64().unwrap_or(0),
+                        json_path: s(&c["jsonPath"]),
+                    })
+                    .collect()
+            })
+            .unwrap_or_else(|| vec![Column::new("Age", "date", ".metadata.creationTimestamp")]);
+        let selectable = v
+            .get("selectableFields")
+            .and_then(Value::as_array)
+            .map(|f| f.iter().filter_map(|x| x["jsonPath"].as_str()).map(|p| p.trim_start_matches('.').to_string()).collect())
+            .unwrap_or_default();
+        out.push(ResourceType {
+            group: group.clone(),
+            version: s(&v["name"]),
+            kind: kind.clone(),
+            plural: plural.clone(),
+            singular: names["singular"].as_str().map(String::from).unwrap_or_else(|| kind.to_lowercase()),
+            short_names: strs(names.get("shortNames")),
+            categories: strs(names.get("categories")),
+            namespaced: spec["scope"].as_str() != Some("Cluster"),
+            status_subresource: v.pointer("/subresources/status").is_some(),
+            builtin: None,
+            schema: v.pointer("/schema/openAPIV3Schema").cloned(),
+            columns,
+            selectable_fields: selectable,
+            storage: format!("{group}/{plural}"),
+        });
+    }
+    out
+}
+
+/// `(group, version, plural)` → type.
+type Table = BTreeMap<(String, String, String), Arc<ResourceType>>;
+
+/// The live table of served resources. Reads are frequent; writes happen when CRDs change.
+#[derive(Default)]
+pub struct Registry {
+    types: RwLock<Table>,
+}
+
+impl Registry {
+    pub fn with_builtins() -> Self {
+        let r = Registry::default();
+        {
+            let mut t = r.table_mut();
+            for rt in builtins() {
+                t.insert((rt.group.clone(), rt.version.clone(), rt.plural.clone()), Arc::new(rt));
+            }
+        }
+        r
+    }
+
+    fn table(&self) -> std::sync::RwLockReadGuard<'_, Table> {
+        self.types.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn table_mut(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
+        self.types.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
+        self.table().get(&(group.to_string(), version.to_string(), plural.to_string())).cloned()
+    }
+
+    /// The type whose storage is `gr` in its first served version (for internal controllers).
+    pub fn by_storage(&self, gr: &str) -> Option<Arc<ResourceType>> {
+        self.table().values().find(|t| t.storage == gr && t.builtin != Some(Builtin::EventV1)).cloned()
+    }
+
+    /// The type serving `apiVersion`/`kind` (used to resolve ownerReferences).
+    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceType>> {
+        self.table().values().find(|t| t.api_version() == api_version && t.kind == kind).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<ResourceType>> {
+        self.table().values().cloned().collect()
+    }
+
+    /// Replaces the types served for a CRD's group/plural with `types` (empty removes them).
+    pub fn set_custom(&self, group: &str, plural: &str, types: Vec<ResourceType>) {
+        let mut t = self.table_mut();
+        t.retain(|(g, _, p), rt| !(g == group && p == plural && rt.is_custom()));
+        for rt in types {
+            t.insert((rt.group.clone(), rt.version.clone(), rt.plural.clone()), Arc::new(rt));
+        }
+    }
+
+    /// Groups and their versions, in a stable order with built-in groups first.
+    pub fn groups(&self) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = vec![];
+        for ((g, v, _), _) in self.table().iter() {
+            if g.is_empty() {
+                continue;
+            }
+            match out.iter_mut().find(|(gg, _)| gg == g) {
+                Some((_, vs)) if !vs.contains(v) => vs.push(v.clone()),
+                Some(_) => {}
+                None => out.push((g.clone(), vec![v.clone()])),
+            }
+        }
+        for (_, vs) in out.iter_mut() {
+            vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        }
+        out
+    }
+
+    pub fn in_group_version(&self, group: &str, version: &str) -> Vec<Arc<ResourceType>> {
+        self.table().values().filter(|t| t.group == group && t.version == version).cloned().collect()
+    }
+}
+
+/// Kubernetes version ordering: GA > beta > alpha, then by number.
+fn version_priority(v: &str) -> (u8, u32, u32) {
+    let Some(rest) = v.strip_prefix('v') else { return (0, 0, 0) };
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let major = digits.parse().unwrap_or(0);
+    let tail = &rest[digits.len()..];
+    let minor = |t: &str| t.parse().unwrap_or(0);
+    match tail {
+        "" => (3, major, 0),
+        t if t.starts_with("beta") => (2, major, minor(&t[4..])),
+        t if t.starts_with("alpha") => (1, major, minor(&t[5..])),
+        _ => (0, major, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_sort_like_kubernetes() {
+        let mut v = vec!["v1alpha1", "v1", "v1beta2", "v2", "v1beta1"];
+        v.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        assert_eq!(v, vec!["v2", "v1", "v1beta2", "v1beta1", "v1alpha1"]);
+    }
+
+    #[test]
+    fn crd_types_carry_columns_and_selectable_fields() {
+        let crd: Value =
+            serde_json::from_str(include_str!("../tests/fixtures/widget-crd.json")).expect("fixture parses");
+        let types = types_from_crd(&crd);
+        assert_eq!(types.len(), 1);
+        let t = &types[0];
+        assert!(t.status_subresource);
+        assert!(t.supports_field("spec.color"));
+        assert!(!t.supports_field("spec.nope"));
+        assert!(t.columns.iter().any(|c| c.name == "Color"));
+    }
+}

@@ -1,0 +1,479 @@
+//! Structural OpenAPI v3 schemas of CustomResourceDefinitions: the structural check at CRD
+//! write time, and pruning, null-dropping, defaulting and validation of custom resources in
+//! the order kube-apiserver applies them. Messages and field paths follow kube-apiserver so
+//! users see `spec.replicas: Invalid value: 11: ...` as they would on a real cluster.
+
+use crate::patch::apply::ListType;
+use crate::status::Cause;
+use serde_json::{Map, Value};
+
+/// ObjectMeta fields kept on custom resources; anything else under `metadata` is dropped.
+pub const OBJECT_META_FIELDS: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+fn flag(s: &Value, k: &str) -> bool {
+    s.get(k).and_then(Value::as_bool).unwrap_or(false)
+}
+
+fn join(path: &str, k: &str) -> String {
+    if path.is_empty() { k.to_string() } else { format!("{path}.{k}") }
+}
+
+/// Checks that a CRD version schema is structural; returns the violations as causes whose
+/// field paths point into the CRD (`spec.versions[i].schema.openAPIV3Schema...`).
+pub fn check_structural(schema: &Value, path: &str) -> Vec<Cause> {
+    let mut out = vec![];
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        out.push(Cause::new("FieldValueRequired", join(path, "type"), "Required value: must be object at the root"));
+    }
+    if let Some(meta) = schema.pointer("/properties/metadata/properties").and_then(Value::as_object) {
+        for k in meta.keys() {
+            if k != "name" && k != "generateName" {
+                out.push(Cause::new(
+                    "FieldValueForbidden",
+                    join(path, &format!("properties[metadata].properties[{k}]")),
+                    "Forbidden: only name and generateName may be specified at the root metadata",
+                ));
+            }
+        }
+    }
+    check_node(schema, path, &mut out);
+    out
+}
+
+fn check_node(s: &Value, path: &str, out: &mut Vec<Cause>) {
+    let Some(obj) = s.as_object() else {
+        out.push(Cause::new("FieldValueInvalid", path, "Invalid value: a schema must be an object"));
+        return;
+    };
+    let free = flag(s, "x-kubernetes-preserve-unknown-fields") || flag(s, "x-kubernetes-int-or-string");
+    match obj.get("type").and_then(Value::as_str) {
+        Some("object" | "array" | "string" | "integer" | "number" | "boolean") => {}
+        Some(t) => out.push(Cause::new(
+            "FieldValueNotSupported",
+            join(path, "type"),
+            format!("Unsupported value: {t:?}: supported values: \"array\", \"boolean\", \"integer\", \"number\", \"object\", \"string\""),
+        )),
+        None if free => {}
+        None => out.push(Cause::new(
+            "FieldValueRequired",
+            join(path, "type"),
+            "Required value: must not be empty for specified object fields",
+        )),
+    }
+    if obj.contains_key("properties") && obj.get("additionalProperties").is_some_and(|a| a.is_object()) {
+        out.push(Cause::new(
+            "FieldValueForbidden",
+            join(path, "additionalProperties"),
+            "Forbidden: additionalProperties and properties are mutual exclusive",
+        ));
+    }
+    if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+        for (k, p) in props {
+            check_node(p, &join(path, &format!("properties[{k}]")), out);
+        }
+    }
+    if let Some(items) = obj.get("items") {
+        check_node(items, &join(path, "items"), out);
+    } else if obj.get("type").and_then(Value::as_str) == Some("array") {
+        out.push(Cause::new("FieldValueRequired", join(path, "items"), "Required value: must be specified"));
+    }
+    if let Some(ap) = obj.get("additionalProperties").filter(|a| a.is_object()) {
+        check_node(ap, &join(path, "additionalProperties"), out);
+    }
+    if let Some(d) = obj.get("default") {
+        let mut value = d.clone();
+        let errs = validate(&mut value, s, &join(path, "default"));
+        out.extend(errs);
+    }
+}
+
+/// Result of coercing a custom resource: the fields dropped because the schema does not know them.
+#[derive(Debug, Default)]
+pub struct Pruned(pub Vec<String>);
+
+/// Drops unknown fields (recording them), drops `null`s the schema does not allow, and keeps
+/// only known ObjectMeta fields at the root and in embedded resources.
+pub fn prune(obj: &mut Value, schema: &Value) -> Pruned {
+    let mut pruned = Pruned::default();
+    prune_node(obj, schema, "", true, &mut pruned);
+    pruned
+}
+
+fn prune_node(v: &mut Value, s: &Value, path: &str, root: bool, pruned: &mut Pruned) {
+    let embedded = root || flag(s, "x-kubernetes-embedded-resource");
+    match v {
+        Value::Object(m) => {
+            if embedded && let Some(Value::Object(meta)) = m.get_mut("metadata") {
+                meta.retain(|k, _| {
+                    let keep = OBJECT_META_FIELDS.contains(&k.as_str());
+                    if !keep {
+                        pruned.0.push(join(&join(path, "metadata"), k));
+                    }
+                    keep
+                });
+            }
+            let props = s.get("properties").and_then(Value::as_object);
+            let additional = s.get("additionalProperties");
+            let preserve = flag(s, "x-kubernetes-preserve-unknown-fields") || additional == Some(&Value::Bool(true));
+            let keys: Vec<String> = m.keys().cloned().collect();
+            for k in keys {
+                if embedded && (k == "apiVersion" || k == "kind" || k == "metadata") {
+                    continue;
+                }
+                let child_path = join(path, &k);
+                let child_schema = props.and_then(|p| p.get(&k)).or(additional.filter(|a| a.is_object()));
+                match child_schema {
+                    Some(cs) => {
+                        let drop_null = m.get(&k).is_some_and(Value::is_null) && !flag(cs, "nullable");
+                        if drop_null {
+                            m.remove(&k);
+                        } else if let Some(child) = m.get_mut(&k) {
+                            prune_node(child, cs, &child_path, false, pruned);
+                        }
+                    }
+                    None if preserve => {}
+                    None => {
+                        m.remove(&k);
+                        pruned.0.push(child_path);
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(is) = s.get("items") {
+                for (i, item) in items.iter_mut().enumerate() {
+                    prune_node(item, is, &format!("{path}[{i}]"), false, pruned);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Applies `default:` values to absent properties of objects that exist.
+pub fn default(v: &mut Value, s: &Value) {
+    match v {
+        Value::Object(m) => {
+            if let Some(props) = s.get("properties").and_then(Value::as_object) {
+                for (k, ps) in props {
+                    if !m.contains_key(k)
+                        && let Some(d) = ps.get("default")
+                    {
+                        m.insert(k.clone(), d.clone());
+                    }
+                    if let Some(child) = m.get_mut(k) {
+                        default(child, ps);
+                    }
+                }
+            }
+            if let Some(ap) = s.get("additionalProperties").filter(|a| a.is_object()) {
+                let props = s.get("properties").and_then(Value::as_object);
+                for (k, child) in m.iter_mut() {
+                    if props.is_none_or(|p| !p.contains_key(k)) {
+                        default(child, ap);
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(is) = s.get("items") {
+                for item in items {
+                    default(item, is);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::Object(_) => "\"object\"".into(),
+        Value::Array(_) => "\"array\"".into(),
+        other => other.to_string(),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn invalid(path: &str, v: &Value, why: String) -> Cause {
+    Cause::new("FieldValueInvalid", path, format!("Invalid value: {}: {why}", show(v)))
+}
+
+/// Validates `v` against the schema node `s`; `path` is the field path used in messages.
+/// Takes `&mut` only so integral floats (`10.0`) from some clients can be normalised.
+pub fn validate(v: &mut Value, s: &Value, path: &str) -> Vec<Cause> {
+    let mut out = vec![];
+    validate_node(v, s, path, &mut out);
+    out
+}
+
+fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
+    let shown = if path.is_empty() { "body" } else { path };
+    if v.is_null() {
+        if !flag(s, "nullable") && !flag(s, "x-kubernetes-preserve-unknown-fields") {
+            out.push(invalid(path, v, format!("{shown} in body must be of type {}", s.get("type").and_then(Value::as_str).unwrap_or("object"))));
+        }
+        return;
+    }
+    if flag(s, "x-kubernetes-int-or-string") {
+        if !(v.is_string() || type_name(v) == "integer") {
+            out.push(invalid(path, v, format!("{shown} in body must be of type integer or string: {}", show(v))));
+        }
+    } else if let Some(t) = s.get("type").and_then(Value::as_str) {
+        let actual = type_name(v);
+        let ok = actual == t || (t == "number" && actual == "integer");
+        if !ok {
+            out.push(invalid(path, v, format!("{shown} in body must be of type {t}: \"{actual}\"")));
+            return;
+        }
+    }
+    if let Some(Value::Array(allowed)) = s.get("enum")
+        && !allowed.contains(v)
+    {
+        let list = allowed.iter().filter(|a| !a.is_null()).map(Value::to_string).collect::<Vec<_>>().join(", ");
+        out.push(Cause::new(
+            "FieldValueNotSupported",
+            path,
+            format!("Unsupported value: {}: supported values: {list}", show(v)),
+        ));
+    }
+    match v {
+        Value::Number(n) => {
+            let x = n.as_f64().unwrap_or(0.0);
+            if let Some(max) = s.get("maximum").and_then(Value::as_f64) {
+                let excl = flag(s, "exclusiveMaximum");
+                if x > max || (excl && x == max) {
+                    let rel = if excl { "less than" } else { "less than or equal to" };
+                    out.push(invalid(path, &Value::Number(n.clone()), format!("{shown} in body should be {rel} {}", trim_float(max))));
+                }
+            }
+            if let Some(min) = s.get("minimum").and_then(Value::as_f64) {
+                let excl = flag(s, "exclusiveMinimum");
+                if x < min || (excl && x == min) {
+                    let rel = if excl { "greater than" } else { "greater than or equal to" };
+                    out.push(invalid(path, &Value::Number(n.clone()), format!("{shown} in body should be {rel} {}", trim_float(min))));
+                }
+            }
+            if s.get("format").and_then(Value::as_str) == Some("int32") && (x > i32::MAX as f64 || x < i32::MIN as f64) {
+                out.push(invalid(path, &Value::Number(n.clone()), format!("{shown} in body must be of format int32")));
+            }
+        }
+        Value::String(st) => {
+            let len = st.chars().count() as u64;
+            if let Some(max) = s.get("maxLength").and_then(Value::as_u64).filter(|m| len > *m) {
+                out.push(Cause::new("FieldValueTooLong", path, format!("Too long: may not be more than {max} bytes")));
+            }
+            if let Some(min) = s.get("minLength").and_then(Value::as_u64).filter(|m| len < *m) {
+                out.push(invalid(path, &Value::String(st.clone()), format!("{shown} in body should be at least {min} chars long")));
+            }
+            if let Some(p) = s.get("pattern").and_then(Value::as_str) {
+                match regex::Regex::new(p) {
+                    Ok(re) if !re.is_match(st) => {
+                        out.push(invalid(path, &Value::String(st.clone()), format!("{shown} in body should match '{p}'")))
+                    }
+                    Ok(_) => {}
+                    Err(_) => out.push(Cause::new("FieldValueInvalid", path, format!("Invalid value: the schema pattern {p:?} does not compile"))),
+                }
+            }
+            if s.get("format").and_then(Value::as_str) == Some("date-time") && st.parse::<jiff::Timestamp>().is_err() {
+                out.push(invalid(path, &Value::String(st.clone()), format!("{shown} in body must be of type date-time")));
+            }
+        }
+        Value::Array(items) => {
+            let n = items.len() as u64;
+            if let Some(max) = s.get("maxItems").and_then(Value::as_u64).filter(|m| n > *m) {
+                out.push(Cause::new("FieldValueTooMany", path, format!("Too many: {n}: must have at most {max} items")));
+            }
+            if let Some(min) = s.get("minItems").and_then(Value::as_u64).filter(|m| n < *m) {
+                out.push(invalid(path, &Value::Array(items.clone()), format!("{shown} in body should have at least {min} items")));
+            }
+            match list_type(s) {
+                ListType::Set => duplicates(items, path, |e| e.to_string(), out),
+                ListType::Map(keys) => duplicates(
+                    items,
+                    path,
+                    |e| keys.iter().map(|k| e.get(k).cloned().unwrap_or(Value::Null).to_string()).collect::<Vec<_>>().join(","),
+                    out,
+                ),
+                ListType::Atomic if flag(s, "uniqueItems") => duplicates(items, path, |e| e.to_string(), out),
+                ListType::Atomic => {}
+            }
+            if let Some(is) = s.get("items") {
+                for (i, item) in items.iter_mut().enumerate() {
+                    validate_node(item, is, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        Value::Object(m) => {
+            if let Some(Value::Array(req)) = s.get("required") {
+                for r in req.iter().filter_map(Value::as_str) {
+                    if !m.contains_key(r) {
+                        out.push(Cause::new("FieldValueRequired", join(path, r), "Required value"));
+                    }
+                }
+            }
+            let n = m.len() as u64;
+            if let Some(max) = s.get("maxProperties").and_then(Value::as_u64).filter(|x| n > *x) {
+                out.push(Cause::new("FieldValueTooMany", path, format!("Too many: {n}: must have at most {max} items")));
+            }
+            if let Some(min) = s.get("minProperties").and_then(Value::as_u64).filter(|x| n < *x) {
+                out.push(Cause::new("FieldValueRequired", path, format!("Required value: must have at least {min} properties")));
+            }
+            let props = s.get("properties").and_then(Value::as_object);
+            let additional = s.get("additionalProperties").filter(|a| a.is_object());
+            let embedded = path.is_empty() || flag(s, "x-kubernetes-embedded-resource");
+            for (k, child) in m.iter_mut() {
+                if embedded && k == "metadata" {
+                    continue;
+                }
+                if let Some(cs) = props.and_then(|p| p.get(k)).or(additional) {
+                    validate_node(child, cs, &join(path, k), out);
+                }
+            }
+        }
+        Value::Bool(_) | Value::Null => {}
+    }
+}
+
+fn trim_float(x: f64) -> String {
+    if x.fract() == 0.0 { format!("{}", x as i64) } else { x.to_string() }
+}
+
+fn duplicates(items: &[Value], path: &str, key: impl Fn(&Value) -> String, out: &mut Vec<Cause>) {
+    let mut seen = std::collections::HashSet::new();
+    for (i, e) in items.iter().enumerate() {
+        if !seen.insert(key(e)) {
+            out.push(Cause::new("FieldValueDuplicate", format!("{path}[{i}]"), format!("Duplicate value: {e}")));
+        }
+    }
+}
+
+/// The apply list type declared on a schema node.
+pub fn list_type(s: &Value) -> ListType {
+    match s.get("x-kubernetes-list-type").and_then(Value::as_str) {
+        Some("set") => ListType::Set,
+        Some("map") => ListType::Map(
+            s.get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .map(|k| k.iter().filter_map(Value::as_str).map(String::from).collect())
+                .unwrap_or_default(),
+        ),
+        _ => ListType::Atomic,
+    }
+}
+
+/// The schema node at a dotted path (`spec.items`), following `properties`, `items` and
+/// `additionalProperties`.
+pub fn node_at<'a>(schema: &'a Value, dotted: &str) -> Option<&'a Value> {
+    let mut cur = schema;
+    if dotted.is_empty() {
+        return Some(cur);
+    }
+    for step in dotted.split('.') {
+        while cur.get("type").and_then(Value::as_str) == Some("array") {
+            cur = cur.get("items")?;
+        }
+        cur = cur
+            .get("properties")
+            .and_then(|p| p.get(step))
+            .or_else(|| cur.get("additionalProperties").filter(|a| a.is_object()))?;
+    }
+    Some(cur)
+}
+
+/// Builds an empty object for `Map` use in tests and callers that need a root.
+pub fn empty() -> Value {
+    Value::Object(Map::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn widget_schema() -> Value {
+        json!({"type":"object","properties":{
+            "spec":{"type":"object","required":["color"],"properties":{
+                "color":{"type":"string"},
+                "replicas":{"type":"integer","default":1,"maximum":10.0,"minimum":0.0},
+                "size":{"type":"string","nullable":true,"enum":["Small","Large",null]},
+                "raw":{"type":"object","x-kubernetes-preserve-unknown-fields":true},
+                "items":{"type":"array","x-kubernetes-list-type":"map","x-kubernetes-list-map-keys":["name"],
+                         "items":{"type":"object","properties":{"name":{"type":"string"}}}}
+            }},
+            "status":{"type":"object","x-kubernetes-preserve-unknown-fields":true}
+        }})
+    }
+
+    #[test]
+    fn prune_default_validate() {
+        let s = widget_schema();
+        let mut o = json!({"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","bogus":1},
+            "spec":{"color":"red","bogus":2,"raw":{"a":{"b":[1]}},"size":null}});
+        let pruned = prune(&mut o, &s);
+        assert_eq!(pruned.0, vec!["metadata.bogus".to_string(), "spec.bogus".to_string()]);
+        default(&mut o, &s);
+        assert_eq!(o["spec"]["replicas"], 1);
+        assert_eq!(o["spec"]["raw"], json!({"a":{"b":[1]}}));
+        assert!(o["spec"]["size"].is_null());
+        assert!(validate(&mut o, &s, "").is_empty());
+
+        let mut bad = json!({"spec":{"replicas":11,"size":"Huge"}});
+        let errs = validate(&mut bad, &s, "");
+        let fields: Vec<_> = errs.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(fields, vec!["spec.color", "spec.replicas", "spec.size"]);
+        assert_eq!(errs[1].message, "Invalid value: 11: spec.replicas in body should be less than or equal to 10");
+        assert!(errs[2].message.starts_with("Unsupported value: \"Huge\""));
+
+        let mut wrong = json!({"spec":{"color":"x","replicas":"x"}});
+        assert!(validate(&mut wrong, &s, "")[0].message.contains("must be of type integer"));
+        let mut dup = json!({"spec":{"color":"x","items":[{"name":"a"},{"name":"a"}]}});
+        assert_eq!(validate(&mut dup, &s, "")[0].reason, "FieldValueDuplicate");
+    }
+
+    #[test]
+    fn non_nullable_null_is_dropped() {
+        let s = widget_schema();
+        let mut o = json!({"spec":{"color":null}});
+        prune(&mut o, &s);
+        assert_eq!(validate(&mut o, &s, "")[0].field, "spec.color");
+    }
+
+    #[test]
+    fn structural_check() {
+        assert!(check_structural(&widget_schema(), "schema").is_empty());
+        let bad = json!({"type":"object","properties":{"spec":{"properties":{"a":{"type":"string"}}}}});
+        let errs = check_structural(&bad, "s");
+        assert_eq!(errs[0].field, "s.properties[spec].type");
+        let bad_default = json!({"type":"object","properties":{"n":{"type":"integer","default":"x"}}});
+        assert_eq!(check_structural(&bad_default, "s").len(), 1);
+        assert_eq!(node_at(&widget_schema(), "spec.items.name").and_then(|n| n.get("type")), Some(&json!("string")));
+    }
+}

@@ -1,0 +1,556 @@
+//! Durable object storage: every object in memory for reads, written through to redb.
+//!
+//! Each mutation is one durable redb transaction holding the object (or its removal), the
+//! event-log row and the revision counter, so an acknowledged write survives `kill -9` and a
+//! resourceVersion is never reused. A single writer (an async mutex held across the commit)
+//! orders commits; events are published to watchers under the state lock right after the
+//! commit, so a watcher that subscribes while holding the read lock sees every later event
+//! exactly once and in commit order.
+
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use tokio::sync::{Mutex, broadcast, watch};
+
+const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
+const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// Failures of the storage layer; the only errors answered with a 500.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database file could not be opened or created.
+    #[error("opening the database at {path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: Box<redb::Error>,
+    },
+    /// A transaction failed; nothing from it was applied.
+    #[error("storage transaction failed: {0}")]
+    Txn(String),
+    /// A stored row is not valid JSON: the file was damaged outside the server.
+    #[error("stored record {0} is corrupt: {1}")]
+    Corrupt(String, String),
+}
+
+fn txn_err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Txn(e.to_string())
+}
+
+/// Identifies an object: resource (`group/plural`), namespace ("" when cluster-scoped), name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjKey {
+    pub gr: Arc<str>,
+    pub ns: String,
+    pub name: String,
+}
+
+impl ObjKey {
+    pub fn new(gr: &str, ns: &str, name: &str) -> Self {
+        ObjKey { gr: Arc::from(gr), ns: ns.to_string(), name: name.to_string() }
+    }
+
+    fn db_key(&self) -> String {
+        format!("{}\u{0}{}\u{0}{}", self.gr, self.ns, self.name)
+    }
+
+    fn from_db_key(k: &str) -> Option<Self> {
+        let mut it = k.split('\u{0}');
+        Some(ObjKey::new(it.next()?, it.next()?, it.next()?))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "ADDED" => EventType::Added,
+            "MODIFIED" => EventType::Modified,
+            "DELETED" => EventType::Deleted,
+            _ => return None,
+        })
+    }
+}
+
+/// One committed change, as watchers see it.
+#[derive(Debug)]
+pub struct Event {
+    pub rv: u64,
+    pub kind: EventType,
+    pub key: ObjKey,
+    /// The new object; for DELETED the last content stamped with the deletion's RV.
+    pub object: Arc<Value>,
+    /// The object before the change (for selector transitions).
+    pub prev: Option<Arc<Value>>,
+}
+
+/// What a write closure asks the store to do.
+pub enum Proposed {
+    /// Store this object (RV is stamped by the store).
+    Put(Value),
+    /// Remove the object; the event carries `final_content` or the current object.
+    Delete(Option<Value>),
+}
+
+/// What a write did.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Created(Arc<Value>),
+    Updated(Arc<Value>),
+    /// The proposed object equals the stored one: nothing was written and no event was sent.
+    Unchanged(Arc<Value>),
+    Deleted(Arc<Value>),
+}
+
+impl Outcome {
+    pub fn object(&self) -> &Arc<Value> {
+        match self {
+            Outcome::Created(o) | Outcome::Updated(o) | Outcome::Unchanged(o) | Outcome::Deleted(o) => o,
+        }
+    }
+}
+
+/// Knobs, mostly for tests and benchmarks.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Events kept for watch resumption (kube-apiserver keeps a comparable window).
+    pub retention: usize,
+    /// Capacity of the broadcast queue; a watcher that falls this far behind is closed.
+    pub watch_queue: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig { retention: 10_000, watch_queue: 16_384 }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    objects: HashMap<Arc<str>, BTreeMap<(String, String), Arc<Value>>>,
+    uids: HashMap<String, ObjKey>,
+    dependents: HashMap<String, BTreeSet<ObjKey>>,
+    rv: u64,
+    /// Events with an RV at or below this are no longer available to watchers.
+    compacted: u64,
+    log: VecDeque<Arc<Event>>,
+}
+
+fn uid_of(v: &Value) -> Option<&str> {
+    v.pointer("/metadata/uid").and_then(Value::as_str)
+}
+
+fn owner_uids(v: &Value) -> Vec<String> {
+    v.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| refs.iter().filter_map(|r| r.get("uid").and_then(Value::as_str)).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+impl State {
+    fn index(&mut self, key: &ObjKey, obj: Option<&Arc<Value>>) {
+        let map = self.objects.entry(key.gr.clone()).or_default();
+        let k = (key.ns.clone(), key.name.clone());
+        if let Some(old) = map.remove(&k) {
+            if let Some(u) = uid_of(&old) {
+                self.uids.remove(u);
+            }
+            for o in owner_uids(&old) {
+                if let Some(set) = self.dependents.get_mut(&o) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        self.dependents.remove(&o);
+                    }
+                }
+            }
+        }
+        if let Some(obj) = obj {
+            if let Some(u) = uid_of(obj) {
+                self.uids.insert(u.to_string(), key.clone());
+            }
+            for o in owner_uids(obj) {
+                self.dependents.entry(o).or_default().insert(key.clone());
+            }
+            map.insert(k, obj.clone());
+        }
+    }
+}
+
+/// The object store. Cheap to share behind an `Arc`.
+pub struct Store {
+    db: RwLock<Option<Arc<Database>>>,
+    state: RwLock<State>,
+    writer: Mutex<()>,
+    events: broadcast::Sender<Arc<Event>>,
+    rv_tx: watch::Sender<u64>,
+    config: StoreConfig,
+    persistent: bool,
+}
+
+fn set_rv(v: &mut Value, rv: u64) {
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.insert("resourceVersion".into(), Value::String(rv.to_string()));
+    }
+}
+
+fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
+    let (Some(ma), Some(mb)) = (a.as_object(), b.as_object()) else { return a == b };
+    if ma.len() != mb.len() {
+        return false;
+    }
+    ma.iter().all(|(k, va)| {
+        let Some(vb) = mb.get(k) else { return false };
+        if k != "metadata" {
+            return va == vb;
+        }
+        let (Some(x), Some(y)) = (va.as_object(), vb.as_object()) else { return va == vb };
+        let others = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| *k != "resourceVersion").count();
+        others(x) == others(y) && x.iter().all(|(k, v)| k == "resourceVersion" || y.get(k) == Some(v))
+    })
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`, loading every object and the retained event log.
+    pub fn open(dir: Option<&Path>, config: StoreConfig) -> Result<Self, StoreError> {
+        let (events, _) = broadcast::channel(config.watch_queue);
+        let mut state = State::default();
+        let db = match dir {
+            None => None,
+            Some(dir) => {
+                let path = dir.join("capw.redb");
+                let open_err = |e: redb::Error| StoreError::Open { path: path.display().to_string(), source: Box::new(e) };
+                let db = Database::create(&path).map_err(|e| open_err(e.into()))?;
+                load(&db, &mut state)?;
+                Some(Arc::new(db))
+            }
+        };
+        let (rv_tx, _) = watch::channel(state.rv);
+        let persistent = db.is_some();
+        Ok(Store { persistent, db: RwLock::new(db), state: RwLock::new(state), writer: Mutex::new(()), events, rv_tx, config })
+    }
+
+    /// Closes the database file: later writes fail with a storage error. Waits (briefly) until
+    /// no commit still holds it, so the same file can be opened again in this process.
+    pub async fn close(&self) {
+        let _guard = self.writer.lock().await;
+        let db = self.db.write().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(db) = db {
+            for _ in 0..200 {
+                if Arc::strong_count(&db) == 1 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_state(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The latest committed resourceVersion.
+    pub fn current_rv(&self) -> u64 {
+        self.read().rv
+    }
+
+    /// Waits until the store has reached at least `rv`, up to `timeout`.
+    pub async fn wait_for_rv(&self, rv: u64, timeout: std::time::Duration) -> bool {
+        let mut rx = self.rv_tx.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|cur| *cur >= rv)).await.is_ok_and(|r| r.is_ok())
+    }
+
+    pub fn get(&self, key: &ObjKey) -> Option<Arc<Value>> {
+        self.read().objects.get(&key.gr)?.get(&(key.ns.clone(), key.name.clone())).cloned()
+    }
+
+    /// All objects of a resource (in one namespace when `ns` is given), sorted by namespace and
+    /// name, with the RV the snapshot is consistent with.
+    pub fn list(&self, gr: &str, ns: Option<&str>) -> (Vec<Arc<Value>>, u64) {
+        let st = self.read();
+        let items = match st.objects.get(gr) {
+            None => vec![],
+            Some(map) => match ns {
+                Some(ns) => map
+                    .range((ns.to_string(), String::new())..)
+                    .take_while(|((n, _), _)| n == ns)
+                    .map(|(_, v)| v.clone())
+                    .collect(),
+                None => map.values().cloned().collect(),
+            },
+        };
+        (items, st.rv)
+    }
+
+    /// Every resource (`group/plural`) that currently holds objects in namespace `ns`.
+    pub fn resources_in_namespace(&self, ns: &str) -> Vec<ObjKey> {
+        let st = self.read();
+        let mut out = vec![];
+        for (gr, map) in &st.objects {
+            for ((n, name), _) in map.range((ns.to_string(), String::new())..).take_while(|((n, _), _)| n == ns) {
+                out.push(ObjKey { gr: gr.clone(), ns: n.clone(), name: name.clone() });
+            }
+        }
+        out
+    }
+
+    pub fn by_uid(&self, uid: &str) -> Option<ObjKey> {
+        self.read().uids.get(uid).cloned()
+    }
+
+    /// Objects whose ownerReferences name `uid`.
+    pub fn dependents_of(&self, uid: &str) -> Vec<ObjKey> {
+        self.read().dependents.get(uid).map(|s| s.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Every owner uid referenced by some object.
+    pub fn referenced_owners(&self) -> Vec<String> {
+        self.read().dependents.keys().cloned().collect()
+    }
+
+    pub fn object_count(&self) -> usize {
+        self.read().objects.values().map(BTreeMap::len).sum()
+    }
+
+    /// Subscribes to events after `from_rv`. Returns the retained backlog and a live receiver,
+    /// or `Err(oldest)` when `from_rv` is older than the retained window.
+    pub fn subscribe(&self, from_rv: u64) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>, u64), u64> {
+        let st = self.read();
+        if from_rv < st.compacted {
+            return Err(st.compacted);
+        }
+        let start = st.log.partition_point(|e| e.rv <= from_rv);
+        let backlog = st.log.range(start..).cloned().collect();
+        Ok((backlog, self.events.subscribe(), st.rv))
+    }
+
+    /// A consistent snapshot of a resource plus a receiver for everything after it.
+    pub fn snapshot_and_subscribe(
+        &self,
+        gr: &str,
+        ns: Option<&str>,
+    ) -> (Vec<Arc<Value>>, u64, broadcast::Receiver<Arc<Event>>) {
+        let st = self.read();
+        let rx = self.events.subscribe();
+        let items = match st.objects.get(gr) {
+            None => vec![],
+            Some(map) => map
+                .iter()
+                .filter(|((n, _), _)| ns.is_none_or(|ns| ns == n))
+                .map(|(_, v)| v.clone())
+                .collect(),
+        };
+        (items, st.rv, rx)
+    }
+
+    /// Runs one mutation of `key`. `f` sees the current object and proposes the new state.
+    /// With `dry_run` nothing is persisted or published.
+    pub async fn write<E>(
+        &self,
+        key: &ObjKey,
+        dry_run: bool,
+        f: impl FnOnce(Option<&Arc<Value>>) -> Result<Proposed, E>,
+    ) -> Result<Outcome, E>
+    where
+        E: From<StoreError>,
+    {
+        let _guard = self.writer.lock().await;
+        let current = self.get(key);
+        let proposed = f(current.as_ref())?;
+        let next_rv = self.current_rv() + 1;
+        let (kind, mut object) = match (proposed, &current) {
+            (Proposed::Put(new), Some(cur)) if same_ignoring_rv(&new, cur) => {
+                return Ok(Outcome::Unchanged(cur.clone()));
+            }
+            (Proposed::Put(new), Some(_)) => (EventType::Modified, new),
+            (Proposed::Put(new), None) => (EventType::Added, new),
+            (Proposed::Delete(content), Some(cur)) => (EventType::Deleted, content.unwrap_or_else(|| (**cur).clone())),
+            (Proposed::Delete(_), None) => {
+                return Err(StoreError::Txn(format!("delete of absent object {}/{}", key.gr, key.name)).into());
+            }
+        };
+        if dry_run {
+            let obj = Arc::new(object);
+            return Ok(match kind {
+                EventType::Added => Outcome::Created(obj),
+                EventType::Modified => Outcome::Updated(obj),
+                EventType::Deleted => Outcome::Deleted(obj),
+            });
+        }
+        set_rv(&mut object, next_rv);
+        let object = Arc::new(object);
+        let event = Arc::new(Event { rv: next_rv, kind, key: key.clone(), object: object.clone(), prev: current });
+        self.persist(&event).await?;
+        {
+            let mut st = self.write_state();
+            st.rv = next_rv;
+            st.index(key, (kind != EventType::Deleted).then_some(&object));
+            st.log.push_back(event.clone());
+            while st.log.len() > self.config.retention {
+                if let Some(old) = st.log.pop_front() {
+                    st.compacted = old.rv;
+                }
+            }
+            // Nobody listening is fine: watchers come and go.
+            let _ = self.events.send(event);
+        }
+        self.rv_tx.send_replace(next_rv);
+        Ok(match kind {
+            EventType::Added => Outcome::Created(object),
+            EventType::Modified => Outcome::Updated(object),
+            EventType::Deleted => Outcome::Deleted(object),
+        })
+    }
+
+    async fn persist(&self, event: &Arc<Event>) -> Result<(), StoreError> {
+        let db = self.db.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(db) = db else {
+            return if self.persistent { Err(StoreError::Txn("the store is closed (server shutting down)".into())) } else { Ok(()) };
+        };
+        let event = event.clone();
+        let retention = self.config.retention as u64;
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_write().map_err(txn_err)?;
+            {
+                let mut objects = txn.open_table(OBJECTS).map_err(txn_err)?;
+                let key = event.key.db_key();
+                if event.kind == EventType::Deleted {
+                    objects.remove(key.as_str()).map_err(txn_err)?;
+                } else {
+                    let bytes = serde_json::to_vec(&*event.object).map_err(txn_err)?;
+                    objects.insert(key.as_str(), bytes.as_slice()).map_err(txn_err)?;
+                }
+                let mut events = txn.open_table(EVENTS).map_err(txn_err)?;
+                let row = json!({
+                    "type": event.kind.as_str(),
+                    "gr": &*event.key.gr, "ns": event.key.ns, "name": event.key.name,
+                    "object": &*event.object,
+                    "prev": event.prev.as_deref(),
+                });
+                let bytes = serde_json::to_vec(&row).map_err(txn_err)?;
+                events.insert(event.rv, bytes.as_slice()).map_err(txn_err)?;
+                let mut meta = txn.open_table(META).map_err(txn_err)?;
+                meta.insert("rv", event.rv).map_err(txn_err)?;
+                // Compact in batches so most commits touch only three rows.
+                if event.rv % 1024 == 0 && event.rv > retention {
+                    let floor = event.rv - retention;
+                    events.retain_in(..=floor, |_, _| false).map_err(txn_err)?;
+                }
+            }
+            txn.commit().map_err(txn_err)
+        })
+        .await
+        .map_err(txn_err)?
+    }
+}
+
+fn load(db: &Database, st: &mut State) -> Result<(), StoreError> {
+    // Create the tables on first start so later reads never see "table does not exist".
+    let mut txn = db.begin_write().map_err(txn_err)?;
+    txn.set_durability(Durability::Immediate).map_err(txn_err)?;
+    {
+        txn.open_table(OBJECTS).map_err(txn_err)?;
+        txn.open_table(EVENTS).map_err(txn_err)?;
+        txn.open_table(META).map_err(txn_err)?;
+    }
+    txn.commit().map_err(txn_err)?;
+    let read = db.begin_read().map_err(txn_err)?;
+    let objects = read.open_table(OBJECTS).map_err(txn_err)?;
+    for row in objects.iter().map_err(txn_err)? {
+        let (k, v) = row.map_err(txn_err)?;
+        let key = ObjKey::from_db_key(k.value()).ok_or_else(|| StoreError::Corrupt(k.value().into(), "bad key".into()))?;
+        let obj: Value = serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(k.value().into(), e.to_string()))?;
+        st.index(&key, Some(&Arc::new(obj)));
+    }
+    let meta = read.open_table(META).map_err(txn_err)?;
+    st.rv = meta.get("rv").map_err(txn_err)?.map(|v| v.value()).unwrap_or(0);
+    let events = read.open_table(EVENTS).map_err(txn_err)?;
+    let mut first = None;
+    for row in events.iter().map_err(txn_err)? {
+        let (k, v) = row.map_err(txn_err)?;
+        let rv = k.value();
+        first.get_or_insert(rv);
+        let corrupt = |e: String| StoreError::Corrupt(format!("event {rv}"), e);
+        let row: Value = serde_json::from_slice(v.value()).map_err(|e| corrupt(e.to_string()))?;
+        let s = |f: &str| row.get(f).and_then(Value::as_str).unwrap_or_default();
+        let kind = EventType::parse(s("type")).ok_or_else(|| corrupt("bad type".into()))?;
+        let prev = row.get("prev").filter(|p| !p.is_null()).cloned().map(Arc::new);
+        st.log.push_back(Arc::new(Event {
+            rv,
+            kind,
+            key: ObjKey::new(s("gr"), s("ns"), s("name")),
+            object: Arc::new(row.get("object").cloned().unwrap_or(Value::Null)),
+            prev,
+        }));
+    }
+    st.compacted = first.map(|f| f.saturating_sub(1)).unwrap_or(st.rv);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct E(#[allow(dead_code)] String);
+    impl From<StoreError> for E {
+        fn from(e: StoreError) -> Self {
+            E(e.to_string())
+        }
+    }
+
+    fn obj(name: &str, v: i64) -> Value {
+        json!({"metadata":{"name":name,"uid":format!("u-{name}")},"spec":{"v":v}})
+    }
+
+    #[tokio::test]
+    async fn writes_survive_reopen_and_noops_are_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = ObjKey::new("/configmaps", "default", "a");
+        {
+            let s = Store::open(Some(dir.path()), StoreConfig::default()).unwrap();
+            s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("a", 1)))).await.unwrap();
+            let out = s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("a", 1)))).await.unwrap();
+            assert!(matches!(out, Outcome::Unchanged(_)));
+            s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("a", 2)))).await.unwrap();
+            assert_eq!(s.current_rv(), 2);
+        }
+        let s = Store::open(Some(dir.path()), StoreConfig::default()).unwrap();
+        assert_eq!(s.current_rv(), 2);
+        assert_eq!(s.get(&key).unwrap()["metadata"]["resourceVersion"], "2");
+        let (backlog, _, _) = s.subscribe(0).unwrap();
+        assert_eq!(backlog.iter().map(|e| e.kind).collect::<Vec<_>>(), vec![EventType::Added, EventType::Modified]);
+        assert_eq!(s.by_uid("u-a"), Some(key));
+    }
+
+    #[tokio::test]
+    async fn retention_expires_old_watch_starts() {
+        let s = Store::open(None, StoreConfig { retention: 3, watch_queue: 16 }).unwrap();
+        for i in 0..6 {
+            let key = ObjKey::new("/configmaps", "default", &format!("o{i}"));
+            s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("o", i)))).await.unwrap();
+        }
+        assert_eq!(s.subscribe(1).err(), Some(3));
+        assert_eq!(s.subscribe(3).unwrap().0.len(), 3);
+    }
+}
