@@ -4,9 +4,11 @@ use std::io::Write;
 use std::path::Path;
 
 /// A kubeconfig with one cluster, one user holding the bearer token, and one context.
-pub fn render(server: &str, token: &str) -> String {
+pub fn render(server: &str, ca_pem: &str, token: &str) -> String {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: capw\n  cluster:\n    server: {server}\nusers:\n- name: capw-admin\n  user:\n    token: {token}\ncontexts:\n- name: capw\n  context:\n    cluster: capw\n    user: capw-admin\n    namespace: default\ncurrent-context: capw\npreferences: {{}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: capw\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: capw-admin\n  user:\n    token: {token}\ncontexts:\n- name: capw\n  context:\n    cluster: capw\n    user: capw-admin\n    namespace: default\ncurrent-context: capw\npreferences: {{}}\n"
     )
 }
 

@@ -25,6 +25,7 @@ pub mod selector;
 pub mod status;
 pub mod store;
 pub mod table;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,9 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// The TLS certificate authority or serving certificate could not be set up.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// The initial namespaces could not be created.
     #[error("bootstrapping namespaces: {0}")]
     Bootstrap(#[from] status::ApiError),
@@ -94,11 +98,58 @@ impl Config {
 /// A running server. Dropping it stops it.
 pub struct Server {
     addr: SocketAddr,
+    ca_pem: String,
     token: String,
     kubeconfig: PathBuf,
     app: Arc<http::App>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Accepts TLS connections until `stop` fires, then drops every open connection (which also
+/// ends long-running watches).
+async fn serve(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    router: axum::Router,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (tcp, peer) = match accepted {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = tcp.set_nodelay(true);
+                let acceptor = acceptor.clone();
+                let service = hyper_util::service::TowerToHyperService::new(router.clone());
+                conns.spawn(async move {
+                    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                    let io = hyper_util::rt::TokioIo::new(tls);
+                    if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            _ = &mut stop => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.abort_all();
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServerError + '_ {
@@ -133,23 +184,22 @@ impl Server {
             .await
             .map_err(|source| ServerError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: config.listen, source })?;
+        let mut sans = vec!["127.0.0.1".to_string(), "localhost".to_string(), "::1".to_string()];
+        if !addr.ip().is_unspecified() && !addr.ip().is_loopback() {
+            sans.push(addr.ip().to_string());
+        }
+        let tls = tls::load_or_create(&config.data_dir, sans)?;
         let kubeconfig = config.data_dir.join("kubeconfig");
-        kubeconfig::write_private(&kubeconfig, &kubeconfig::render(&format!("http://{addr}"), &token))
+        let host = if addr.ip().is_unspecified() { SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
+        kubeconfig::write_private(&kubeconfig, &kubeconfig::render(&format!("https://{host}"), &tls.ca_pem, &token))
             .map_err(io_err(&kubeconfig))?;
-        let app = Arc::new(http::App::new(core.clone(), token.clone(), addr.to_string(), config.http.clone()));
+        let app = Arc::new(http::App::new(core.clone(), token.clone(), host.to_string(), config.http.clone()));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let router = http::router(app.clone());
         let mut tasks = controllers::spawn_all(core, config.controllers.clone());
-        tasks.push(tokio::spawn(async move {
-            let serve = axum::serve(listener, router).with_graceful_shutdown(async {
-                let _ = rx.await;
-            });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "HTTP server stopped");
-            }
-        }));
+        tasks.push(tokio::spawn(serve(listener, tokio_rustls::TlsAcceptor::from(tls.server_config), router, rx)));
         tracing::info!(%addr, kubeconfig = %kubeconfig.display(), "capw-apiserver serving");
-        Ok(Server { addr, token, kubeconfig, app, shutdown: Some(tx), tasks })
+        Ok(Server { addr: host, ca_pem: tls.ca_pem, token, kubeconfig, app, shutdown: Some(tx), tasks })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -157,7 +207,12 @@ impl Server {
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("https://{}", self.addr)
+    }
+
+    /// The PEM of the CA that signed the serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
     }
 
     pub fn token(&self) -> &str {

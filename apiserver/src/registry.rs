@@ -225,7 +225,7 @@ fn builtins() -> Vec<ResourceType> {
             false,
             true,
             Builtin::Crd,
-            vec![c("Created At", "date", ".metadata.creationTimestamp")],
+            vec![c("Created At", "string", ".metadata.creationTimestamp")],
         ),
         rbac("Role", "roles", true),
         rbac("ClusterRole", "clusterroles", false),

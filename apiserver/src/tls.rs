@@ -1,0 +1,80 @@
+//! TLS for the API: a CA kept in the data directory (so kubeconfigs stay valid across
+//! restarts) and a fresh serving certificate for the listen address at every start.
+//! kubectl and client-go never send a bearer token over plain HTTP, so the token-protected API
+//! has to be served over TLS.
+
+use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Why TLS material could not be made or loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// Reading or writing the CA files failed.
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Generating or parsing a key or certificate failed.
+    #[error("certificate generation: {0} (delete ca.key and ca.crt in the data directory to start with a new CA)")]
+    Cert(#[from] rcgen::Error),
+    /// rustls rejected the configuration.
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// The CA (PEM, for kubeconfigs) and the server configuration.
+pub struct TlsMaterial {
+    pub ca_pem: String,
+    pub server_config: Arc<rustls::ServerConfig>,
+}
+
+fn ca_params() -> CertificateParams {
+    let mut p = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "capw-apiserver-ca");
+    p.distinguished_name = dn;
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    p
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TlsError + '_ {
+    move |source| TlsError::Io { path: path.display().to_string(), source }
+}
+
+/// Loads the CA from `dir` (creating it on first use) and issues a certificate for `sans`.
+pub fn load_or_create(dir: &Path, sans: Vec<String>) -> Result<TlsMaterial, TlsError> {
+    let key_path = dir.join("ca.key");
+    let crt_path = dir.join("ca.crt");
+    let (ca_key, ca_pem) = if key_path.exists() && crt_path.exists() {
+        let key = KeyPair::from_pem(&std::fs::read_to_string(&key_path).map_err(io(&key_path))?)?;
+        (key, std::fs::read_to_string(&crt_path).map_err(io(&crt_path))?)
+    } else {
+        let key = KeyPair::generate()?;
+        let cert = ca_params().self_signed(&key)?;
+        crate::kubeconfig::write_private(&key_path, &key.serialize_pem()).map_err(io(&key_path))?;
+        crate::kubeconfig::write_private(&crt_path, &cert.pem()).map_err(io(&crt_path))?;
+        (key, cert.pem())
+    };
+    let issuer = Issuer::new(ca_params(), &ca_key);
+    let server_key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(sans)?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "capw-apiserver");
+    params.distinguished_name = dn;
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = params.signed_by(&server_key, &issuer)?;
+    let chain = vec![CertificateDer::from(cert.der().to_vec())];
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(server_key.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsMaterial { ca_pem, server_config: Arc::new(config) })
+}
