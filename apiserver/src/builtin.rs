@@ -17,7 +17,9 @@ fn decode<T: DeserializeOwned>(obj: &Value) -> Result<(), ApiError> {
 
 /// Checks that `obj` decodes as its typed Kubernetes kind (types, enums and required fields).
 pub fn typed_check(b: Builtin, obj: &Value) -> Result<(), ApiError> {
-    use k8s_openapi::api::{coordination::v1 as coord, core::v1 as core, events::v1 as ev, rbac::v1 as rbac};
+    use k8s_openapi::api::{
+        coordination::v1 as coord, core::v1 as core, events::v1 as ev, rbac::v1 as rbac,
+    };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
     match b {
         Builtin::Namespace => decode::<core::Namespace>(obj),
@@ -43,20 +45,33 @@ pub fn on_write(b: Builtin, obj: &mut Value, old: Option<&Value>) -> Vec<Cause> 
     let mut errs = vec![];
     match b {
         Builtin::Secret => {
-            if let Some(Value::Object(sd)) = obj.as_object_mut().and_then(|m| m.remove("stringData")) {
-                let data = obj.as_object_mut().map(|m| m.entry("data").or_insert_with(|| json!({})));
+            if let Some(Value::Object(sd)) =
+                obj.as_object_mut().and_then(|m| m.remove("stringData"))
+            {
+                let data = obj
+                    .as_object_mut()
+                    .map(|m| m.entry("data").or_insert_with(|| json!({})));
                 if let Some(Value::Object(data)) = data {
                     for (k, v) in sd {
                         let s = v.as_str().unwrap_or_default();
-                        data.insert(k, Value::String(base64::engine::general_purpose::STANDARD.encode(s)));
+                        data.insert(
+                            k,
+                            Value::String(base64::engine::general_purpose::STANDARD.encode(s)),
+                        );
                     }
                 }
             }
             if let Some(Value::Object(data)) = obj.get("data") {
                 for (k, v) in data {
-                    let ok = v.as_str().is_some_and(|s| base64::engine::general_purpose::STANDARD.decode(s).is_ok());
+                    let ok = v.as_str().is_some_and(|s| {
+                        base64::engine::general_purpose::STANDARD.decode(s).is_ok()
+                    });
                     if !ok {
-                        errs.push(Cause::new("FieldValueInvalid", format!("data[{k}]"), "Invalid value: \"<secret contents redacted>\": must be base64 encoded"));
+                        errs.push(Cause::new(
+                            "FieldValueInvalid",
+                            format!("data[{k}]"),
+                            "Invalid value: \"<secret contents redacted>\": must be base64 encoded",
+                        ));
                     }
                 }
             }
@@ -66,16 +81,23 @@ pub fn on_write(b: Builtin, obj: &mut Value, old: Option<&Value>) -> Vec<Cause> 
             if let Some(old) = old
                 && old.get("type") != obj.get("type")
             {
-                errs.push(Cause::new("FieldValueInvalid", "type", format!("Invalid value: {}: field is immutable", obj["type"])));
+                errs.push(Cause::new(
+                    "FieldValueInvalid",
+                    "type",
+                    format!("Invalid value: {}: field is immutable", obj["type"]),
+                ));
             }
             immutable_data(obj, old, &mut errs);
         }
         Builtin::ConfigMap => immutable_data(obj, old, &mut errs),
         Builtin::Namespace => {
             if old.is_none() {
-                let spec = obj.as_object_mut().map(|m| m.entry("spec").or_insert_with(|| json!({})));
+                let spec = obj
+                    .as_object_mut()
+                    .map(|m| m.entry("spec").or_insert_with(|| json!({})));
                 if let Some(Value::Object(spec)) = spec {
-                    spec.entry("finalizers").or_insert_with(|| json!(["kubernetes"]));
+                    spec.entry("finalizers")
+                        .or_insert_with(|| json!(["kubernetes"]));
                 }
                 obj["status"] = json!({"phase": "Active"});
             }
@@ -93,7 +115,11 @@ fn immutable_data(obj: &Value, old: Option<&Value>, errs: &mut Vec<Cause>) {
     }
     for f in ["data", "binaryData", "immutable"] {
         if old.get(f) != obj.get(f) {
-            errs.push(Cause::new("FieldValueForbidden", f, "Forbidden: field is immutable when `immutable` is set"));
+            errs.push(Cause::new(
+                "FieldValueForbidden",
+                f,
+                "Forbidden: field is immutable when `immutable` is set",
+            ));
         }
     }
 }
@@ -103,22 +129,45 @@ fn validate_crd(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
     let spec = &crd["spec"];
     let group = spec["group"].as_str().unwrap_or_default();
     let plural = spec["names"]["plural"].as_str().unwrap_or_default();
-    let name = crd.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     if group.is_empty() || !group.contains('.') {
-        errs.push(Cause::new("FieldValueInvalid", "spec.group", format!("Invalid value: {group:?}: should be a domain with at least one dot")));
+        errs.push(Cause::new(
+            "FieldValueInvalid",
+            "spec.group",
+            format!("Invalid value: {group:?}: should be a domain with at least one dot"),
+        ));
     }
     if spec["names"]["kind"].as_str().is_none_or(str::is_empty) {
-        errs.push(Cause::new("FieldValueRequired", "spec.names.kind", "Required value"));
+        errs.push(Cause::new(
+            "FieldValueRequired",
+            "spec.names.kind",
+            "Required value",
+        ));
     }
     if plural.is_empty() {
-        errs.push(Cause::new("FieldValueRequired", "spec.names.plural", "Required value"));
+        errs.push(Cause::new(
+            "FieldValueRequired",
+            "spec.names.plural",
+            "Required value",
+        ));
     }
     if name != format!("{plural}.{group}") {
-        errs.push(Cause::new("FieldValueInvalid", "metadata.name", format!("Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group")));
+        errs.push(Cause::new(
+            "FieldValueInvalid",
+            "metadata.name",
+            format!("Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group"),
+        ));
     }
     match spec["scope"].as_str() {
         Some("Namespaced" | "Cluster") => {}
-        other => errs.push(Cause::new("FieldValueNotSupported", "spec.scope", format!("Unsupported value: {other:?}: supported values: \"Cluster\", \"Namespaced\""))),
+        other => errs.push(Cause::new(
+            "FieldValueNotSupported",
+            "spec.scope",
+            format!("Unsupported value: {other:?}: supported values: \"Cluster\", \"Namespaced\""),
+        )),
     }
     if spec.pointer("/conversion/strategy").and_then(Value::as_str) == Some("Webhook") {
         errs.push(Cause::new(
@@ -128,21 +177,36 @@ fn validate_crd(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
         ));
     }
     if let Some(old) = old
-        && (old["spec"]["group"] != spec["group"] || old["spec"]["names"]["plural"] != spec["names"]["plural"])
+        && (old["spec"]["group"] != spec["group"]
+            || old["spec"]["names"]["plural"] != spec["names"]["plural"])
     {
-        errs.push(Cause::new("FieldValueInvalid", "spec.group", "Invalid value: group and names.plural are immutable"));
+        errs.push(Cause::new(
+            "FieldValueInvalid",
+            "spec.group",
+            "Invalid value: group and names.plural are immutable",
+        ));
     }
     let versions = spec["versions"].as_array().cloned().unwrap_or_default();
     if versions.is_empty() {
-        errs.push(Cause::new("FieldValueRequired", "spec.versions", "Required value: must have at least one version"));
+        errs.push(Cause::new(
+            "FieldValueRequired",
+            "spec.versions",
+            "Required value: must have at least one version",
+        ));
     }
-    let storage = versions.iter().filter(|v| v["storage"].as_bool() == Some(true)).count();
+    let storage = versions
+        .iter()
+        .filter(|v| v["storage"].as_bool() == Some(true))
+        .count();
     if storage != 1 {
         errs.push(Cause::new("FieldValueInvalid", "spec.versions", format!("Invalid value: must have exactly one version marked as storage version, found {storage}")));
     }
     for (i, v) in versions.iter().enumerate() {
         match v.pointer("/schema/openAPIV3Schema") {
-            Some(s) => errs.extend(schema::check_structural(s, &format!("spec.versions[{i}].schema.openAPIV3Schema"))),
+            Some(s) => errs.extend(schema::check_structural(
+                s,
+                &format!("spec.versions[{i}].schema.openAPIV3Schema"),
+            )),
             None => errs.push(Cause::new(
                 "FieldValueRequired",
                 format!("spec.versions[{i}].schema.openAPIV3Schema"),
@@ -165,7 +229,9 @@ fn put(out: &mut Map<String, Value>, k: &str, v: Option<Value>) {
 
 /// events.k8s.io/v1 → core/v1 (the storage form).
 pub fn event_to_core(v1: &Value) -> Value {
-    let Some(m) = v1.as_object() else { return v1.clone() };
+    let Some(m) = v1.as_object() else {
+        return v1.clone();
+    };
     let mut out = Map::new();
     out.insert("apiVersion".into(), json!("v1"));
     out.insert("kind".into(), json!("Event"));
@@ -173,10 +239,21 @@ pub fn event_to_core(v1: &Value) -> Value {
     put(&mut out, "involvedObject", take(m, "regarding"));
     put(&mut out, "related", take(m, "related"));
     put(&mut out, "message", take(m, "note"));
-    for k in ["reason", "type", "action", "eventTime", "reportingInstance", "series"] {
+    for k in [
+        "reason",
+        "type",
+        "action",
+        "eventTime",
+        "reportingInstance",
+        "series",
+    ] {
         put(&mut out, k, take(m, k));
     }
-    put(&mut out, "reportingComponent", take(m, "reportingController"));
+    put(
+        &mut out,
+        "reportingComponent",
+        take(m, "reportingController"),
+    );
     let source = take(m, "deprecatedSource").or_else(|| {
         let mut s = Map::new();
         put(&mut s, "component", take(m, "reportingController"));
@@ -184,9 +261,24 @@ pub fn event_to_core(v1: &Value) -> Value {
         (!s.is_empty()).then_some(Value::Object(s))
     });
     put(&mut out, "source", source);
-    put(&mut out, "count", m.get("series").and_then(|s| s.get("count")).cloned().or_else(|| take(m, "deprecatedCount")));
-    put(&mut out, "firstTimestamp", take(m, "deprecatedFirstTimestamp"));
-    put(&mut out, "lastTimestamp", take(m, "deprecatedLastTimestamp"));
+    put(
+        &mut out,
+        "count",
+        m.get("series")
+            .and_then(|s| s.get("count"))
+            .cloned()
+            .or_else(|| take(m, "deprecatedCount")),
+    );
+    put(
+        &mut out,
+        "firstTimestamp",
+        take(m, "deprecatedFirstTimestamp"),
+    );
+    put(
+        &mut out,
+        "lastTimestamp",
+        take(m, "deprecatedLastTimestamp"),
+    );
     if !out.contains_key("involvedObject") {
         out.insert("involvedObject".into(), json!({}));
     }
@@ -195,7 +287,9 @@ pub fn event_to_core(v1: &Value) -> Value {
 
 /// core/v1 → events.k8s.io/v1.
 pub fn event_to_v1(core: &Value) -> Value {
-    let Some(m) = core.as_object() else { return core.clone() };
+    let Some(m) = core.as_object() else {
+        return core.clone();
+    };
     let mut out = Map::new();
     out.insert("apiVersion".into(), json!("events.k8s.io/v1"));
     out.insert("kind".into(), json!("Event"));
@@ -212,17 +306,33 @@ pub fn event_to_v1(core: &Value) -> Value {
         "reportingController",
         take(m, "reportingComponent").or_else(|| source.and_then(|s| take(s, "component"))),
     );
-    put(&mut out, "reportingInstance", take(m, "reportingInstance").or_else(|| source.and_then(|s| take(s, "host"))));
+    put(
+        &mut out,
+        "reportingInstance",
+        take(m, "reportingInstance").or_else(|| source.and_then(|s| take(s, "host"))),
+    );
     put(&mut out, "deprecatedSource", take(m, "source"));
     put(&mut out, "deprecatedCount", take(m, "count"));
-    put(&mut out, "deprecatedFirstTimestamp", take(m, "firstTimestamp"));
-    put(&mut out, "deprecatedLastTimestamp", take(m, "lastTimestamp"));
+    put(
+        &mut out,
+        "deprecatedFirstTimestamp",
+        take(m, "firstTimestamp"),
+    );
+    put(
+        &mut out,
+        "deprecatedLastTimestamp",
+        take(m, "lastTimestamp"),
+    );
     Value::Object(out)
 }
 
 /// Reads a field of an object for field selectors (`source` means `source.component`).
 pub fn field_value(obj: &Value, field: &str) -> Option<String> {
-    let path = if field == "source" { "source.component" } else { field };
+    let path = if field == "source" {
+        "source.component"
+    } else {
+        field
+    };
     let mut cur = obj;
     for step in path.split('.') {
         cur = cur.get(step)?;
@@ -246,9 +356,15 @@ mod tests {
         assert_eq!(s["type"], "Opaque");
         assert!(s.get("stringData").is_none());
         let mut bad = json!({"data":{"x":"!!"}});
-        assert_eq!(on_write(Builtin::Secret, &mut bad, None)[0].field, "data[x]");
+        assert_eq!(
+            on_write(Builtin::Secret, &mut bad, None)[0].field,
+            "data[x]"
+        );
         let mut changed = json!({"type":"kubernetes.io/tls","data":{}});
-        assert_eq!(on_write(Builtin::Secret, &mut changed, Some(&s))[0].field, "type");
+        assert_eq!(
+            on_write(Builtin::Secret, &mut changed, Some(&s))[0].field,
+            "type"
+        );
     }
 
     #[test]
@@ -262,10 +378,20 @@ mod tests {
         assert_eq!(core["count"], 2);
         assert_eq!(core["source"]["component"], "c");
         let back = event_to_v1(&core);
-        for k in ["regarding", "note", "reason", "series", "reportingController", "reportingInstance"] {
+        for k in [
+            "regarding",
+            "note",
+            "reason",
+            "series",
+            "reportingController",
+            "reportingInstance",
+        ] {
             assert_eq!(back[k], v1[k], "{k}");
         }
-        assert_eq!(field_value(&core, "involvedObject.kind").as_deref(), Some("Widget"));
+        assert_eq!(
+            field_value(&core, "involvedObject.kind").as_deref(),
+            Some("Widget")
+        );
         assert_eq!(field_value(&core, "source").as_deref(), Some("c"));
     }
 }

@@ -80,7 +80,8 @@ pub struct Written {
 }
 
 /// Namespaces that exist from the first start and cannot be deleted (`kube-node-lease` can).
-pub const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+pub const INITIAL_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
 const PROTECTED_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
 pub const CRD_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
@@ -94,7 +95,9 @@ fn patch_error(e: PatchError) -> ApiError {
     match e {
         PatchError::Malformed(m) => ApiError::bad_request(m),
         PatchError::Failed(m) => ApiError::unprocessable(m),
-        PatchError::TooManyOperations(n) => ApiError::too_large(format!("the JSON patch has {n} operations, more than the limit of 10000")),
+        PatchError::TooManyOperations(n) => ApiError::too_large(format!(
+            "the JSON patch has {n} operations, more than the limit of 10000"
+        )),
     }
 }
 
@@ -111,7 +114,10 @@ fn without_meta_and(v: &Value, also_status: bool) -> Value {
 
 impl Core {
     pub fn new(store: Store) -> Self {
-        Core { store, registry: Registry::with_builtins() }
+        Core {
+            store,
+            registry: Registry::with_builtins(),
+        }
     }
 
     fn key(rt: &ResourceType, ns: &str, name: &str) -> ObjKey {
@@ -167,9 +173,16 @@ impl Core {
     }
 
     /// Type, name and namespace checks every body goes through.
-    fn check_identity(rt: &ResourceType, body: &mut Value, ns: &str, name: Option<&str>) -> Result<(), ApiError> {
+    fn check_identity(
+        rt: &ResourceType,
+        body: &mut Value,
+        ns: &str,
+        name: Option<&str>,
+    ) -> Result<(), ApiError> {
         let Some(obj) = body.as_object_mut() else {
-            return Err(ApiError::bad_request("the request body must be a JSON object"));
+            return Err(ApiError::bad_request(
+                "the request body must be a JSON object",
+            ));
         };
         let want_av = rt.api_version();
         for (field, want) in [("apiVersion", want_av.as_str()), ("kind", rt.kind.as_str())] {
@@ -223,7 +236,13 @@ impl Core {
     }
 
     /// Schema (custom resources) or typed (built-ins) validation plus ObjectMeta rules.
-    fn validate(rt: &ResourceType, obj: &mut Value, old: Option<&Value>, opts: &WriteOptions, warnings: &mut Vec<String>) -> Result<(), ApiError> {
+    fn validate(
+        rt: &ResourceType,
+        obj: &mut Value,
+        old: Option<&Value>,
+        opts: &WriteOptions,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), ApiError> {
         let name = meta::str_field(obj, "name").to_string();
         let mut causes = vec![];
         if let Some(s) = &rt.schema {
@@ -231,10 +250,19 @@ impl Core {
             if !pruned.0.is_empty() {
                 match opts.field_validation {
                     FieldValidation::Strict => {
-                        let list = pruned.0.iter().map(|f| format!("unknown field \"{f}\"")).collect::<Vec<_>>().join(", ");
-                        return Err(ApiError::bad_request(format!("strict decoding error: {list}")));
+                        let list = pruned
+                            .0
+                            .iter()
+                            .map(|f| format!("unknown field \"{f}\""))
+                            .collect::<Vec<_>>()
+                            .join(", ");
+                        return Err(ApiError::bad_request(format!(
+                            "strict decoding error: {list}"
+                        )));
                     }
-                    FieldValidation::Warn => warnings.extend(pruned.0.iter().map(|f| format!("unknown field \"{f}\""))),
+                    FieldValidation::Warn => {
+                        warnings.extend(pruned.0.iter().map(|f| format!("unknown field \"{f}\"")))
+                    }
                     FieldValidation::Ignore => {}
                 }
             }
@@ -250,20 +278,47 @@ impl Core {
             return Err(ApiError::invalid(&rt.group, &rt.kind, &name, causes));
         }
         if let Some(b) = rt.builtin {
+            // Both Event views are validated in their storage (core/v1) form.
+            let b = if b == Builtin::EventV1 {
+                Builtin::Event
+            } else {
+                b
+            };
             builtin::typed_check(b, obj)?;
         }
         Ok(())
     }
 
-    fn who<'a>(opts: &'a WriteOptions, rt_av: &'a str, sub: &'a str, now: &'a str) -> ssa::Applier<'a> {
-        ssa::Applier { manager: &opts.field_manager, api_version: rt_av, subresource: sub, force: opts.force, now }
+    fn who<'a>(
+        opts: &'a WriteOptions,
+        rt_av: &'a str,
+        sub: &'a str,
+        now: &'a str,
+    ) -> ssa::Applier<'a> {
+        ssa::Applier {
+            manager: &opts.field_manager,
+            api_version: rt_av,
+            subresource: sub,
+            force: opts.force,
+            now,
+        }
     }
 
     /// A new object's server-owned metadata and checks; returns the object to store.
-    fn new_object(&self, rt: &ResourceType, ns: &str, mut body: Value, opts: &WriteOptions, applied: bool, warnings: &mut Vec<String>) -> Result<Value, ApiError> {
+    fn new_object(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        mut body: Value,
+        opts: &WriteOptions,
+        applied: bool,
+        warnings: &mut Vec<String>,
+    ) -> Result<Value, ApiError> {
         self.check_namespace(rt, ns)?;
         if !meta::str_field(&body, "resourceVersion").is_empty() {
-            return Err(ApiError::internal("resourceVersion should not be set on objects to be created"));
+            return Err(ApiError::internal(
+                "resourceVersion should not be set on objects to be created",
+            ));
         }
         if rt.status_subresource && (rt.is_custom() || rt.builtin == Some(Builtin::Crd)) {
             if let Some(m) = body.as_object_mut() {
@@ -272,7 +327,14 @@ impl Core {
         }
         let mut obj = Self::from_view(rt, body);
         let m = meta_mut(&mut obj);
-        for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "selfLink"] {
+        for f in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "selfLink",
+        ] {
             m.remove(f);
         }
         if !applied {
@@ -296,14 +358,30 @@ impl Core {
         }
         if !applied {
             let av = rt.api_version();
-            ssa::record_update(None, &mut obj, &Self::who(opts, &av, "", &now), &|p: &str| rt.list_type(p));
+            ssa::record_update(
+                None,
+                &mut obj,
+                &Self::who(opts, &av, "", &now),
+                &|p: &str| rt.list_type(p),
+            );
         }
         Ok(obj)
     }
 
     /// Applies an update to `cur`; decides between storing and finishing a deletion.
     #[allow(clippy::too_many_arguments)]
-    fn updated(&self, rt: &ResourceType, ns: &str, name: &str, sub: &str, cur: &Value, mut new: Value, opts: &WriteOptions, applied: bool, warnings: &mut Vec<String>) -> Result<Proposed, ApiError> {
+    fn updated(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        sub: &str,
+        cur: &Value,
+        mut new: Value,
+        opts: &WriteOptions,
+        applied: bool,
+        warnings: &mut Vec<String>,
+    ) -> Result<Proposed, ApiError> {
         Self::check_identity(rt, &mut new, ns, Some(name))?;
         let rv = meta::str_field(&new, "resourceVersion");
         if !rv.is_empty() && rv != meta::str_field(cur, "resourceVersion") {
@@ -311,10 +389,15 @@ impl Core {
         }
         let uid = meta::str_field(&new, "uid");
         if !uid.is_empty() && uid != meta::str_field(cur, "uid") {
-            return Err(ApiError::conflict_msg(&rt.group, &rt.plural, name, &format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                meta::str_field(cur, "uid")
-            )));
+            return Err(ApiError::conflict_msg(
+                &rt.group,
+                &rt.plural,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta::str_field(cur, "uid")
+                ),
+            ));
         }
         let new = Self::from_view(rt, new);
         let mut obj = if sub == "status" {
@@ -356,35 +439,67 @@ impl Core {
         Self::validate(rt, &mut obj, Some(cur), opts, warnings)?;
         if meta::is_deleting(cur) {
             let before = meta::finalizers(cur);
-            let added: Vec<String> = meta::finalizers(&obj).into_iter().filter(|f| !before.contains(f)).collect();
+            let added: Vec<String> = meta::finalizers(&obj)
+                .into_iter()
+                .filter(|f| !before.contains(f))
+                .collect();
             if !added.is_empty() {
-                return Err(ApiError::invalid(&rt.group, &rt.kind, name, vec![Cause::new(
-                    "FieldValueForbidden",
-                    "metadata.finalizers",
-                    format!("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
-                )]));
+                return Err(ApiError::invalid(
+                    &rt.group,
+                    &rt.kind,
+                    name,
+                    vec![Cause::new(
+                        "FieldValueForbidden",
+                        "metadata.finalizers",
+                        format!(
+                            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                        ),
+                    )],
+                ));
             }
         }
         if rt.tracks_generation() {
             let skip_status = rt.status_subresource;
             if without_meta_and(&obj, skip_status) != without_meta_and(cur, skip_status) {
-                let g = cur.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+                let g = cur
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
                 meta_mut(&mut obj).insert("generation".into(), json!(g + 1));
             }
         }
         if !applied {
             let now = meta::now_rfc3339();
             let av = rt.api_version();
-            ssa::record_update(Some(cur), &mut obj, &Self::who(opts, &av, sub, &now), &|p: &str| rt.list_type(p));
+            ssa::record_update(
+                Some(cur),
+                &mut obj,
+                &Self::who(opts, &av, sub, &now),
+                &|p: &str| rt.list_type(p),
+            );
         }
-        let ns_finalizers = obj.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+        let ns_finalizers = obj
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
         let done = meta::is_deleting(&obj)
             && meta::finalizers(&obj).is_empty()
             && !(rt.builtin == Some(Builtin::Namespace) && ns_finalizers);
-        Ok(if done { Proposed::Delete(Some(obj)) } else { Proposed::Put(obj) })
+        Ok(if done {
+            Proposed::Delete(Some(obj))
+        } else {
+            Proposed::Put(obj)
+        })
     }
 
-    fn apply_patch(&self, rt: &ResourceType, sub: &str, view: &Value, body: PatchBody, opts: &WriteOptions) -> Result<(Value, bool), ApiError> {
+    fn apply_patch(
+        &self,
+        rt: &ResourceType,
+        sub: &str,
+        view: &Value,
+        body: PatchBody,
+        opts: &WriteOptions,
+    ) -> Result<(Value, bool), ApiError> {
         Ok(match body {
             PatchBody::Merge(p) => {
                 let mut out = view.clone();
@@ -392,11 +507,16 @@ impl Core {
                 (out, false)
             }
             PatchBody::Json(ops) => (patch::json::apply(view, &ops).map_err(patch_error)?, false),
-            PatchBody::Strategic(p) => (patch::strategic::apply(view, &p).map_err(patch_error)?, false),
+            PatchBody::Strategic(p) => (
+                patch::strategic::apply(view, &p).map_err(patch_error)?,
+                false,
+            ),
             PatchBody::Apply(mut a) => {
                 if let Some(m) = a.as_object_mut() {
                     if sub == "status" {
-                        m.retain(|k, _| k == "status" || k == "apiVersion" || k == "kind" || k == "metadata");
+                        m.retain(|k, _| {
+                            k == "status" || k == "apiVersion" || k == "kind" || k == "metadata"
+                        });
                     } else if rt.status_subresource {
                         m.remove("status");
                     }
@@ -404,20 +524,46 @@ impl Core {
                 let now = meta::now_rfc3339();
                 let av = rt.api_version();
                 let who = Self::who(opts, &av, sub, &now);
-                let out = ssa::apply(view, &a, &who, &|p: &str| rt.list_type(p)).map_err(|conflicts| {
-                    let causes: Vec<Cause> = conflicts
-                        .iter()
-                        .map(|c| Cause::new("FieldManagerConflict", ssa::display_path(&c.path), format!("conflict with \"{}\" using {}", c.manager, c.api_version)))
-                        .collect();
-                    let lines: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.message, c.field)).collect();
-                    let n = lines.len();
-                    let mut e = ApiError::conflict_msg(&rt.group, &rt.plural, meta::str_field(view, "name"), "");
-                    e.message = format!("Apply failed with {n} conflict{}: {}", if n == 1 { "" } else { "s" }, lines.join("\n"));
-                    e.with_causes(causes)
-                })?;
+                let out = ssa::apply(view, &a, &who, &|p: &str| rt.list_type(p)).map_err(
+                    |conflicts| {
+                        let causes: Vec<Cause> = conflicts
+                            .iter()
+                            .map(|c| {
+                                Cause::new(
+                                    "FieldManagerConflict",
+                                    ssa::display_path(&c.path),
+                                    format!(
+                                        "conflict with \"{}\" using {}",
+                                        c.manager, c.api_version
+                                    ),
+                                )
+                            })
+                            .collect();
+                        let lines: Vec<String> = causes
+                            .iter()
+                            .map(|c| format!("{}: {}", c.message, c.field))
+                            .collect();
+                        let n = lines.len();
+                        let mut e = ApiError::conflict_msg(
+                            &rt.group,
+                            &rt.plural,
+                            meta::str_field(view, "name"),
+                            "",
+                        );
+                        e.message = format!(
+                            "Apply failed with {n} conflict{}: {}",
+                            if n == 1 { "" } else { "s" },
+                            lines.join("\n")
+                        );
+                        e.with_causes(causes)
+                    },
+                )?;
                 // The applied body's resourceVersion is a precondition, as on a real server.
                 let mut out = out;
-                if let Some(rv) = a.pointer("/metadata/resourceVersion").filter(|v| !v.is_null()) {
+                if let Some(rv) = a
+                    .pointer("/metadata/resourceVersion")
+                    .filter(|v| !v.is_null())
+                {
                     meta_mut(&mut out).insert("resourceVersion".into(), rv.clone());
                 } else {
                     meta_mut(&mut out).remove("resourceVersion");
@@ -428,7 +574,15 @@ impl Core {
     }
 
     /// Creates, replaces or patches one object.
-    pub async fn write(&self, rt: &Arc<ResourceType>, ns: &str, name: &str, sub: &str, op: Op, opts: &WriteOptions) -> Result<Written, ApiError> {
+    pub async fn write(
+        &self,
+        rt: &Arc<ResourceType>,
+        ns: &str,
+        name: &str,
+        sub: &str,
+        op: Op,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
         if sub == "status" && !rt.status_subresource {
             return Err(ApiError::route_not_found());
         }
@@ -457,7 +611,11 @@ impl Core {
                 meta_mut(body).insert("name".into(), json!(name));
             }
             if name.is_empty() {
-                let causes = vec![Cause::new("FieldValueRequired", "metadata.name", "Required value: name or generateName is required")];
+                let causes = vec![Cause::new(
+                    "FieldValueRequired",
+                    "metadata.name",
+                    "Required value: name or generateName is required",
+                )];
                 return Err(ApiError::invalid(&rt.group, &rt.kind, "", causes));
             }
         }
@@ -466,29 +624,60 @@ impl Core {
         let outcome = self
             .store
             .write(&key, opts.dry_run, |cur| {
-                let op = op.take().ok_or_else(|| ApiError::internal("write closure ran twice"))?;
+                let op = op
+                    .take()
+                    .ok_or_else(|| ApiError::internal("write closure ran twice"))?;
                 match (op, cur) {
-                    (Op::Create(_), Some(_)) => Err(ApiError::already_exists(&rt.group, &rt.plural, &name)),
-                    (Op::Create(body), None) => Ok(Proposed::Put(self.new_object(rt, ns, body, opts, false, &mut warnings)?)),
+                    (Op::Create(_), Some(_)) => {
+                        Err(ApiError::already_exists(&rt.group, &rt.plural, &name))
+                    }
+                    (Op::Create(body), None) => Ok(Proposed::Put(self.new_object(
+                        rt,
+                        ns,
+                        body,
+                        opts,
+                        false,
+                        &mut warnings,
+                    )?)),
                     (Op::Patch(PatchBody::Apply(a)), None) => {
                         if sub == "status" {
                             return Err(ApiError::not_found(&rt.group, &rt.plural, &name));
                         }
                         let mut seed = json!({"metadata": {"name": name}});
                         Self::check_identity(rt, &mut seed, ns, Some(&name))?;
-                        let (mut obj, _) = self.apply_patch(rt, sub, &seed, PatchBody::Apply(a), opts)?;
+                        let (mut obj, _) =
+                            self.apply_patch(rt, sub, &seed, PatchBody::Apply(a), opts)?;
                         Self::check_identity(rt, &mut obj, ns, Some(&name))?;
                         meta_mut(&mut obj).remove("resourceVersion");
-                        Ok(Proposed::Put(self.new_object(rt, ns, obj, opts, true, &mut warnings)?))
+                        Ok(Proposed::Put(self.new_object(
+                            rt,
+                            ns,
+                            obj,
+                            opts,
+                            true,
+                            &mut warnings,
+                        )?))
                     }
                     (_, None) => Err(ApiError::not_found(&rt.group, &rt.plural, &name)),
-                    (Op::Replace(body), Some(cur)) => self.updated(rt, ns, &name, sub, cur, body, opts, false, &mut warnings),
+                    (Op::Replace(body), Some(cur)) => {
+                        self.updated(rt, ns, &name, sub, cur, body, opts, false, &mut warnings)
+                    }
                     (Op::Patch(p), Some(cur)) => {
                         let mut view = self.to_view(rt, cur);
                         meta_mut(&mut view).remove("resourceVersion");
                         // Without an RV in the patch itself, a patch never conflicts: it applies to the latest object.
                         let (patched, applied) = self.apply_patch(rt, sub, &view, p, opts)?;
-                        self.updated(rt, ns, &name, sub, cur, patched, opts, applied, &mut warnings)
+                        self.updated(
+                            rt,
+                            ns,
+                            &name,
+                            sub,
+                            cur,
+                            patched,
+                            opts,
+                            applied,
+                            &mut warnings,
+                        )
                     }
                     (Op::Mutate(f), Some(cur)) => {
                         let mut view = self.to_view(rt, cur);
@@ -500,17 +689,32 @@ impl Core {
             })
             .await?;
         let view = self.to_view(rt, outcome.object());
-        if rt.builtin == Some(Builtin::Crd) && matches!(outcome, Outcome::Created(_) | Outcome::Updated(_)) && !opts.dry_run {
+        if rt.builtin == Some(Builtin::Crd)
+            && matches!(outcome, Outcome::Created(_) | Outcome::Updated(_))
+            && !opts.dry_run
+        {
             crate::controllers::crd::install(self, outcome.object());
         }
-        Ok(Written { outcome, view, warnings })
+        Ok(Written {
+            outcome,
+            view,
+            warnings,
+        })
     }
 
     /// Deletes one object, or marks it for deletion when finalizers (or the propagation
     /// policy) require it. Returns the response body.
-    pub async fn delete(&self, rt: &Arc<ResourceType>, ns: &str, name: &str, opts: &DeleteOptions) -> Result<(Outcome, Value), ApiError> {
+    pub async fn delete(
+        &self,
+        rt: &Arc<ResourceType>,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<(Outcome, Value), ApiError> {
         if rt.builtin == Some(Builtin::Namespace) && PROTECTED_NAMESPACES.contains(&name) {
-            return Err(ApiError::forbidden(format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted")));
+            return Err(ApiError::forbidden(format!(
+                "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
+            )));
         }
         let key = Self::key(rt, ns, name);
         let outcome = self
@@ -581,11 +785,20 @@ impl Core {
 
     /// Creates the namespaces every cluster has.
     pub async fn ensure_initial_namespaces(&self) -> Result<(), ApiError> {
-        let Some(rt) = self.registry.get("", "v1", "namespaces") else { return Ok(()) };
+        let Some(rt) = self.registry.get("", "v1", "namespaces") else {
+            return Ok(());
+        };
         for ns in INITIAL_NAMESPACES {
-            if self.store.get(&ObjKey::new("/namespaces", "", ns)).is_none() {
+            if self
+                .store
+                .get(&ObjKey::new("/namespaces", "", ns))
+                .is_none()
+            {
                 let body = json!({"metadata": {"name": ns}});
-                let opts = WriteOptions { field_manager: "capw-apiserver".into(), ..Default::default() };
+                let opts = WriteOptions {
+                    field_manager: "capw-apiserver".into(),
+                    ..Default::default()
+                };
                 self.write(&rt, "", ns, "", Op::Create(body), &opts).await?;
             }
         }

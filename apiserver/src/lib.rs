@@ -52,7 +52,9 @@ pub enum ServerError {
     #[error(transparent)]
     Store(#[from] store::StoreError),
     /// The listen address could not be bound.
-    #[error("cannot listen on {addr}: {source} (is another server using the port? pick another with --listen)")]
+    #[error(
+        "cannot listen on {addr}: {source} (is another server using the port? pick another with --listen)"
+    )]
     Bind {
         addr: SocketAddr,
         #[source]
@@ -153,7 +155,10 @@ async fn serve(
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServerError + '_ {
-    move |source| ServerError::DataDir { path: path.to_path_buf(), source }
+    move |source| ServerError::DataDir {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 fn load_or_make_token(dir: &Path) -> Result<String, ServerError> {
@@ -163,7 +168,11 @@ fn load_or_make_token(dir: &Path) -> Result<String, ServerError> {
     {
         return Ok(t.trim().to_string());
     }
-    let token = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let token = format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
     kubeconfig::write_private(&path, &token).map_err(io_err(&path))?;
     Ok(token)
 }
@@ -176,30 +185,68 @@ impl Server {
             Some(t) => t,
             None => load_or_make_token(&config.data_dir)?,
         };
-        let store = store::Store::open((!config.in_memory).then_some(config.data_dir.as_path()), config.store.clone())?;
+        let store = store::Store::open(
+            (!config.in_memory).then_some(config.data_dir.as_path()),
+            config.store.clone(),
+        )?;
         let core = Arc::new(Core::new(store));
         controllers::crd::install_all(&core);
         core.ensure_initial_namespaces().await?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
-            .map_err(|source| ServerError::Bind { addr: config.listen, source })?;
-        let addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: config.listen, source })?;
-        let mut sans = vec!["127.0.0.1".to_string(), "localhost".to_string(), "::1".to_string()];
+            .map_err(|source| ServerError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| ServerError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let mut sans = vec![
+            "127.0.0.1".to_string(),
+            "localhost".to_string(),
+            "::1".to_string(),
+        ];
         if !addr.ip().is_unspecified() && !addr.ip().is_loopback() {
             sans.push(addr.ip().to_string());
         }
         let tls = tls::load_or_create(&config.data_dir, sans)?;
         let kubeconfig = config.data_dir.join("kubeconfig");
-        let host = if addr.ip().is_unspecified() { SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
-        kubeconfig::write_private(&kubeconfig, &kubeconfig::render(&format!("https://{host}"), &tls.ca_pem, &token))
-            .map_err(io_err(&kubeconfig))?;
-        let app = Arc::new(http::App::new(core.clone(), token.clone(), host.to_string(), config.http.clone()));
+        let host = if addr.ip().is_unspecified() {
+            SocketAddr::from(([127, 0, 0, 1], addr.port()))
+        } else {
+            addr
+        };
+        kubeconfig::write_private(
+            &kubeconfig,
+            &kubeconfig::render(&format!("https://{host}"), &tls.ca_pem, &token),
+        )
+        .map_err(io_err(&kubeconfig))?;
+        let app = Arc::new(http::App::new(
+            core.clone(),
+            token.clone(),
+            host.to_string(),
+            config.http.clone(),
+        ));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let router = http::router(app.clone());
         let mut tasks = controllers::spawn_all(core, config.controllers.clone());
-        tasks.push(tokio::spawn(serve(listener, tokio_rustls::TlsAcceptor::from(tls.server_config), router, rx)));
+        tasks.push(tokio::spawn(serve(
+            listener,
+            tokio_rustls::TlsAcceptor::from(tls.server_config),
+            router,
+            rx,
+        )));
         tracing::info!(%addr, kubeconfig = %kubeconfig.display(), "capw-apiserver serving");
-        Ok(Server { addr: host, ca_pem: tls.ca_pem, token, kubeconfig, app, shutdown: Some(tx), tasks })
+        Ok(Server {
+            addr: host,
+            ca_pem: tls.ca_pem,
+            token,
+            kubeconfig,
+            app,
+            shutdown: Some(tx),
+            tasks,
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {

@@ -74,7 +74,11 @@ pub struct ResourceType {
 
 impl ResourceType {
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
 
     pub fn list_kind(&self) -> String {
@@ -100,7 +104,16 @@ impl ResourceType {
     }
 
     pub fn verbs(&self) -> Vec<&'static str> {
-        vec!["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        vec![
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ]
     }
 
     /// Field selectors this resource supports besides `metadata.name` and `metadata.namespace`.
@@ -114,7 +127,8 @@ impl ResourceType {
                     || matches!(field, "reason" | "reportingComponent" | "source" | "type")
             }
             Some(Builtin::EventV1) => {
-                field.starts_with("regarding.") || matches!(field, "reason" | "reportingController" | "type")
+                field.starts_with("regarding.")
+                    || matches!(field, "reason" | "reportingController" | "type")
             }
             Some(Builtin::Secret) => field == "type",
             Some(Builtin::Namespace) => field == "status.phase",
@@ -125,7 +139,11 @@ impl ResourceType {
 
     /// The apply list type of the field at `dotted` in objects of this type.
     pub fn list_type(&self, dotted: &str) -> ListType {
-        if let Some(node) = self.schema.as_ref().and_then(|s| schema::node_at(s, dotted)) {
+        if let Some(node) = self
+            .schema
+            .as_ref()
+            .and_then(|s| schema::node_at(s, dotted))
+        {
             return schema::list_type(node);
         }
         match strategic::list_strategy(dotted) {
@@ -136,7 +154,11 @@ impl ResourceType {
     }
 
     pub fn media_types_for_patch(&self) -> Vec<&'static str> {
-        let mut v = vec!["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"];
+        let mut v = vec![
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/apply-patch+yaml",
+        ];
         if !self.is_custom() {
             v.push("application/strategic-merge-patch+json");
         }
@@ -176,15 +198,65 @@ fn builtin(
 
 fn builtins() -> Vec<ResourceType> {
     let c = Column::new;
-    let mut event_v1 = builtin("events.k8s.io", "v1", "Event", "events", &["ev"], true, false, Builtin::EventV1, vec![]);
+    let mut event_v1 = builtin(
+        "events.k8s.io",
+        "v1",
+        "Event",
+        "events",
+        &["ev"],
+        true,
+        false,
+        Builtin::EventV1,
+        vec![],
+    );
     event_v1.storage = "/events".into();
     let rbac = |kind: &str, plural: &str, namespaced| {
-        builtin("rbac.authorization.k8s.io", "v1", kind, plural, &[], namespaced, false, Builtin::Rbac, vec![])
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            kind,
+            plural,
+            &[],
+            namespaced,
+            false,
+            Builtin::Rbac,
+            vec![],
+        )
     };
     vec![
-        builtin("", "v1", "Namespace", "namespaces", &["ns"], false, true, Builtin::Namespace, vec![c("Status", "string", ".status.phase")]),
-        builtin("", "v1", "ConfigMap", "configmaps", &["cm"], true, false, Builtin::ConfigMap, vec![c("Data", "integer", "#data")]),
-        builtin("", "v1", "Secret", "secrets", &[], true, false, Builtin::Secret, vec![c("Type", "string", ".type"), c("Data", "integer", "#data")]),
+        builtin(
+            "",
+            "v1",
+            "Namespace",
+            "namespaces",
+            &["ns"],
+            false,
+            true,
+            Builtin::Namespace,
+            vec![c("Status", "string", ".status.phase")],
+        ),
+        builtin(
+            "",
+            "v1",
+            "ConfigMap",
+            "configmaps",
+            &["cm"],
+            true,
+            false,
+            Builtin::ConfigMap,
+            vec![c("Data", "integer", "#data")],
+        ),
+        builtin(
+            "",
+            "v1",
+            "Secret",
+            "secrets",
+            &[],
+            true,
+            false,
+            Builtin::Secret,
+            vec![c("Type", "string", ".type"), c("Data", "integer", "#data")],
+        ),
         builtin(
             "",
             "v1",
@@ -203,7 +275,17 @@ fn builtins() -> Vec<ResourceType> {
             ],
         ),
         event_v1,
-        builtin("", "v1", "ServiceAccount", "serviceaccounts", &["sa"], true, false, Builtin::ServiceAccount, vec![]),
+        builtin(
+            "",
+            "v1",
+            "ServiceAccount",
+            "serviceaccounts",
+            &["sa"],
+            true,
+            false,
+            Builtin::ServiceAccount,
+            vec![],
+        ),
         builtin(
             "",
             "v1",
@@ -213,9 +295,22 @@ fn builtins() -> Vec<ResourceType> {
             false,
             true,
             Builtin::Node,
-            vec![c("Status", "string", "#ready"), c("Version", "string", ".status.nodeInfo.kubeletVersion")],
+            vec![
+                c("Status", "string", "#ready"),
+                c("Version", "string", ".status.nodeInfo.kubeletVersion"),
+            ],
         ),
-        builtin("coordination.k8s.io", "v1", "Lease", "leases", &[], true, false, Builtin::Lease, vec![c("Holder", "string", ".spec.holderIdentity")]),
+        builtin(
+            "coordination.k8s.io",
+            "v1",
+            "Lease",
+            "leases",
+            &[],
+            true,
+            false,
+            Builtin::Lease,
+            vec![c("Holder", "string", ".spec.holderIdentity")],
+        ),
         builtin(
             "apiextensions.k8s.io",
             "v1",
@@ -236,7 +331,12 @@ fn builtins() -> Vec<ResourceType> {
 
 fn strs(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -272,14 +372,22 @@ pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
         let selectable = v
             .get("selectableFields")
             .and_then(Value::as_array)
-            .map(|f| f.iter().filter_map(|x| x["jsonPath"].as_str()).map(|p| p.trim_start_matches('.').to_string()).collect())
+            .map(|f| {
+                f.iter()
+                    .filter_map(|x| x["jsonPath"].as_str())
+                    .map(|p| p.trim_start_matches('.').to_string())
+                    .collect()
+            })
             .unwrap_or_default();
         out.push(ResourceType {
             group: group.clone(),
             version: s(&v["name"]),
             kind: kind.clone(),
             plural: plural.clone(),
-            singular: names["singular"].as_str().map(String::from).unwrap_or_else(|| kind.to_lowercase()),
+            singular: names["singular"]
+                .as_str()
+                .map(String::from)
+                .unwrap_or_else(|| kind.to_lowercase()),
             short_names: strs(names.get("shortNames")),
             categories: strs(names.get("categories")),
             namespaced: spec["scope"].as_str() != Some("Cluster"),
@@ -309,7 +417,10 @@ impl Registry {
         {
             let mut t = r.table_mut();
             for rt in builtins() {
-                t.insert((rt.group.clone(), rt.version.clone(), rt.plural.clone()), Arc::new(rt));
+                t.insert(
+                    (rt.group.clone(), rt.version.clone(), rt.plural.clone()),
+                    Arc::new(rt),
+                );
             }
         }
         r
@@ -324,17 +435,25 @@ impl Registry {
     }
 
     pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
-        self.table().get(&(group.to_string(), version.to_string(), plural.to_string())).cloned()
+        self.table()
+            .get(&(group.to_string(), version.to_string(), plural.to_string()))
+            .cloned()
     }
 
     /// The type whose storage is `gr` in its first served version (for internal controllers).
     pub fn by_storage(&self, gr: &str) -> Option<Arc<ResourceType>> {
-        self.table().values().find(|t| t.storage == gr && t.builtin != Some(Builtin::EventV1)).cloned()
+        self.table()
+            .values()
+            .find(|t| t.storage == gr && t.builtin != Some(Builtin::EventV1))
+            .cloned()
     }
 
     /// The type serving `apiVersion`/`kind` (used to resolve ownerReferences).
     pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceType>> {
-        self.table().values().find(|t| t.api_version() == api_version && t.kind == kind).cloned()
+        self.table()
+            .values()
+            .find(|t| t.api_version() == api_version && t.kind == kind)
+            .cloned()
     }
 
     pub fn all(&self) -> Vec<Arc<ResourceType>> {
@@ -346,7 +465,10 @@ impl Registry {
         let mut t = self.table_mut();
         t.retain(|(g, _, p), rt| !(g == group && p == plural && rt.is_custom()));
         for rt in types {
-            t.insert((rt.group.clone(), rt.version.clone(), rt.plural.clone()), Arc::new(rt));
+            t.insert(
+                (rt.group.clone(), rt.version.clone(), rt.plural.clone()),
+                Arc::new(rt),
+            );
         }
     }
 
@@ -370,13 +492,19 @@ impl Registry {
     }
 
     pub fn in_group_version(&self, group: &str, version: &str) -> Vec<Arc<ResourceType>> {
-        self.table().values().filter(|t| t.group == group && t.version == version).cloned().collect()
+        self.table()
+            .values()
+            .filter(|t| t.group == group && t.version == version)
+            .cloned()
+            .collect()
     }
 }
 
 /// Kubernetes version ordering: GA > beta > alpha, then by number.
 fn version_priority(v: &str) -> (u8, u32, u32) {
-    let Some(rest) = v.strip_prefix('v') else { return (0, 0, 0) };
+    let Some(rest) = v.strip_prefix('v') else {
+        return (0, 0, 0);
+    };
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     let major = digits.parse().unwrap_or(0);
     let tail = &rest[digits.len()..];
@@ -402,8 +530,8 @@ mod tests {
 
     #[test]
     fn crd_types_carry_columns_and_selectable_fields() {
-        let crd: Value =
-            serde_json::from_str(include_str!("../tests/fixtures/widget-crd.json")).expect("fixture parses");
+        let crd: Value = serde_json::from_str(include_str!("../tests/fixtures/widget-crd.json"))
+            .expect("fixture parses");
         let types = types_from_crd(&crd);
         assert_eq!(types.len(), 1);
         let t = &types[0];

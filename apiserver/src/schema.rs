@@ -31,7 +31,11 @@ fn flag(s: &Value, k: &str) -> bool {
 }
 
 fn join(path: &str, k: &str) -> String {
-    if path.is_empty() { k.to_string() } else { format!("{path}.{k}") }
+    if path.is_empty() {
+        k.to_string()
+    } else {
+        format!("{path}.{k}")
+    }
 }
 
 /// Checks that a CRD version schema is structural; returns the violations as causes whose
@@ -39,9 +43,16 @@ fn join(path: &str, k: &str) -> String {
 pub fn check_structural(schema: &Value, path: &str) -> Vec<Cause> {
     let mut out = vec![];
     if schema.get("type").and_then(Value::as_str) != Some("object") {
-        out.push(Cause::new("FieldValueRequired", join(path, "type"), "Required value: must be object at the root"));
+        out.push(Cause::new(
+            "FieldValueRequired",
+            join(path, "type"),
+            "Required value: must be object at the root",
+        ));
     }
-    if let Some(meta) = schema.pointer("/properties/metadata/properties").and_then(Value::as_object) {
+    if let Some(meta) = schema
+        .pointer("/properties/metadata/properties")
+        .and_then(Value::as_object)
+    {
         for k in meta.keys() {
             if k != "name" && k != "generateName" {
                 out.push(Cause::new(
@@ -58,10 +69,15 @@ pub fn check_structural(schema: &Value, path: &str) -> Vec<Cause> {
 
 fn check_node(s: &Value, path: &str, out: &mut Vec<Cause>) {
     let Some(obj) = s.as_object() else {
-        out.push(Cause::new("FieldValueInvalid", path, "Invalid value: a schema must be an object"));
+        out.push(Cause::new(
+            "FieldValueInvalid",
+            path,
+            "Invalid value: a schema must be an object",
+        ));
         return;
     };
-    let free = flag(s, "x-kubernetes-preserve-unknown-fields") || flag(s, "x-kubernetes-int-or-string");
+    let free =
+        flag(s, "x-kubernetes-preserve-unknown-fields") || flag(s, "x-kubernetes-int-or-string");
     match obj.get("type").and_then(Value::as_str) {
         Some("object" | "array" | "string" | "integer" | "number" | "boolean") => {}
         Some(t) => out.push(Cause::new(
@@ -76,7 +92,11 @@ fn check_node(s: &Value, path: &str, out: &mut Vec<Cause>) {
             "Required value: must not be empty for specified object fields",
         )),
     }
-    if obj.contains_key("properties") && obj.get("additionalProperties").is_some_and(|a| a.is_object()) {
+    if obj.contains_key("properties")
+        && obj
+            .get("additionalProperties")
+            .is_some_and(|a| a.is_object())
+    {
         out.push(Cause::new(
             "FieldValueForbidden",
             join(path, "additionalProperties"),
@@ -91,7 +111,11 @@ fn check_node(s: &Value, path: &str, out: &mut Vec<Cause>) {
     if let Some(items) = obj.get("items") {
         check_node(items, &join(path, "items"), out);
     } else if obj.get("type").and_then(Value::as_str) == Some("array") {
-        out.push(Cause::new("FieldValueRequired", join(path, "items"), "Required value: must be specified"));
+        out.push(Cause::new(
+            "FieldValueRequired",
+            join(path, "items"),
+            "Required value: must be specified",
+        ));
     }
     if let Some(ap) = obj.get("additionalProperties").filter(|a| a.is_object()) {
         check_node(ap, &join(path, "additionalProperties"), out);
@@ -130,17 +154,21 @@ fn prune_node(v: &mut Value, s: &Value, path: &str, root: bool, pruned: &mut Pru
             }
             let props = s.get("properties").and_then(Value::as_object);
             let additional = s.get("additionalProperties");
-            let preserve = flag(s, "x-kubernetes-preserve-unknown-fields") || additional == Some(&Value::Bool(true));
+            let preserve = flag(s, "x-kubernetes-preserve-unknown-fields")
+                || additional == Some(&Value::Bool(true));
             let keys: Vec<String> = m.keys().cloned().collect();
             for k in keys {
                 if embedded && (k == "apiVersion" || k == "kind" || k == "metadata") {
                     continue;
                 }
                 let child_path = join(path, &k);
-                let child_schema = props.and_then(|p| p.get(&k)).or(additional.filter(|a| a.is_object()));
+                let child_schema = props
+                    .and_then(|p| p.get(&k))
+                    .or(additional.filter(|a| a.is_object()));
                 match child_schema {
                     Some(cs) => {
-                        let drop_null = m.get(&k).is_some_and(Value::is_null) && !flag(cs, "nullable");
+                        let drop_null =
+                            m.get(&k).is_some_and(Value::is_null) && !flag(cs, "nullable");
                         if drop_null {
                             m.remove(&k);
                         } else if let Some(child) = m.get_mut(&k) {
@@ -223,7 +251,11 @@ fn type_name(v: &Value) -> &'static str {
 }
 
 fn invalid(path: &str, v: &Value, why: String) -> Cause {
-    Cause::new("FieldValueInvalid", path, format!("Invalid value: {}: {why}", show(v)))
+    Cause::new(
+        "FieldValueInvalid",
+        path,
+        format!("Invalid value: {}: {why}", show(v)),
+    )
 }
 
 /// Validates `v` against the schema node `s`; `path` is the field path used in messages.
@@ -238,26 +270,49 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
     let shown = if path.is_empty() { "body" } else { path };
     if v.is_null() {
         if !flag(s, "nullable") && !flag(s, "x-kubernetes-preserve-unknown-fields") {
-            out.push(invalid(path, v, format!("{shown} in body must be of type {}", s.get("type").and_then(Value::as_str).unwrap_or("object"))));
+            out.push(invalid(
+                path,
+                v,
+                format!(
+                    "{shown} in body must be of type {}",
+                    s.get("type").and_then(Value::as_str).unwrap_or("object")
+                ),
+            ));
         }
         return;
     }
     if flag(s, "x-kubernetes-int-or-string") {
         if !(v.is_string() || type_name(v) == "integer") {
-            out.push(invalid(path, v, format!("{shown} in body must be of type integer or string: {}", show(v))));
+            out.push(invalid(
+                path,
+                v,
+                format!(
+                    "{shown} in body must be of type integer or string: {}",
+                    show(v)
+                ),
+            ));
         }
     } else if let Some(t) = s.get("type").and_then(Value::as_str) {
         let actual = type_name(v);
         let ok = actual == t || (t == "number" && actual == "integer");
         if !ok {
-            out.push(invalid(path, v, format!("{shown} in body must be of type {t}: \"{actual}\"")));
+            out.push(invalid(
+                path,
+                v,
+                format!("{shown} in body must be of type {t}: \"{actual}\""),
+            ));
             return;
         }
     }
     if let Some(Value::Array(allowed)) = s.get("enum")
         && !allowed.contains(v)
     {
-        let list = allowed.iter().filter(|a| !a.is_null()).map(Value::to_string).collect::<Vec<_>>().join(", ");
+        let list = allowed
+            .iter()
+            .filter(|a| !a.is_null())
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
         out.push(Cause::new(
             "FieldValueNotSupported",
             path,
@@ -270,59 +325,124 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
             if let Some(max) = s.get("maximum").and_then(Value::as_f64) {
                 let excl = flag(s, "exclusiveMaximum");
                 if x > max || (excl && x == max) {
-                    let rel = if excl { "less than" } else { "less than or equal to" };
-                    out.push(invalid(path, &Value::Number(n.clone()), format!("{shown} in body should be {rel} {}", trim_float(max))));
+                    let rel = if excl {
+                        "less than"
+                    } else {
+                        "less than or equal to"
+                    };
+                    out.push(invalid(
+                        path,
+                        &Value::Number(n.clone()),
+                        format!("{shown} in body should be {rel} {}", trim_float(max)),
+                    ));
                 }
             }
             if let Some(min) = s.get("minimum").and_then(Value::as_f64) {
                 let excl = flag(s, "exclusiveMinimum");
                 if x < min || (excl && x == min) {
-                    let rel = if excl { "greater than" } else { "greater than or equal to" };
-                    out.push(invalid(path, &Value::Number(n.clone()), format!("{shown} in body should be {rel} {}", trim_float(min))));
+                    let rel = if excl {
+                        "greater than"
+                    } else {
+                        "greater than or equal to"
+                    };
+                    out.push(invalid(
+                        path,
+                        &Value::Number(n.clone()),
+                        format!("{shown} in body should be {rel} {}", trim_float(min)),
+                    ));
                 }
             }
-            if s.get("format").and_then(Value::as_str) == Some("int32") && (x > i32::MAX as f64 || x < i32::MIN as f64) {
-                out.push(invalid(path, &Value::Number(n.clone()), format!("{shown} in body must be of format int32")));
+            if s.get("format").and_then(Value::as_str) == Some("int32")
+                && (x > i32::MAX as f64 || x < i32::MIN as f64)
+            {
+                out.push(invalid(
+                    path,
+                    &Value::Number(n.clone()),
+                    format!("{shown} in body must be of format int32"),
+                ));
             }
         }
         Value::String(st) => {
             let len = st.chars().count() as u64;
-            if let Some(max) = s.get("maxLength").and_then(Value::as_u64).filter(|m| len > *m) {
-                out.push(Cause::new("FieldValueTooLong", path, format!("Too long: may not be more than {max} bytes")));
+            if let Some(max) = s
+                .get("maxLength")
+                .and_then(Value::as_u64)
+                .filter(|m| len > *m)
+            {
+                out.push(Cause::new(
+                    "FieldValueTooLong",
+                    path,
+                    format!("Too long: may not be more than {max} bytes"),
+                ));
             }
-            if let Some(min) = s.get("minLength").and_then(Value::as_u64).filter(|m| len < *m) {
-                out.push(invalid(path, &Value::String(st.clone()), format!("{shown} in body should be at least {min} chars long")));
+            if let Some(min) = s
+                .get("minLength")
+                .and_then(Value::as_u64)
+                .filter(|m| len < *m)
+            {
+                out.push(invalid(
+                    path,
+                    &Value::String(st.clone()),
+                    format!("{shown} in body should be at least {min} chars long"),
+                ));
             }
             if let Some(p) = s.get("pattern").and_then(Value::as_str) {
                 match regex::Regex::new(p) {
-                    Ok(re) if !re.is_match(st) => {
-                        out.push(invalid(path, &Value::String(st.clone()), format!("{shown} in body should match '{p}'")))
-                    }
+                    Ok(re) if !re.is_match(st) => out.push(invalid(
+                        path,
+                        &Value::String(st.clone()),
+                        format!("{shown} in body should match '{p}'"),
+                    )),
                     Ok(_) => {}
-                    Err(_) => out.push(Cause::new("FieldValueInvalid", path, format!("Invalid value: the schema pattern {p:?} does not compile"))),
+                    Err(_) => out.push(Cause::new(
+                        "FieldValueInvalid",
+                        path,
+                        format!("Invalid value: the schema pattern {p:?} does not compile"),
+                    )),
                 }
             }
-            if s.get("format").and_then(Value::as_str) == Some("date-time") && st.parse::<jiff::Timestamp>().is_err() {
-                out.push(invalid(path, &Value::String(st.clone()), format!("{shown} in body must be of type date-time")));
+            if s.get("format").and_then(Value::as_str) == Some("date-time")
+                && st.parse::<jiff::Timestamp>().is_err()
+            {
+                out.push(invalid(
+                    path,
+                    &Value::String(st.clone()),
+                    format!("{shown} in body must be of type date-time"),
+                ));
             }
         }
         Value::Array(items) => {
             let n = items.len() as u64;
             if let Some(max) = s.get("maxItems").and_then(Value::as_u64).filter(|m| n > *m) {
-                out.push(Cause::new("FieldValueTooMany", path, format!("Too many: {n}: must have at most {max} items")));
+                out.push(Cause::new(
+                    "FieldValueTooMany",
+                    path,
+                    format!("Too many: {n}: must have at most {max} items"),
+                ));
             }
             if let Some(min) = s.get("minItems").and_then(Value::as_u64).filter(|m| n < *m) {
-                out.push(invalid(path, &Value::Array(items.clone()), format!("{shown} in body should have at least {min} items")));
+                out.push(invalid(
+                    path,
+                    &Value::Array(items.clone()),
+                    format!("{shown} in body should have at least {min} items"),
+                ));
             }
             match list_type(s) {
                 ListType::Set => duplicates(items, path, |e| e.to_string(), out),
                 ListType::Map(keys) => duplicates(
                     items,
                     path,
-                    |e| keys.iter().map(|k| e.get(k).cloned().unwrap_or(Value::Null).to_string()).collect::<Vec<_>>().join(","),
+                    |e| {
+                        keys.iter()
+                            .map(|k| e.get(k).cloned().unwrap_or(Value::Null).to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    },
                     out,
                 ),
-                ListType::Atomic if flag(s, "uniqueItems") => duplicates(items, path, |e| e.to_string(), out),
+                ListType::Atomic if flag(s, "uniqueItems") => {
+                    duplicates(items, path, |e| e.to_string(), out)
+                }
                 ListType::Atomic => {}
             }
             if let Some(is) = s.get("items") {
@@ -335,16 +455,36 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
             if let Some(Value::Array(req)) = s.get("required") {
                 for r in req.iter().filter_map(Value::as_str) {
                     if !m.contains_key(r) {
-                        out.push(Cause::new("FieldValueRequired", join(path, r), "Required value"));
+                        out.push(Cause::new(
+                            "FieldValueRequired",
+                            join(path, r),
+                            "Required value",
+                        ));
                     }
                 }
             }
             let n = m.len() as u64;
-            if let Some(max) = s.get("maxProperties").and_then(Value::as_u64).filter(|x| n > *x) {
-                out.push(Cause::new("FieldValueTooMany", path, format!("Too many: {n}: must have at most {max} items")));
+            if let Some(max) = s
+                .get("maxProperties")
+                .and_then(Value::as_u64)
+                .filter(|x| n > *x)
+            {
+                out.push(Cause::new(
+                    "FieldValueTooMany",
+                    path,
+                    format!("Too many: {n}: must have at most {max} items"),
+                ));
             }
-            if let Some(min) = s.get("minProperties").and_then(Value::as_u64).filter(|x| n < *x) {
-                out.push(Cause::new("FieldValueRequired", path, format!("Required value: must have at least {min} properties")));
+            if let Some(min) = s
+                .get("minProperties")
+                .and_then(Value::as_u64)
+                .filter(|x| n < *x)
+            {
+                out.push(Cause::new(
+                    "FieldValueRequired",
+                    path,
+                    format!("Required value: must have at least {min} properties"),
+                ));
             }
             let props = s.get("properties").and_then(Value::as_object);
             let additional = s.get("additionalProperties").filter(|a| a.is_object());
@@ -363,14 +503,22 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
 }
 
 fn trim_float(x: f64) -> String {
-    if x.fract() == 0.0 { format!("{}", x as i64) } else { x.to_string() }
+    if x.fract() == 0.0 {
+        format!("{}", x as i64)
+    } else {
+        x.to_string()
+    }
 }
 
 fn duplicates(items: &[Value], path: &str, key: impl Fn(&Value) -> String, out: &mut Vec<Cause>) {
     let mut seen = std::collections::HashSet::new();
     for (i, e) in items.iter().enumerate() {
         if !seen.insert(key(e)) {
-            out.push(Cause::new("FieldValueDuplicate", format!("{path}[{i}]"), format!("Duplicate value: {e}")));
+            out.push(Cause::new(
+                "FieldValueDuplicate",
+                format!("{path}[{i}]"),
+                format!("Duplicate value: {e}"),
+            ));
         }
     }
 }
@@ -382,7 +530,12 @@ pub fn list_type(s: &Value) -> ListType {
         Some("map") => ListType::Map(
             s.get("x-kubernetes-list-map-keys")
                 .and_then(Value::as_array)
-                .map(|k| k.iter().filter_map(Value::as_str).map(String::from).collect())
+                .map(|k| {
+                    k.iter()
+                        .filter_map(Value::as_str)
+                        .map(String::from)
+                        .collect()
+                })
                 .unwrap_or_default(),
         ),
         _ => ListType::Atomic,
@@ -438,7 +591,10 @@ mod tests {
         let mut o = json!({"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","bogus":1},
             "spec":{"color":"red","bogus":2,"raw":{"a":{"b":[1]}},"size":null}});
         let pruned = prune(&mut o, &s);
-        assert_eq!(pruned.0, vec!["metadata.bogus".to_string(), "spec.bogus".to_string()]);
+        assert_eq!(
+            pruned.0,
+            vec!["metadata.bogus".to_string(), "spec.bogus".to_string()]
+        );
         default(&mut o, &s);
         assert_eq!(o["spec"]["replicas"], 1);
         assert_eq!(o["spec"]["raw"], json!({"a":{"b":[1]}}));
@@ -449,11 +605,18 @@ mod tests {
         let errs = validate(&mut bad, &s, "");
         let fields: Vec<_> = errs.iter().map(|c| c.field.as_str()).collect();
         assert_eq!(fields, vec!["spec.color", "spec.replicas", "spec.size"]);
-        assert_eq!(errs[1].message, "Invalid value: 11: spec.replicas in body should be less than or equal to 10");
+        assert_eq!(
+            errs[1].message,
+            "Invalid value: 11: spec.replicas in body should be less than or equal to 10"
+        );
         assert!(errs[2].message.starts_with("Unsupported value: \"Huge\""));
 
         let mut wrong = json!({"spec":{"color":"x","replicas":"x"}});
-        assert!(validate(&mut wrong, &s, "")[0].message.contains("must be of type integer"));
+        assert!(
+            validate(&mut wrong, &s, "")[0]
+                .message
+                .contains("must be of type integer")
+        );
         let mut dup = json!({"spec":{"color":"x","items":[{"name":"a"},{"name":"a"}]}});
         assert_eq!(validate(&mut dup, &s, "")[0].reason, "FieldValueDuplicate");
     }
@@ -469,11 +632,16 @@ mod tests {
     #[test]
     fn structural_check() {
         assert!(check_structural(&widget_schema(), "schema").is_empty());
-        let bad = json!({"type":"object","properties":{"spec":{"properties":{"a":{"type":"string"}}}}});
+        let bad =
+            json!({"type":"object","properties":{"spec":{"properties":{"a":{"type":"string"}}}}});
         let errs = check_structural(&bad, "s");
         assert_eq!(errs[0].field, "s.properties[spec].type");
-        let bad_default = json!({"type":"object","properties":{"n":{"type":"integer","default":"x"}}});
+        let bad_default =
+            json!({"type":"object","properties":{"n":{"type":"integer","default":"x"}}});
         assert_eq!(check_structural(&bad_default, "s").len(), 1);
-        assert_eq!(node_at(&widget_schema(), "spec.items.name").and_then(|n| n.get("type")), Some(&json!("string")));
+        assert_eq!(
+            node_at(&widget_schema(), "spec.items.name").and_then(|n| n.get("type")),
+            Some(&json!("string"))
+        );
     }
 }

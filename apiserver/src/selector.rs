@@ -24,14 +24,25 @@ pub struct LabelSelector(Vec<(String, Op)>);
 fn check_key(k: &str) -> Result<(), SelectorError> {
     let ok = !k.is_empty()
         && k.len() <= 317
-        && k.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
         && k.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
-    if ok { Ok(()) } else { Err(SelectorError(format!("invalid label key {k:?}"))) }
+    if ok {
+        Ok(())
+    } else {
+        Err(SelectorError(format!("invalid label key {k:?}")))
+    }
 }
 
 fn check_value(v: &str) -> Result<(), SelectorError> {
-    let ok = v.len() <= 63 && v.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    if ok { Ok(()) } else { Err(SelectorError(format!("invalid label value {v:?}"))) }
+    let ok = v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(SelectorError(format!("invalid label value {v:?}")))
+    }
 }
 
 /// Splits on commas that are not inside parentheses.
@@ -93,7 +104,9 @@ impl LabelSelector {
                 (k, Op::In(set_values(rest, p)?))
             } else {
                 if p.contains(' ') || p.contains('(') {
-                    return Err(SelectorError(format!("{p:?}: expected an operator (=, ==, !=, in, notin)")));
+                    return Err(SelectorError(format!(
+                        "{p:?}: expected an operator (=, ==, !=, in, notin)"
+                    )));
                 }
                 (p, Op::Exists)
             };
@@ -145,7 +158,9 @@ impl FieldSelector {
             } else if let Some((f, v)) = p.split_once('=') {
                 (f, true, v)
             } else {
-                return Err(SelectorError(format!("invalid field selector {p:?}: expected field=value")));
+                return Err(SelectorError(format!(
+                    "invalid field selector {p:?}: expected field=value"
+                )));
             };
             reqs.push((f.trim().to_string(), eq, v.trim().to_string()));
         }
@@ -154,7 +169,9 @@ impl FieldSelector {
 
     /// `get` returns the string value of a field (absent fields compare as "").
     pub fn matches(&self, get: impl Fn(&str) -> Option<String>) -> bool {
-        self.0.iter().all(|(f, eq, want)| (get(f).unwrap_or_default() == *want) == *eq)
+        self.0
+            .iter()
+            .all(|(f, eq, want)| (get(f).unwrap_or_default() == *want) == *eq)
     }
 
     pub fn fields(&self) -> impl Iterator<Item = &str> {
@@ -167,7 +184,10 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -186,7 +206,11 @@ mod tests {
             ("a=b, env in (prod)", true),
             ("zz!=x", true),
         ] {
-            assert_eq!(LabelSelector::parse(sel).unwrap().matches(&l), want, "{sel}");
+            assert_eq!(
+                LabelSelector::parse(sel).unwrap().matches(&l),
+                want,
+                "{sel}"
+            );
         }
     }
 

@@ -16,7 +16,11 @@ pub struct Cause {
 
 impl Cause {
     pub fn new(reason: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
-        Cause { reason: reason.to_string(), message: message.into(), field: field.into() }
+        Cause {
+            reason: reason.to_string(),
+            message: message.into(),
+            field: field.into(),
+        }
     }
 }
 
@@ -44,12 +48,23 @@ pub struct ApiError {
 
 /// `widgets.example.com` or `configmaps` — how kube-apiserver names a resource in messages.
 pub fn qualified(group: &str, plural: &str) -> String {
-    if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") }
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
 }
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), subject: None, causes: vec![], retry_after: None }
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            subject: None,
+            causes: vec![],
+            retry_after: None,
+        }
     }
 
     fn about(mut self, group: &str, kind: &str, name: &str) -> Self {
@@ -69,17 +84,29 @@ impl ApiError {
 
     /// 404 for a path that names nothing the server serves.
     pub fn route_not_found() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource")
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
     }
 
     pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
-        Self::new(404, "NotFound", format!("{} \"{name}\" not found", qualified(group, plural)))
-            .about(group, plural, name)
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", qualified(group, plural)),
+        )
+        .about(group, plural, name)
     }
 
     pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
-        Self::new(409, "AlreadyExists", format!("{} \"{name}\" already exists", qualified(group, plural)))
-            .about(group, plural, name)
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", qualified(group, plural)),
+        )
+        .about(group, plural, name)
     }
 
     pub fn conflict(group: &str, plural: &str, name: &str) -> Self {
@@ -95,7 +122,10 @@ impl ApiError {
         Self::new(
             409,
             "Conflict",
-            format!("Operation cannot be fulfilled on {} \"{name}\": {why}", qualified(group, plural)),
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                qualified(group, plural)
+            ),
         )
         .about(group, plural, name)
     }
@@ -106,15 +136,33 @@ impl ApiError {
 
     /// 422 naming the object (by Kind) and every offending field.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
-        let what = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+        let what = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
         let detail = causes
             .iter()
-            .map(|c| if c.field.is_empty() { c.message.clone() } else { format!("{}: {}", c.field, c.message) })
+            .map(|c| {
+                if c.field.is_empty() {
+                    c.message.clone()
+                } else {
+                    format!("{}: {}", c.field, c.message)
+                }
+            })
             .collect::<Vec<_>>();
-        let detail = if detail.len() == 1 { detail[0].clone() } else { format!("[{}]", detail.join(", ")) };
-        Self::new(422, "Invalid", format!("{what} \"{name}\" is invalid: {detail}"))
-            .about(group, kind, name)
-            .with_causes(causes)
+        let detail = if detail.len() == 1 {
+            detail[0].clone()
+        } else {
+            format!("[{}]", detail.join(", "))
+        };
+        Self::new(
+            422,
+            "Invalid",
+            format!("{what} \"{name}\" is invalid: {detail}"),
+        )
+        .about(group, kind, name)
+        .with_causes(causes)
     }
 
     /// 422 with a message produced elsewhere (JSON-patch engine, list options).
@@ -127,23 +175,37 @@ impl ApiError {
     }
 
     pub fn unauthorized() -> Self {
-        Self::new(401, "Unauthorized", "Unauthorized: send the bearer token from the kubeconfig that `capw apiserver` wrote")
+        Self::new(
+            401,
+            "Unauthorized",
+            "Unauthorized: send the bearer token from the kubeconfig that `capw apiserver` wrote",
+        )
     }
 
     pub fn method_not_allowed(verb: &str, resource: &str) -> Self {
-        Self::new(405, "MethodNotAllowed", format!("{verb} is not supported on resources of kind \"{resource}\""))
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!("{verb} is not supported on resources of kind \"{resource}\""),
+        )
     }
 
     pub fn not_acceptable(accept: &str) -> Self {
         Self::new(
             406,
             "NotAcceptable",
-            format!("only the following media types are accepted: application/json, application/yaml (got {accept:?})"),
+            format!(
+                "only the following media types are accepted: application/json, application/yaml (got {accept:?})"
+            ),
         )
     }
 
     pub fn too_large(message: impl Into<String>) -> Self {
-        Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: {}", message.into()))
+        Self::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: {}", message.into()),
+        )
     }
 
     pub fn unsupported_media(accepted: &[&str]) -> Self {
@@ -158,24 +220,40 @@ impl ApiError {
     }
 
     pub fn expired(requested: u64, oldest: u64) -> Self {
-        Self::new(410, "Expired", format!("too old resource version: {requested} ({oldest})"))
+        Self::new(
+            410,
+            "Expired",
+            format!("too old resource version: {requested} ({oldest})"),
+        )
     }
 
     pub fn too_many_requests() -> Self {
-        let mut e = Self::new(429, "TooManyRequests", "the server is overloaded; retry shortly");
+        let mut e = Self::new(
+            429,
+            "TooManyRequests",
+            "the server is overloaded; retry shortly",
+        );
         e.retry_after = Some(1);
         e
     }
 
     pub fn rv_too_large() -> Self {
-        let mut e = Self::new(504, "Timeout", "Too large resource version")
-            .with_causes(vec![Cause::new("ResourceVersionTooLarge", "", "Too large resource version")]);
+        let mut e =
+            Self::new(504, "Timeout", "Too large resource version").with_causes(vec![Cause::new(
+                "ResourceVersionTooLarge",
+                "",
+                "Too large resource version",
+            )]);
         e.retry_after = Some(1);
         e
     }
 
     pub fn internal(message: impl std::fmt::Display) -> Self {
-        Self::new(500, "InternalError", format!("Internal error occurred: {message}"))
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {message}"),
+        )
     }
 
     /// The `Status` object clients parse.
@@ -237,10 +315,17 @@ mod tests {
             "example.com",
             "Widget",
             "w1",
-            vec![Cause::new("FieldValueInvalid", "spec.replicas", "Invalid value: 11: must be <= 10")],
+            vec![Cause::new(
+                "FieldValueInvalid",
+                "spec.replicas",
+                "Invalid value: 11: must be <= 10",
+            )],
         );
         assert_eq!(e.code, 422);
-        assert_eq!(e.message, "Widget.example.com \"w1\" is invalid: spec.replicas: Invalid value: 11: must be <= 10");
+        assert_eq!(
+            e.message,
+            "Widget.example.com \"w1\" is invalid: spec.replicas: Invalid value: 11: must be <= 10"
+        );
         let s = e.to_status();
         assert_eq!(s["details"]["causes"][0]["field"], "spec.replicas");
         assert_eq!(s["details"]["kind"], "Widget");

@@ -50,7 +50,11 @@ pub struct ObjKey {
 
 impl ObjKey {
     pub fn new(gr: &str, ns: &str, name: &str) -> Self {
-        ObjKey { gr: Arc::from(gr), ns: ns.to_string(), name: name.to_string() }
+        ObjKey {
+            gr: Arc::from(gr),
+            ns: ns.to_string(),
+            name: name.to_string(),
+        }
     }
 
     fn db_key(&self) -> String {
@@ -122,7 +126,10 @@ pub enum Outcome {
 impl Outcome {
     pub fn object(&self) -> &Arc<Value> {
         match self {
-            Outcome::Created(o) | Outcome::Updated(o) | Outcome::Unchanged(o) | Outcome::Deleted(o) => o,
+            Outcome::Created(o)
+            | Outcome::Updated(o)
+            | Outcome::Unchanged(o)
+            | Outcome::Deleted(o) => o,
         }
     }
 }
@@ -138,7 +145,10 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig { retention: 10_000, watch_queue: 16_384 }
+        StoreConfig {
+            retention: 10_000,
+            watch_queue: 16_384,
+        }
     }
 }
 
@@ -160,7 +170,12 @@ fn uid_of(v: &Value) -> Option<&str> {
 fn owner_uids(v: &Value) -> Vec<String> {
     v.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
-        .map(|refs| refs.iter().filter_map(|r| r.get("uid").and_then(Value::as_str)).map(String::from).collect())
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r.get("uid").and_then(Value::as_str))
+                .map(String::from)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -211,7 +226,9 @@ fn set_rv(v: &mut Value, rv: u64) {
 }
 
 fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
-    let (Some(ma), Some(mb)) = (a.as_object(), b.as_object()) else { return a == b };
+    let (Some(ma), Some(mb)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
     if ma.len() != mb.len() {
         return false;
     }
@@ -220,9 +237,15 @@ fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
         if k != "metadata" {
             return va == vb;
         }
-        let (Some(x), Some(y)) = (va.as_object(), vb.as_object()) else { return va == vb };
-        let others = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| *k != "resourceVersion").count();
-        others(x) == others(y) && x.iter().all(|(k, v)| k == "resourceVersion" || y.get(k) == Some(v))
+        let (Some(x), Some(y)) = (va.as_object(), vb.as_object()) else {
+            return va == vb;
+        };
+        let others = |m: &serde_json::Map<String, Value>| {
+            m.keys().filter(|k| *k != "resourceVersion").count()
+        };
+        others(x) == others(y)
+            && x.iter()
+                .all(|(k, v)| k == "resourceVersion" || y.get(k) == Some(v))
     })
 }
 
@@ -235,15 +258,27 @@ impl Store {
             None => None,
             Some(dir) => {
                 let path = dir.join("capw.redb");
-                let open_err = |e: redb::Error| StoreError::Open { path: path.display().to_string(), source: Box::new(e) };
+                let open_err = |e: redb::Error| StoreError::Open {
+                    path: path.display().to_string(),
+                    source: Box::new(e),
+                };
                 let db = Database::create(&path).map_err(|e| open_err(e.into()))?;
                 load(&db, &mut state)?;
+                trim(&mut state, config.retention);
                 Some(Arc::new(db))
             }
         };
         let (rv_tx, _) = watch::channel(state.rv);
         let persistent = db.is_some();
-        Ok(Store { persistent, db: RwLock::new(db), state: RwLock::new(state), writer: Mutex::new(()), events, rv_tx, config })
+        Ok(Store {
+            persistent,
+            db: RwLock::new(db),
+            state: RwLock::new(state),
+            writer: Mutex::new(()),
+            events,
+            rv_tx,
+            config,
+        })
     }
 
     /// Closes the database file: later writes fail with a storage error. Waits (briefly) until
@@ -277,11 +312,17 @@ impl Store {
     /// Waits until the store has reached at least `rv`, up to `timeout`.
     pub async fn wait_for_rv(&self, rv: u64, timeout: std::time::Duration) -> bool {
         let mut rx = self.rv_tx.subscribe();
-        tokio::time::timeout(timeout, rx.wait_for(|cur| *cur >= rv)).await.is_ok_and(|r| r.is_ok())
+        tokio::time::timeout(timeout, rx.wait_for(|cur| *cur >= rv))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     pub fn get(&self, key: &ObjKey) -> Option<Arc<Value>> {
-        self.read().objects.get(&key.gr)?.get(&(key.ns.clone(), key.name.clone())).cloned()
+        self.read()
+            .objects
+            .get(&key.gr)?
+            .get(&(key.ns.clone(), key.name.clone()))
+            .cloned()
     }
 
     /// All objects of a resource (in one namespace when `ns` is given), sorted by namespace and
@@ -307,8 +348,15 @@ impl Store {
         let st = self.read();
         let mut out = vec![];
         for (gr, map) in &st.objects {
-            for ((n, name), _) in map.range((ns.to_string(), String::new())..).take_while(|((n, _), _)| n == ns) {
-                out.push(ObjKey { gr: gr.clone(), ns: n.clone(), name: name.clone() });
+            for ((n, name), _) in map
+                .range((ns.to_string(), String::new())..)
+                .take_while(|((n, _), _)| n == ns)
+            {
+                out.push(ObjKey {
+                    gr: gr.clone(),
+                    ns: n.clone(),
+                    name: name.clone(),
+                });
             }
         }
         out
@@ -320,7 +368,11 @@ impl Store {
 
     /// Objects whose ownerReferences name `uid`.
     pub fn dependents_of(&self, uid: &str) -> Vec<ObjKey> {
-        self.read().dependents.get(uid).map(|s| s.iter().cloned().collect()).unwrap_or_default()
+        self.read()
+            .dependents
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Every owner uid referenced by some object.
@@ -334,7 +386,10 @@ impl Store {
 
     /// Subscribes to events after `from_rv`. Returns the retained backlog and a live receiver,
     /// or `Err(oldest)` when `from_rv` is older than the retained window.
-    pub fn subscribe(&self, from_rv: u64) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>, u64), u64> {
+    pub fn subscribe(
+        &self,
+        from_rv: u64,
+    ) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>, u64), u64> {
         let st = self.read();
         if from_rv < st.compacted {
             return Err(st.compacted);
@@ -384,9 +439,16 @@ impl Store {
             }
             (Proposed::Put(new), Some(_)) => (EventType::Modified, new),
             (Proposed::Put(new), None) => (EventType::Added, new),
-            (Proposed::Delete(content), Some(cur)) => (EventType::Deleted, content.unwrap_or_else(|| (**cur).clone())),
+            (Proposed::Delete(content), Some(cur)) => (
+                EventType::Deleted,
+                content.unwrap_or_else(|| (**cur).clone()),
+            ),
             (Proposed::Delete(_), None) => {
-                return Err(StoreError::Txn(format!("delete of absent object {}/{}", key.gr, key.name)).into());
+                return Err(StoreError::Txn(format!(
+                    "delete of absent object {}/{}",
+                    key.gr, key.name
+                ))
+                .into());
             }
         };
         if dry_run {
@@ -399,7 +461,13 @@ impl Store {
         }
         set_rv(&mut object, next_rv);
         let object = Arc::new(object);
-        let event = Arc::new(Event { rv: next_rv, kind, key: key.clone(), object: object.clone(), prev: current });
+        let event = Arc::new(Event {
+            rv: next_rv,
+            kind,
+            key: key.clone(),
+            object: object.clone(),
+            prev: current,
+        });
         self.persist(&event).await?;
         {
             let mut st = self.write_state();
@@ -425,7 +493,13 @@ impl Store {
     async fn persist(&self, event: &Arc<Event>) -> Result<(), StoreError> {
         let db = self.db.read().unwrap_or_else(|p| p.into_inner()).clone();
         let Some(db) = db else {
-            return if self.persistent { Err(StoreError::Txn("the store is closed (server shutting down)".into())) } else { Ok(()) };
+            return if self.persistent {
+                Err(StoreError::Txn(
+                    "the store is closed (server shutting down)".into(),
+                ))
+            } else {
+                Ok(())
+            };
         };
         let event = event.clone();
         let retention = self.config.retention as u64;
@@ -438,7 +512,9 @@ impl Store {
                     objects.remove(key.as_str()).map_err(txn_err)?;
                 } else {
                     let bytes = serde_json::to_vec(&*event.object).map_err(txn_err)?;
-                    objects.insert(key.as_str(), bytes.as_slice()).map_err(txn_err)?;
+                    objects
+                        .insert(key.as_str(), bytes.as_slice())
+                        .map_err(txn_err)?;
                 }
                 let mut events = txn.open_table(EVENTS).map_err(txn_err)?;
                 let row = json!({
@@ -478,12 +554,18 @@ fn load(db: &Database, st: &mut State) -> Result<(), StoreError> {
     let objects = read.open_table(OBJECTS).map_err(txn_err)?;
     for row in objects.iter().map_err(txn_err)? {
         let (k, v) = row.map_err(txn_err)?;
-        let key = ObjKey::from_db_key(k.value()).ok_or_else(|| StoreError::Corrupt(k.value().into(), "bad key".into()))?;
-        let obj: Value = serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(k.value().into(), e.to_string()))?;
+        let key = ObjKey::from_db_key(k.value())
+            .ok_or_else(|| StoreError::Corrupt(k.value().into(), "bad key".into()))?;
+        let obj: Value = serde_json::from_slice(v.value())
+            .map_err(|e| StoreError::Corrupt(k.value().into(), e.to_string()))?;
         st.index(&key, Some(&Arc::new(obj)));
     }
     let meta = read.open_table(META).map_err(txn_err)?;
-    st.rv = meta.get("rv").map_err(txn_err)?.map(|v| v.value()).unwrap_or(0);
+    st.rv = meta
+        .get("rv")
+        .map_err(txn_err)?
+        .map(|v| v.value())
+        .unwrap_or(0);
     let events = read.open_table(EVENTS).map_err(txn_err)?;
     let mut first = None;
     for row in events.iter().map_err(txn_err)? {
@@ -494,7 +576,11 @@ fn load(db: &Database, st: &mut State) -> Result<(), StoreError> {
         let row: Value = serde_json::from_slice(v.value()).map_err(|e| corrupt(e.to_string()))?;
         let s = |f: &str| row.get(f).and_then(Value::as_str).unwrap_or_default();
         let kind = EventType::parse(s("type")).ok_or_else(|| corrupt("bad type".into()))?;
-        let prev = row.get("prev").filter(|p| !p.is_null()).cloned().map(Arc::new);
+        let prev = row
+            .get("prev")
+            .filter(|p| !p.is_null())
+            .cloned()
+            .map(Arc::new);
         st.log.push_back(Arc::new(Event {
             rv,
             kind,
@@ -505,6 +591,16 @@ fn load(db: &Database, st: &mut State) -> Result<(), StoreError> {
     }
     st.compacted = first.map(|f| f.saturating_sub(1)).unwrap_or(st.rv);
     Ok(())
+}
+
+/// Applies the configured retention to a freshly loaded log (it may have been written with a
+/// larger window).
+fn trim(st: &mut State, retention: usize) {
+    while st.log.len() > retention {
+        if let Some(old) = st.log.pop_front() {
+            st.compacted = old.rv;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -529,26 +625,45 @@ mod tests {
         let key = ObjKey::new("/configmaps", "default", "a");
         {
             let s = Store::open(Some(dir.path()), StoreConfig::default()).unwrap();
-            s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("a", 1)))).await.unwrap();
-            let out = s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("a", 1)))).await.unwrap();
+            s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("a", 1))))
+                .await
+                .unwrap();
+            let out = s
+                .write::<E>(&key, false, |_| Ok(Proposed::Put(obj("a", 1))))
+                .await
+                .unwrap();
             assert!(matches!(out, Outcome::Unchanged(_)));
-            s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("a", 2)))).await.unwrap();
+            s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("a", 2))))
+                .await
+                .unwrap();
             assert_eq!(s.current_rv(), 2);
         }
         let s = Store::open(Some(dir.path()), StoreConfig::default()).unwrap();
         assert_eq!(s.current_rv(), 2);
         assert_eq!(s.get(&key).unwrap()["metadata"]["resourceVersion"], "2");
         let (backlog, _, _) = s.subscribe(0).unwrap();
-        assert_eq!(backlog.iter().map(|e| e.kind).collect::<Vec<_>>(), vec![EventType::Added, EventType::Modified]);
+        assert_eq!(
+            backlog.iter().map(|e| e.kind).collect::<Vec<_>>(),
+            vec![EventType::Added, EventType::Modified]
+        );
         assert_eq!(s.by_uid("u-a"), Some(key));
     }
 
     #[tokio::test]
     async fn retention_expires_old_watch_starts() {
-        let s = Store::open(None, StoreConfig { retention: 3, watch_queue: 16 }).unwrap();
+        let s = Store::open(
+            None,
+            StoreConfig {
+                retention: 3,
+                watch_queue: 16,
+            },
+        )
+        .unwrap();
         for i in 0..6 {
             let key = ObjKey::new("/configmaps", "default", &format!("o{i}"));
-            s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("o", i)))).await.unwrap();
+            s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("o", i))))
+                .await
+                .unwrap();
         }
         assert_eq!(s.subscribe(1).err(), Some(3));
         assert_eq!(s.subscribe(3).unwrap().0.len(), 3);

@@ -6,7 +6,11 @@ use serde_json::{Value, json};
 /// Evaluates the JSONPath subset used by printer columns: `.a.b`, `[n]`, `[*]` and
 /// `[?(@.type=="Ready")]` filters. Returns every match.
 pub fn jsonpath<'a>(v: &'a Value, path: &str) -> Vec<&'a Value> {
-    let path = path.trim().trim_start_matches('{').trim_end_matches('}').trim_start_matches('$');
+    let path = path
+        .trim()
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .trim_start_matches('$');
     let mut cur = vec![v];
     let mut rest = path;
     while !rest.is_empty() {
@@ -16,13 +20,20 @@ pub fn jsonpath<'a>(v: &'a Value, path: &str) -> Vec<&'a Value> {
             cur = cur.into_iter().filter_map(|x| x.get(field)).collect();
             rest = &r[end..];
         } else if let Some(r) = rest.strip_prefix('[') {
-            let Some(end) = r.find(']') else { return vec![] };
+            let Some(end) = r.find(']') else {
+                return vec![];
+            };
             let inner = &r[..end];
             rest = &r[end + 1..];
             if inner == "*" {
                 cur = cur.into_iter().flat_map(children).collect();
-            } else if let Some(filter) = inner.strip_prefix("?(").and_then(|f| f.strip_suffix(')')) {
-                cur = cur.into_iter().flat_map(children).filter(|x| filter_matches(x, filter)).collect();
+            } else if let Some(filter) = inner.strip_prefix("?(").and_then(|f| f.strip_suffix(')'))
+            {
+                cur = cur
+                    .into_iter()
+                    .flat_map(children)
+                    .filter(|x| filter_matches(x, filter))
+                    .collect();
             } else if let Ok(i) = inner.parse::<usize>() {
                 cur = cur.into_iter().filter_map(|x| x.get(i)).collect();
             } else {
@@ -70,11 +81,19 @@ pub fn human_age(secs: i64) -> String {
         600..10800 => format!("{}m", s / 60),
         10800..172800 => {
             let (h, m) = (s / 3600, (s % 3600) / 60);
-            if h < 8 && m > 0 { format!("{h}h{m}m") } else { format!("{h}h") }
+            if h < 8 && m > 0 {
+                format!("{h}h{m}m")
+            } else {
+                format!("{h}h")
+            }
         }
         172800..691200 => {
             let (d, h) = (s / 86400, (s % 86400) / 3600);
-            if h > 0 { format!("{d}d{h}h") } else { format!("{d}d") }
+            if h > 0 {
+                format!("{d}d{h}h")
+            } else {
+                format!("{d}d")
+            }
         }
         _ if s < 86400 * 365 * 2 => format!("{}d", s / 86400),
         _ => format!("{}y", s / (86400 * 365)),
@@ -89,32 +108,60 @@ fn age_of(ts: &str, now: jiff::Timestamp) -> Option<String> {
 fn cell(obj: &Value, col: &Column, now: jiff::Timestamp) -> Value {
     match col.json_path.as_str() {
         "#data" => {
-            let n = obj.get("data").and_then(Value::as_object).map_or(0, |m| m.len())
-                + obj.get("binaryData").and_then(Value::as_object).map_or(0, |m| m.len());
+            let n = obj
+                .get("data")
+                .and_then(Value::as_object)
+                .map_or(0, |m| m.len())
+                + obj
+                    .get("binaryData")
+                    .and_then(Value::as_object)
+                    .map_or(0, |m| m.len());
             return json!(n);
         }
         "#involved" => {
             let io = &obj["involvedObject"];
             let kind = io["kind"].as_str().unwrap_or_default().to_lowercase();
-            return json!(format!("{kind}/{}", io["name"].as_str().unwrap_or_default()));
+            return json!(format!(
+                "{kind}/{}",
+                io["name"].as_str().unwrap_or_default()
+            ));
         }
         "#ready" => {
             let ready = jsonpath(obj, ".status.conditions[?(@.type==\"Ready\")].status");
-            return json!(if ready.first().and_then(|v| v.as_str()) == Some("True") { "Ready" } else { "NotReady" });
+            return json!(if ready.first().and_then(|v| v.as_str()) == Some("True") {
+                "Ready"
+            } else {
+                "NotReady"
+            });
         }
         _ => {}
     }
     let found = jsonpath(obj, &col.json_path);
-    let Some(first) = found.first() else { return Value::Null };
+    let Some(first) = found.first() else {
+        return Value::Null;
+    };
     if col.type_ == "date" {
-        return first.as_str().and_then(|s| age_of(s, now)).map(Value::String).unwrap_or(Value::Null);
+        return first
+            .as_str()
+            .and_then(|s| age_of(s, now))
+            .map(Value::String)
+            .unwrap_or(Value::Null);
     }
     if found.len() > 1 {
-        let parts: Vec<String> = found.iter().map(|v| v.as_str().map(String::from).unwrap_or_else(|| v.to_string())).collect();
+        let parts: Vec<String> = found
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(String::from)
+                    .unwrap_or_else(|| v.to_string())
+            })
+            .collect();
         return json!(parts.join(","));
     }
     match (col.type_.as_str(), first) {
-        ("string", Value::String(_)) | ("integer" | "number", Value::Number(_)) | ("boolean", Value::Bool(_)) => (*first).clone(),
+        ("string", Value::String(_))
+        | ("integer" | "number", Value::Number(_))
+        | ("boolean", Value::Bool(_)) => (*first).clone(),
         ("string", other) => json!(other.to_string()),
         (_, other) => (*other).clone(),
     }
@@ -134,14 +181,22 @@ pub enum IncludeObject {
 }
 
 /// Renders objects as a Table with the type's printer columns after `Name`.
-pub fn table(rt: &ResourceType, items: &[Value], list_meta: Value, include: IncludeObject) -> Value {
+pub fn table(
+    rt: &ResourceType,
+    items: &[Value],
+    list_meta: Value,
+    include: IncludeObject,
+) -> Value {
     let now = jiff::Timestamp::now();
     let mut defs = vec![json!({"name": "Name", "type": "string", "format": "name",
         "description": "Name must be unique within a namespace.", "priority": 0})];
     for c in &rt.columns {
         defs.push(json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority}));
     }
-    let has_age = rt.columns.iter().any(|c| c.json_path == ".metadata.creationTimestamp");
+    let has_age = rt
+        .columns
+        .iter()
+        .any(|c| c.json_path == ".metadata.creationTimestamp");
     if !has_age {
         defs.push(json!({"name": "Age", "type": "date", "format": "", "description": "CreationTimestamp", "priority": 0}));
     }
@@ -151,8 +206,14 @@ pub fn table(rt: &ResourceType, items: &[Value], list_meta: Value, include: Incl
             let mut cells = vec![o.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
             cells.extend(rt.columns.iter().map(|c| cell(o, c, now)));
             if !has_age {
-                let ts = o.pointer("/metadata/creationTimestamp").and_then(Value::as_str);
-                cells.push(ts.and_then(|t| age_of(t, now)).map(Value::String).unwrap_or(Value::Null));
+                let ts = o
+                    .pointer("/metadata/creationTimestamp")
+                    .and_then(Value::as_str);
+                cells.push(
+                    ts.and_then(|t| age_of(t, now))
+                        .map(Value::String)
+                        .unwrap_or(Value::Null),
+                );
             }
             let object = match include {
                 IncludeObject::None => Value::Null,
@@ -172,8 +233,14 @@ mod tests {
     #[test]
     fn jsonpath_subset() {
         let o = json!({"status":{"conditions":[{"type":"A","status":"False"},{"type":"Ready","status":"True"}]},"spec":{"n":3}});
-        assert_eq!(jsonpath(&o, ".status.conditions[?(@.type==\"Ready\")].status"), vec![&json!("True")]);
-        assert_eq!(jsonpath(&o, ".status.conditions[0].type"), vec![&json!("A")]);
+        assert_eq!(
+            jsonpath(&o, ".status.conditions[?(@.type==\"Ready\")].status"),
+            vec![&json!("True")]
+        );
+        assert_eq!(
+            jsonpath(&o, ".status.conditions[0].type"),
+            vec![&json!("A")]
+        );
         assert_eq!(jsonpath(&o, "{.spec.n}"), vec![&json!(3)]);
         assert_eq!(jsonpath(&o, ".status.conditions[*].type").len(), 2);
         assert!(jsonpath(&o, ".spec.missing").is_empty());

@@ -3,7 +3,10 @@
 //! kubectl and client-go never send a bearer token over plain HTTP, so the token-protected API
 //! has to be served over TLS.
 
-use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use std::path::Path;
 use std::sync::Arc;
@@ -19,7 +22,9 @@ pub enum TlsError {
         source: std::io::Error,
     },
     /// Generating or parsing a key or certificate failed.
-    #[error("certificate generation: {0} (delete ca.key and ca.crt in the data directory to start with a new CA)")]
+    #[error(
+        "certificate generation: {0} (delete ca.key and ca.crt in the data directory to start with a new CA)"
+    )]
     Cert(#[from] rcgen::Error),
     /// rustls rejected the configuration.
     #[error("TLS configuration: {0}")]
@@ -38,12 +43,19 @@ fn ca_params() -> CertificateParams {
     dn.push(DnType::CommonName, "capw-apiserver-ca");
     p.distinguished_name = dn;
     p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     p
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TlsError + '_ {
-    move |source| TlsError::Io { path: path.display().to_string(), source }
+    move |source| TlsError::Io {
+        path: path.display().to_string(),
+        source,
+    }
 }
 
 /// Loads the CA from `dir` (creating it on first use) and issues a certificate for `sans`.
@@ -52,7 +64,10 @@ pub fn load_or_create(dir: &Path, sans: Vec<String>) -> Result<TlsMaterial, TlsE
     let crt_path = dir.join("ca.crt");
     let (ca_key, ca_pem) = if key_path.exists() && crt_path.exists() {
         let key = KeyPair::from_pem(&std::fs::read_to_string(&key_path).map_err(io(&key_path))?)?;
-        (key, std::fs::read_to_string(&crt_path).map_err(io(&crt_path))?)
+        (
+            key,
+            std::fs::read_to_string(&crt_path).map_err(io(&crt_path))?,
+        )
     } else {
         let key = KeyPair::generate()?;
         let cert = ca_params().self_signed(&key)?;
@@ -76,5 +91,8 @@ pub fn load_or_create(dir: &Path, sans: Vec<String>) -> Result<TlsMaterial, TlsE
         .with_no_client_auth()
         .with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsMaterial { ca_pem, server_config: Arc::new(config) })
+    Ok(TlsMaterial {
+        ca_pem,
+        server_config: Arc::new(config),
+    })
 }

@@ -14,7 +14,12 @@ use tokio::sync::broadcast::error::RecvError;
 const CRD_STORAGE: &str = "apiextensions.k8s.io/customresourcedefinitions";
 
 fn group_plural(crd: &Value) -> (String, String) {
-    let s = |p: &str| crd.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
+    let s = |p: &str| {
+        crd.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
     (s("/spec/group"), s("/spec/names/plural"))
 }
 
@@ -22,7 +27,8 @@ fn group_plural(crd: &Value) -> (String, String) {
 /// may create custom resources right after the CRD create returns.
 pub fn install(core: &Core, crd: &Value) {
     let (group, plural) = group_plural(crd);
-    core.registry.set_custom(&group, &plural, types_from_crd(crd));
+    core.registry
+        .set_custom(&group, &plural, types_from_crd(crd));
 }
 
 fn condition(type_: &str, status: &str, reason: &str, message: &str, old: &Value) -> Value {
@@ -38,18 +44,45 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str, old: &Value
 }
 
 fn desired_status(crd: &Value) -> Value {
-    let mut stored: Vec<Value> = crd.pointer("/status/storedVersions").and_then(Value::as_array).cloned().unwrap_or_default();
-    for v in crd.pointer("/spec/versions").and_then(Value::as_array).into_iter().flatten() {
+    let mut stored: Vec<Value> = crd
+        .pointer("/status/storedVersions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for v in crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         if v["storage"] == true && !stored.contains(&v["name"]) {
             stored.push(v["name"].clone());
         }
     }
     let mut conditions = vec![
-        condition("NamesAccepted", "True", "NoConflicts", "no conflicts found", crd),
-        condition("Established", "True", "InitialNamesAccepted", "the initial names have been accepted", crd),
+        condition(
+            "NamesAccepted",
+            "True",
+            "NoConflicts",
+            "no conflicts found",
+            crd,
+        ),
+        condition(
+            "Established",
+            "True",
+            "InitialNamesAccepted",
+            "the initial names have been accepted",
+            crd,
+        ),
     ];
     if meta::is_deleting(crd) {
-        conditions.push(condition("Terminating", "True", "InstanceDeletionInProgress", "CustomResource deletion is in progress", crd));
+        conditions.push(condition(
+            "Terminating",
+            "True",
+            "InstanceDeletionInProgress",
+            "CustomResource deletion is in progress",
+            crd,
+        ));
     }
     json!({"acceptedNames": crd["spec"]["names"], "conditions": conditions, "storedVersions": stored})
 }
@@ -76,14 +109,26 @@ async fn reconcile(core: &Core, crd: &Value) {
         if meta::is_deleting(cr) {
             continue;
         }
-        let k = ObjKey::new(&format!("{group}/{plural}"), meta::str_field(cr, "namespace"), meta::str_field(cr, "name"));
+        let k = ObjKey::new(
+            &format!("{group}/{plural}"),
+            meta::str_field(cr, "namespace"),
+            meta::str_field(cr, "name"),
+        );
         if let Err(e) = delete(core, &k, Propagation::Background).await {
             tracing::warn!(crd = %name, object = %k.name, error = %e, "could not delete custom resource");
         }
     }
-    if core.store.list(&format!("{group}/{plural}"), None).0.is_empty() {
+    if core
+        .store
+        .list(&format!("{group}/{plural}"), None)
+        .0
+        .is_empty()
+    {
         let release = |mut o: Value| {
-            let fins: Vec<String> = meta::finalizers(&o).into_iter().filter(|f| f != CRD_FINALIZER).collect();
+            let fins: Vec<String> = meta::finalizers(&o)
+                .into_iter()
+                .filter(|f| f != CRD_FINALIZER)
+                .collect();
             meta::meta_mut(&mut o).insert("finalizers".into(), json!(fins));
             Ok(o)
         };
@@ -107,7 +152,9 @@ pub fn install_all(core: &Core) {
 }
 
 pub async fn run(core: Arc<Core>, config: ControllerConfig) {
-    let Ok((_, mut rx, _)) = core.store.subscribe(core.store.current_rv()) else { return };
+    let Ok((_, mut rx, _)) = core.store.subscribe(core.store.current_rv()) else {
+        return;
+    };
     sweep(&core).await;
     let mut tick = tokio::time::interval(config.resync);
     loop {

@@ -13,24 +13,35 @@ use tokio::sync::broadcast::error::RecvError;
 const MANAGER: &str = "garbage-collector";
 
 fn owner_refs(obj: &Value) -> Vec<Value> {
-    obj.pointer("/metadata/ownerReferences").and_then(Value::as_array).cloned().unwrap_or_default()
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// Whether the owner named by `uid` exists where a dependent in `dep_ns` can see it.
 fn owner_alive(core: &Core, uid: &str, dep_ns: &str) -> bool {
-    core.store.by_uid(uid).is_some_and(|k| k.ns.is_empty() || k.ns == dep_ns)
+    core.store
+        .by_uid(uid)
+        .is_some_and(|k| k.ns.is_empty() || k.ns == dep_ns)
 }
 
 /// Collects one dependent if its owners are gone.
 async fn check_dependent(core: &Core, key: &ObjKey) {
-    let Some(obj) = core.store.get(key) else { return };
+    let Some(obj) = core.store.get(key) else {
+        return;
+    };
     let refs = owner_refs(&obj);
     if refs.is_empty() {
         return;
     }
     let live: Vec<&Value> = refs
         .iter()
-        .filter(|r| r["uid"].as_str().is_some_and(|u| owner_alive(core, u, &key.ns)))
+        .filter(|r| {
+            r["uid"]
+                .as_str()
+                .is_some_and(|u| owner_alive(core, u, &key.ns))
+        })
         .collect();
     let result = if live.is_empty() {
         if meta::is_deleting(&obj) {
@@ -52,9 +63,14 @@ async fn check_dependent(core: &Core, key: &ObjKey) {
     }
 }
 
-fn without_finalizer(name: &'static str) -> impl FnOnce(Value) -> Result<Value, crate::status::ApiError> + Send {
+fn without_finalizer(
+    name: &'static str,
+) -> impl FnOnce(Value) -> Result<Value, crate::status::ApiError> + Send {
     move |mut o: Value| {
-        let fins: Vec<String> = meta::finalizers(&o).into_iter().filter(|f| f != name).collect();
+        let fins: Vec<String> = meta::finalizers(&o)
+            .into_iter()
+            .filter(|f| f != name)
+            .collect();
         meta::meta_mut(&mut o).insert("finalizers".into(), json!(fins));
         Ok(o)
     }
@@ -62,7 +78,9 @@ fn without_finalizer(name: &'static str) -> impl FnOnce(Value) -> Result<Value, 
 
 /// Works on an owner that is being deleted with the Foreground or Orphan policy.
 async fn check_owner(core: &Core, key: &ObjKey) {
-    let Some(obj) = core.store.get(key) else { return };
+    let Some(obj) = core.store.get(key) else {
+        return;
+    };
     if !meta::is_deleting(&obj) {
         return;
     }
@@ -73,7 +91,10 @@ async fn check_owner(core: &Core, key: &ObjKey) {
         for d in &deps {
             let u = uid.clone();
             let strip = move |mut o: Value| {
-                let keep: Vec<Value> = owner_refs(&o).into_iter().filter(|r| r["uid"] != u.as_str()).collect();
+                let keep: Vec<Value> = owner_refs(&o)
+                    .into_iter()
+                    .filter(|r| r["uid"] != u.as_str())
+                    .collect();
                 meta::meta_mut(&mut o).insert("ownerReferences".into(), json!(keep));
                 Ok(o)
             };
@@ -87,17 +108,34 @@ async fn check_owner(core: &Core, key: &ObjKey) {
     } else if fins.iter().any(|f| f == "foregroundDeletion") {
         let mut blocking = false;
         for d in &deps {
-            let Some(dep) = core.store.get(d) else { continue };
-            let blocks = owner_refs(&dep).iter().any(|r| r["uid"] == uid.as_str() && r["blockOwnerDeletion"] == true);
+            let Some(dep) = core.store.get(d) else {
+                continue;
+            };
+            let blocks = owner_refs(&dep)
+                .iter()
+                .any(|r| r["uid"] == uid.as_str() && r["blockOwnerDeletion"] == true);
             blocking |= blocks;
             if !meta::is_deleting(&dep) {
-                let policy = if blocks { Propagation::Foreground } else { Propagation::Background };
+                let policy = if blocks {
+                    Propagation::Foreground
+                } else {
+                    Propagation::Background
+                };
                 if let Err(e) = delete(core, d, policy).await {
                     tracing::warn!(object = %d.name, error = %e, "deleting a dependent failed");
                 }
             }
         }
-        if !blocking && let Err(e) = mutate(core, key, "", MANAGER, without_finalizer("foregroundDeletion")).await {
+        if !blocking
+            && let Err(e) = mutate(
+                core,
+                key,
+                "",
+                MANAGER,
+                without_finalizer("foregroundDeletion"),
+            )
+            .await
+        {
             tracing::warn!(object = %key.name, error = %e, "removing the foregroundDeletion finalizer failed");
         }
     }
@@ -121,7 +159,11 @@ async fn on_event(core: &Core, ev: &Event) {
         EventType::Added | EventType::Modified => {
             check_dependent(core, &ev.key).await;
             let fins = meta::finalizers(&ev.object);
-            if meta::is_deleting(&ev.object) && fins.iter().any(|f| f == "orphan" || f == "foregroundDeletion") {
+            if meta::is_deleting(&ev.object)
+                && fins
+                    .iter()
+                    .any(|f| f == "orphan" || f == "foregroundDeletion")
+            {
                 check_owner(core, &ev.key).await;
             }
         }
@@ -144,7 +186,9 @@ async fn sweep(core: &Core) {
 }
 
 pub async fn run(core: Arc<Core>, config: ControllerConfig) {
-    let Ok((_, mut rx, _)) = core.store.subscribe(core.store.current_rv()) else { return };
+    let Ok((_, mut rx, _)) = core.store.subscribe(core.store.current_rv()) else {
+        return;
+    };
     sweep(&core).await;
     let mut tick = tokio::time::interval(config.resync);
     loop {

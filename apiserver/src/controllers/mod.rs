@@ -20,16 +20,25 @@ use std::time::Duration;
 pub struct ControllerConfig {
     pub resync: Duration,
     pub event_ttl: Duration,
+    /// Off only in tests that need work left undone across a restart.
+    pub enabled: bool,
 }
 
 impl Default for ControllerConfig {
     fn default() -> Self {
-        ControllerConfig { resync: Duration::from_secs(10), event_ttl: Duration::from_secs(3600) }
+        ControllerConfig {
+            resync: Duration::from_secs(10),
+            event_ttl: Duration::from_secs(3600),
+            enabled: true,
+        }
     }
 }
 
 pub(crate) fn internal_opts(manager: &str) -> WriteOptions {
-    WriteOptions { field_manager: manager.into(), ..Default::default() }
+    WriteOptions {
+        field_manager: manager.into(),
+        ..Default::default()
+    }
 }
 
 /// Resolves a store key to its served type.
@@ -45,17 +54,38 @@ pub(crate) async fn mutate(
     manager: &str,
     f: impl FnOnce(Value) -> Result<Value, ApiError> + Send + 'static,
 ) -> Result<(), ApiError> {
-    let Some(rt) = type_of(core, key) else { return Ok(()) };
-    match core.write(&rt, &key.ns, &key.name, sub, Op::Mutate(Box::new(f)), &internal_opts(manager)).await {
+    let Some(rt) = type_of(core, key) else {
+        return Ok(());
+    };
+    match core
+        .write(
+            &rt,
+            &key.ns,
+            &key.name,
+            sub,
+            Op::Mutate(Box::new(f)),
+            &internal_opts(manager),
+        )
+        .await
+    {
         Err(e) if e.code == 404 => Ok(()),
         other => other.map(|_| ()),
     }
 }
 
 /// Deletes an object through the normal delete path; a vanished object is not an error.
-pub(crate) async fn delete(core: &Core, key: &ObjKey, propagation: Propagation) -> Result<(), ApiError> {
-    let Some(rt) = type_of(core, key) else { return Ok(()) };
-    let opts = DeleteOptions { propagation: Some(propagation), ..Default::default() };
+pub(crate) async fn delete(
+    core: &Core,
+    key: &ObjKey,
+    propagation: Propagation,
+) -> Result<(), ApiError> {
+    let Some(rt) = type_of(core, key) else {
+        return Ok(());
+    };
+    let opts = DeleteOptions {
+        propagation: Some(propagation),
+        ..Default::default()
+    };
     match core.delete(&rt, &key.ns, &key.name, &opts).await {
         Err(e) if e.code == 404 => Ok(()),
         other => other.map(|_| ()),
@@ -64,6 +94,9 @@ pub(crate) async fn delete(core: &Core, key: &ObjKey, propagation: Propagation) 
 
 /// Runs all built-in controllers until the process ends.
 pub fn spawn_all(core: Arc<Core>, config: ControllerConfig) -> Vec<tokio::task::JoinHandle<()>> {
+    if !config.enabled {
+        return vec![];
+    }
     vec![
         tokio::spawn(gc::run(core.clone(), config.clone())),
         tokio::spawn(namespace::run(core.clone(), config.clone())),
@@ -86,9 +119,15 @@ async fn event_ttl(core: Arc<Core>, config: ControllerConfig) {
                 .chain(meta.get("creationTimestamp").and_then(Value::as_str))
                 .filter_map(|s| s.parse::<jiff::Timestamp>().ok())
                 .max();
-            let expired = stamp.is_some_and(|t| now.as_second() - t.as_second() > config.event_ttl.as_secs() as i64);
+            let expired = stamp.is_some_and(|t| {
+                now.as_second() - t.as_second() > config.event_ttl.as_secs() as i64
+            });
             if expired {
-                let key = ObjKey::new("/events", meta["namespace"].as_str().unwrap_or_default(), meta["name"].as_str().unwrap_or_default());
+                let key = ObjKey::new(
+                    "/events",
+                    meta["namespace"].as_str().unwrap_or_default(),
+                    meta["name"].as_str().unwrap_or_default(),
+                );
                 if let Err(e) = delete(&core, &key, Propagation::Background).await {
                     tracing::warn!(error = %e, "event TTL sweep could not delete an expired event");
                 }

@@ -13,7 +13,9 @@ const MANAGER: &str = "namespace-controller";
 
 async fn reconcile(core: &Core, name: &str) {
     let key = ObjKey::new("/namespaces", "", name);
-    let Some(ns) = core.store.get(&key) else { return };
+    let Some(ns) = core.store.get(&key) else {
+        return;
+    };
     if !meta::is_deleting(&ns) {
         return;
     }
@@ -26,14 +28,30 @@ async fn reconcile(core: &Core, name: &str) {
     }
     let remaining = core.store.resources_in_namespace(name);
     let (status, reason, message) = if remaining.is_empty() {
-        ("False", "ContentDeleted", "All content successfully deleted".to_string())
+        (
+            "False",
+            "ContentDeleted",
+            "All content successfully deleted".to_string(),
+        )
     } else {
-        ("True", "SomeResourcesRemain", format!("Some content in the namespace has finalizers remaining: {} objects", remaining.len()))
+        (
+            "True",
+            "SomeResourcesRemain",
+            format!(
+                "Some content in the namespace has finalizers remaining: {} objects",
+                remaining.len()
+            ),
+        )
     };
     let done = remaining.is_empty();
     let update = move |mut o: Value| {
-        let same = o.pointer("/status/conditions/0/status").and_then(Value::as_str) == Some(status)
-            && o.pointer("/status/conditions/0/message").and_then(Value::as_str) == Some(message.as_str());
+        let same = o
+            .pointer("/status/conditions/0/status")
+            .and_then(Value::as_str)
+            == Some(status)
+            && o.pointer("/status/conditions/0/message")
+                .and_then(Value::as_str)
+                == Some(message.as_str());
         if !same {
             o["status"]["conditions"] = json!([{"type": "NamespaceContentRemaining", "status": status,
                 "reason": reason, "message": message, "lastTransitionTime": meta::now_rfc3339()}]);
@@ -64,7 +82,9 @@ async fn sweep(core: &Core) {
 }
 
 pub async fn run(core: Arc<Core>, config: ControllerConfig) {
-    let Ok((_, mut rx, _)) = core.store.subscribe(core.store.current_rv()) else { return };
+    let Ok((_, mut rx, _)) = core.store.subscribe(core.store.current_rv()) else {
+        return;
+    };
     sweep(&core).await;
     let mut tick = tokio::time::interval(config.resync);
     loop {

@@ -26,12 +26,19 @@ pub fn core_versions(server_address: &str) -> Value {
 }
 
 fn group_doc(name: &str, versions: &[String]) -> Value {
-    let vs: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v})).collect();
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
     json!({"name": name, "versions": vs, "preferredVersion": vs.first().cloned().unwrap_or(Value::Null)})
 }
 
 pub fn groups(reg: &Registry) -> Value {
-    let groups: Vec<Value> = reg.groups().iter().map(|(g, vs)| group_doc(g, vs)).collect();
+    let groups: Vec<Value> = reg
+        .groups()
+        .iter()
+        .map(|(g, vs)| group_doc(g, vs))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -54,7 +61,11 @@ fn resource_doc(rt: &ResourceType) -> Vec<Value> {
     if !rt.short_names.is_empty() {
         main["shortNames"] = json!(rt.short_names);
     }
-    let categories = if rt.categories.is_empty() && rt.is_custom() { vec![] } else { rt.categories.clone() };
+    let categories = if rt.categories.is_empty() && rt.is_custom() {
+        vec![]
+    } else {
+        rt.categories.clone()
+    };
     if !categories.is_empty() {
         main["categories"] = json!(categories);
     }
@@ -77,9 +88,15 @@ pub fn resources(reg: &Registry, group: &str, version: &str) -> Option<Value> {
         return None;
     }
     types.sort_by(|a, b| a.plural.cmp(&b.plural));
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
     let resources: Vec<Value> = types.iter().flat_map(|t| resource_doc(t)).collect();
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
 }
 
 /// The JSON form of `/openapi/v2`: an empty but valid Swagger document.

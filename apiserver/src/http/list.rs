@@ -30,7 +30,9 @@ impl Filter {
             .map_err(|e| ApiError::bad_request(format!("invalid fieldSelector: {e}")))?;
         for f in fields.fields() {
             if !rt.supports_field(f) {
-                return Err(ApiError::bad_request(format!("field label not supported: {f}")));
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {f}"
+                )));
             }
         }
         Ok(Filter { labels, fields })
@@ -53,7 +55,8 @@ struct Continue {
 }
 
 fn encode_continue(c: &Continue) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(c).unwrap_or_default())
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(serde_json::to_vec(c).unwrap_or_default())
 }
 
 fn decode_continue(s: &str) -> Result<Continue, ApiError> {
@@ -61,7 +64,11 @@ fn decode_continue(s: &str) -> Result<Continue, ApiError> {
         .decode(s)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| ApiError::bad_request("the provided continue parameter is too old or malformed; list again without it"))
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "the provided continue parameter is too old or malformed; list again without it",
+            )
+        })
 }
 
 fn list_options_invalid(msg: &str) -> ApiError {
@@ -71,8 +78,20 @@ fn list_options_invalid(msg: &str) -> ApiError {
 pub fn render_one(rt: &ResourceType, obj: Value, want: Want) -> Response {
     match want {
         Want::Table => {
-            let rv = obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
-            respond(200, &table::table(rt, &[obj], json!({"resourceVersion": rv}), IncludeObject::Metadata), Want::Json)
+            let rv = obj
+                .pointer("/metadata/resourceVersion")
+                .cloned()
+                .unwrap_or(Value::Null);
+            respond(
+                200,
+                &table::table(
+                    rt,
+                    &[obj],
+                    json!({"resourceVersion": rv}),
+                    IncludeObject::Metadata,
+                ),
+                Want::Json,
+            )
         }
         Want::PartialMetadata => respond(200, &table::partial_metadata(&obj), Want::Json),
         other => respond(200, &obj, other),
@@ -87,19 +106,32 @@ fn include_object(q: &Query) -> IncludeObject {
     }
 }
 
-pub async fn list(core: &Core, rt: &Arc<ResourceType>, ns: &str, q: &Query, want: Want) -> Result<Response, ApiError> {
+pub async fn list(
+    core: &Core,
+    rt: &Arc<ResourceType>,
+    ns: &str,
+    q: &Query,
+    want: Want,
+) -> Result<Response, ApiError> {
     let filter = Filter::from_query(rt, q)?;
     if q.flag("sendInitialEvents") {
-        return Err(list_options_invalid("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"));
+        return Err(list_options_invalid(
+            "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list",
+        ));
     }
     let rv_param = q.get("resourceVersion");
-    let requested: Option<u64> = match rv_param {
-        None => None,
-        Some(v) => Some(v.parse().map_err(|_| ApiError::bad_request(format!("resourceVersion: invalid value {v:?}")))?),
-    };
+    let requested: Option<u64> =
+        match rv_param {
+            None => None,
+            Some(v) => Some(v.parse().map_err(|_| {
+                ApiError::bad_request(format!("resourceVersion: invalid value {v:?}"))
+            })?),
+        };
     match (q.get("resourceVersionMatch"), requested) {
         (Some("Exact"), None | Some(0)) => {
-            return Err(list_options_invalid("resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""));
+            return Err(list_options_invalid(
+                "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            ));
         }
         (Some("Exact"), Some(n)) => {
             let cur = core.store.current_rv();
@@ -117,7 +149,9 @@ pub async fn list(core: &Core, rt: &Arc<ResourceType>, ns: &str, q: &Query, want
         }
         (Some("NotOlderThan") | None, _) => {}
         (Some(other), _) => {
-            return Err(list_options_invalid(&format!("resourceVersionMatch: Unsupported value: {other:?}")));
+            return Err(list_options_invalid(&format!(
+                "resourceVersionMatch: Unsupported value: {other:?}"
+            )));
         }
     }
     let limit = q.number("limit")?.filter(|l| *l > 0).map(|l| l as usize);
@@ -128,7 +162,8 @@ pub async fn list(core: &Core, rt: &Arc<ResourceType>, ns: &str, q: &Query, want
     let mut next = None;
     let mut matching = items.iter().filter(|o| {
         cont.as_ref().is_none_or(|c| {
-            (meta::str_field(o, "namespace"), meta::str_field(o, "name")) > (c.ns.as_str(), c.name.as_str())
+            (meta::str_field(o, "namespace"), meta::str_field(o, "name"))
+                > (c.ns.as_str(), c.name.as_str())
         }) && filter.matches(o)
     });
     for o in matching.by_ref() {
@@ -143,17 +178,29 @@ pub async fn list(core: &Core, rt: &Arc<ResourceType>, ns: &str, q: &Query, want
         }
         page.push(core.to_view(rt, o));
     }
-    let remaining = if next.is_some() { matching.count() + 1 } else { 0 };
+    let remaining = if next.is_some() {
+        matching.count() + 1
+    } else {
+        0
+    };
     let mut list_meta = json!({"resourceVersion": snapshot_rv.to_string()});
     if let Some(n) = &next {
         list_meta["continue"] = json!(encode_continue(n));
         list_meta["remainingItemCount"] = json!(remaining);
     }
     Ok(match want {
-        Want::Table => respond(200, &table::table(rt, &page, list_meta, include_object(q)), Want::Json),
+        Want::Table => respond(
+            200,
+            &table::table(rt, &page, list_meta, include_object(q)),
+            Want::Json,
+        ),
         Want::PartialMetadata => {
             let items: Vec<Value> = page.iter().map(table::partial_metadata).collect();
-            respond(200, &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta, "items": items}), Want::Json)
+            respond(
+                200,
+                &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta, "items": items}),
+                Want::Json,
+            )
         }
         other => respond(
             200,
@@ -163,17 +210,35 @@ pub async fn list(core: &Core, rt: &Arc<ResourceType>, ns: &str, q: &Query, want
     })
 }
 
-pub async fn delete_collection(core: &Core, rt: &Arc<ResourceType>, ns: &str, q: &Query, opts: &DeleteOptions) -> Result<Response, ApiError> {
+pub async fn delete_collection(
+    core: &Core,
+    rt: &Arc<ResourceType>,
+    ns: &str,
+    q: &Query,
+    opts: &DeleteOptions,
+) -> Result<Response, ApiError> {
     let filter = Filter::from_query(rt, q)?;
     let (items, _) = core.store.list(&rt.storage, (!ns.is_empty()).then_some(ns));
     let mut out = vec![];
     for o in items.iter().filter(|o| filter.matches(o)) {
-        match core.delete(rt, meta::str_field(o, "namespace"), meta::str_field(o, "name"), opts).await {
+        match core
+            .delete(
+                rt,
+                meta::str_field(o, "namespace"),
+                meta::str_field(o, "name"),
+                opts,
+            )
+            .await
+        {
             Ok((outcome, _)) => out.push(core.to_view(rt, outcome.object())),
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
         }
     }
     let rv = core.store.current_rv().to_string();
-    Ok(respond(200, &json!({"kind": rt.list_kind(), "apiVersion": rt.api_version(), "metadata": {"resourceVersion": rv}, "items": out}), Want::Json))
+    Ok(respond(
+        200,
+        &json!({"kind": rt.list_kind(), "apiVersion": rt.api_version(), "metadata": {"resourceVersion": rv}, "items": out}),
+        Want::Json,
+    ))
 }

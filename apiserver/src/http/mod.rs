@@ -33,11 +33,18 @@ pub struct HttpSettings {
     pub bookmark_interval: Duration,
     /// Mutating requests in flight before the server answers 429.
     pub max_inflight_writes: usize,
+    /// A watch client that accepts no data for this long is disconnected.
+    pub watch_stall_limit: Duration,
 }
 
 impl Default for HttpSettings {
     fn default() -> Self {
-        HttpSettings { watch_timeout: None, bookmark_interval: Duration::from_secs(60), max_inflight_writes: 1024 }
+        HttpSettings {
+            watch_timeout: None,
+            bookmark_interval: Duration::from_secs(60),
+            max_inflight_writes: 1024,
+            watch_stall_limit: Duration::from_secs(30),
+        }
     }
 }
 
@@ -57,7 +64,15 @@ impl App {
     pub fn new(core: Arc<Core>, token: String, address: String, settings: HttpSettings) -> Self {
         let writes = Semaphore::new(settings.max_inflight_writes);
         let (closing, _) = tokio::sync::watch::channel(false);
-        App { core, token, address, settings, active_watches: AtomicUsize::new(0), closing, writes }
+        App {
+            core,
+            token,
+            address,
+            settings,
+            active_watches: AtomicUsize::new(0),
+            closing,
+            writes,
+        }
     }
 }
 
@@ -76,22 +91,40 @@ pub(crate) fn respond(code: u16, body: &Value, want: Want) -> Response {
     {
         return (status, [(header::CONTENT_TYPE, "application/yaml")], text).into_response();
     }
-    (status, [(header::CONTENT_TYPE, "application/json")], json_bytes(body)).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        json_bytes(body),
+    )
+        .into_response()
 }
 
 pub(crate) fn error_response(e: &ApiError) -> Response {
     let mut r = respond(e.code, &e.to_status(), Want::Json);
     if let Some(s) = e.retry_after {
-        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(s));
     }
     r
 }
 
 fn authorized(headers: &HeaderMap, token: &str) -> bool {
-    let Some(h) = headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok()) else { return false };
-    let Some(given) = h.strip_prefix("Bearer ").map(str::trim) else { return false };
+    let Some(h) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+    else {
+        return false;
+    };
+    let Some(given) = h.strip_prefix("Bearer ").map(str::trim) else {
+        return false;
+    };
     // Constant-time comparison: the token is the only secret this server has.
-    given.len() == token.len() && given.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
 }
 
 async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
@@ -99,16 +132,27 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     if !authorized(&parts.headers, &app.token) {
         return error_response(&ApiError::unauthorized());
     }
-    let accept = parts.headers.get(header::ACCEPT).and_then(|h| h.to_str().ok()).map(String::from);
+    let accept = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|h| h.to_str().ok())
+        .map(String::from);
     let route = request::route(parts.uri.path());
     let plain = |v: Value| respond(200, &v, Want::Json);
     match route {
         Route::Version => plain(discovery::version()),
-        Route::Health => (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response(),
+        Route::Health => {
+            (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response()
+        }
         Route::OpenApiV2 => {
             if accept.as_deref().is_some_and(|a| a.contains("protobuf")) {
                 // An empty protobuf document: kubectl 1.20 then skips client-side validation.
-                (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], Bytes::new()).into_response()
+                (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/octet-stream")],
+                    Bytes::new(),
+                )
+                    .into_response()
             } else {
                 plain(discovery::openapi_json())
             }
@@ -123,7 +167,17 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
             .unwrap_or_else(|| error_response(&ApiError::route_not_found())),
         Route::Resource(rp) => {
             let query = Query::parse(parts.uri.query());
-            match resource(&app, &parts.method, &parts.headers, accept.as_deref(), body, rp, &query).await {
+            match resource(
+                &app,
+                &parts.method,
+                &parts.headers,
+                accept.as_deref(),
+                body,
+                rp,
+                &query,
+            )
+            .await
+            {
                 Ok(r) => r,
                 Err(e) => {
                     if e.code >= 500 {
@@ -139,23 +193,38 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
 
 async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     let too_large = || ApiError::too_large(format!("limit is {MAX_BODY}"));
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > MAX_BODY) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| too_large())
+    axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|_| too_large())
 }
 
 fn decode_object(ct: &str, bytes: &[u8]) -> Result<Value, ApiError> {
     let v: Value = match ct {
-        "application/json" => serde_json::from_slice(bytes)
-            .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?,
+        "application/json" => serde_json::from_slice(bytes).map_err(|e| {
+            ApiError::bad_request(format!("the request body is not valid JSON: {e}"))
+        })?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(bytes)
-            .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))?,
-        _ => return Err(ApiError::unsupported_media(&["application/json", "application/yaml"])),
+            .map_err(|e| {
+                ApiError::bad_request(format!("the request body is not valid YAML: {e}"))
+            })?,
+        _ => {
+            return Err(ApiError::unsupported_media(&[
+                "application/json",
+                "application/yaml",
+            ]));
+        }
     };
     if !v.is_object() {
-        return Err(ApiError::bad_request("the request body must be a single JSON object"));
+        return Err(ApiError::bad_request(
+            "the request body must be a single JSON object",
+        ));
     }
     Ok(v)
 }
@@ -183,7 +252,10 @@ fn write_options(q: &Query) -> Result<WriteOptions, ApiError> {
 /// The Update-operation manager: `fieldManager`, else the User-Agent's program name.
 fn update_manager(opts: &mut WriteOptions, headers: &HeaderMap) {
     if opts.field_manager.is_empty() {
-        let ua = headers.get(header::USER_AGENT).and_then(|h| h.to_str().ok()).unwrap_or("unknown");
+        let ua = headers
+            .get(header::USER_AGENT)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("unknown");
         opts.field_manager = ua.split('/').next().unwrap_or("unknown").to_string();
     }
 }
@@ -199,19 +271,39 @@ fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
 }
 
 fn written(code: u16, w: &crate::core::Written, want: Want) -> Response {
-    let body = if want == Want::PartialMetadata { crate::table::partial_metadata(&w.view) } else { w.view.clone() };
-    with_warnings(respond(code, &body, if want == Want::Table { Want::Json } else { want }), &w.warnings)
+    let body = if want == Want::PartialMetadata {
+        crate::table::partial_metadata(&w.view)
+    } else {
+        w.view.clone()
+    };
+    with_warnings(
+        respond(
+            code,
+            &body,
+            if want == Want::Table {
+                Want::Json
+            } else {
+                want
+            },
+        ),
+        &w.warnings,
+    )
 }
 
 fn delete_options(q: &Query, bytes: &[u8]) -> Result<DeleteOptions, ApiError> {
     let body: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
-        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}")))?
+        serde_json::from_slice(bytes).map_err(|e| {
+            ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}"))
+        })?
     };
     let s = |k: &str| body.get(k).and_then(Value::as_str).map(String::from);
     let policy = s("propagationPolicy").or_else(|| q.get("propagationPolicy").map(String::from));
-    let orphan = body.get("orphanDependents").and_then(Value::as_bool).or_else(|| q.get("orphanDependents").map(|v| v == "true"));
+    let orphan = body
+        .get("orphanDependents")
+        .and_then(Value::as_bool)
+        .or_else(|| q.get("orphanDependents").map(|v| v == "true"));
     let propagation = match (policy.as_deref(), orphan) {
         (Some("Foreground"), _) => Some(Propagation::Foreground),
         (Some("Background"), _) => Some(Propagation::Background),
@@ -223,37 +315,54 @@ fn delete_options(q: &Query, bytes: &[u8]) -> Result<DeleteOptions, ApiError> {
             )));
         }
     };
-    let dry_run = body.get("dryRun").and_then(Value::as_array).is_some_and(|d| d.iter().any(|x| x == "All"))
+    let dry_run = body
+        .get("dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|d| d.iter().any(|x| x == "All"))
         || q.get("dryRun") == Some("All");
     Ok(DeleteOptions {
         dry_run,
         propagation,
-        precondition_uid: body.pointer("/preconditions/uid").and_then(Value::as_str).map(String::from),
-        precondition_rv: body.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(String::from),
+        precondition_uid: body
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(String::from),
+        precondition_rv: body
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(String::from),
     })
 }
 
 fn parse_patch(rt: &ResourceType, ct: &str, bytes: &[u8]) -> Result<PatchBody, ApiError> {
     let json = |b: &[u8]| -> Result<Value, ApiError> {
-        serde_json::from_slice(b).map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))
+        serde_json::from_slice(b)
+            .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))
     };
     match ct {
         "application/merge-patch+json" => Ok(PatchBody::Merge(json(bytes)?)),
         "application/json-patch+json" => crate::patch::json::parse(bytes)
             .map(PatchBody::Json)
             .map_err(|e| match e {
-                crate::patch::PatchError::TooManyOperations(_) => ApiError::too_large(e.to_string()),
+                crate::patch::PatchError::TooManyOperations(_) => {
+                    ApiError::too_large(e.to_string())
+                }
                 other => ApiError::bad_request(other.to_string()),
             }),
-        "application/strategic-merge-patch+json" if !rt.is_custom() => Ok(PatchBody::Strategic(json(bytes)?)),
+        "application/strategic-merge-patch+json" if !rt.is_custom() => {
+            Ok(PatchBody::Strategic(json(bytes)?))
+        }
         "application/apply-patch+yaml" | "application/apply-patch+json" => {
             let v = match serde_json::from_slice::<Value>(bytes) {
                 Ok(v) => v,
-                Err(_) => serde_yaml::from_slice(bytes)
-                    .map_err(|e| ApiError::bad_request(format!("the apply patch is neither JSON nor YAML: {e}")))?,
+                Err(_) => serde_yaml::from_slice(bytes).map_err(|e| {
+                    ApiError::bad_request(format!("the apply patch is neither JSON nor YAML: {e}"))
+                })?,
             };
             if !v.is_object() {
-                return Err(ApiError::bad_request("an apply patch must be a single object"));
+                return Err(ApiError::bad_request(
+                    "an apply patch must be a single object",
+                ));
             }
             Ok(PatchBody::Apply(v))
         }
@@ -272,8 +381,14 @@ async fn resource(
     q: &Query,
 ) -> Result<Response, ApiError> {
     let want = request::negotiate(accept)?;
-    let rt = app.core.registry.get(&rp.group, &rp.version, &rp.resource).ok_or_else(ApiError::route_not_found)?;
-    if (!rt.namespaced && !rp.namespace.is_empty()) || !matches!(rp.subresource.as_str(), "" | "status") {
+    let rt = app
+        .core
+        .registry
+        .get(&rp.group, &rp.version, &rp.resource)
+        .ok_or_else(ApiError::route_not_found)?;
+    if (!rt.namespaced && !rp.namespace.is_empty())
+        || !matches!(rp.subresource.as_str(), "" | "status")
+    {
         return Err(ApiError::route_not_found());
     }
     if rp.subresource == "status" && !rt.status_subresource {
@@ -284,13 +399,19 @@ async fn resource(
     let collection = name.is_empty();
     let is_write = !matches!(*method, Method::GET | Method::HEAD);
     let _permit = if is_write {
-        Some(app.writes.try_acquire().map_err(|_| ApiError::too_many_requests())?)
+        Some(
+            app.writes
+                .try_acquire()
+                .map_err(|_| ApiError::too_many_requests())?,
+        )
     } else {
         None
     };
     let core = &app.core;
     match (method.clone(), collection) {
-        (Method::GET, true) if q.flag("watch") => watch::serve(app.clone(), rt, ns.to_string(), q, want),
+        (Method::GET, true) if q.flag("watch") => {
+            watch::serve(app.clone(), rt, ns.to_string(), q, want)
+        }
         (Method::GET, true) => list::list(core, &rt, ns, q, want).await,
         (Method::GET, false) => {
             if rt.namespaced && ns.is_empty() {
@@ -306,7 +427,11 @@ async fn resource(
             let mut opts = write_options(q)?;
             update_manager(&mut opts, headers);
             let bytes = read_body(headers, body).await?;
-            let ct = request::content_type(headers.get(header::CONTENT_TYPE).and_then(|h| h.to_str().ok()));
+            let ct = request::content_type(
+                headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|h| h.to_str().ok()),
+            );
             let obj = decode_object(&ct, &bytes)?;
             let w = core.write(&rt, ns, "", "", Op::Create(obj), &opts).await?;
             Ok(written(201, &w, want))
@@ -315,28 +440,52 @@ async fn resource(
             let mut opts = write_options(q)?;
             update_manager(&mut opts, headers);
             let bytes = read_body(headers, body).await?;
-            let ct = request::content_type(headers.get(header::CONTENT_TYPE).and_then(|h| h.to_str().ok()));
+            let ct = request::content_type(
+                headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|h| h.to_str().ok()),
+            );
             let obj = decode_object(&ct, &bytes)?;
-            let w = core.write(&rt, ns, name, &rp.subresource, Op::Replace(obj), &opts).await?;
+            let w = core
+                .write(&rt, ns, name, &rp.subresource, Op::Replace(obj), &opts)
+                .await?;
             Ok(written(200, &w, want))
         }
         (Method::PATCH, false) => {
             let mut opts = write_options(q)?;
             let bytes = read_body(headers, body).await?;
-            let ct = request::content_type(headers.get(header::CONTENT_TYPE).and_then(|h| h.to_str().ok()));
+            let ct = request::content_type(
+                headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|h| h.to_str().ok()),
+            );
             let patch = parse_patch(&rt, &ct, &bytes)?;
             if !matches!(patch, PatchBody::Apply(_)) {
                 update_manager(&mut opts, headers);
             }
-            let w = core.write(&rt, ns, name, &rp.subresource, Op::Patch(patch), &opts).await?;
-            let code = if matches!(w.outcome, Outcome::Created(_)) { 201 } else { 200 };
+            let w = core
+                .write(&rt, ns, name, &rp.subresource, Op::Patch(patch), &opts)
+                .await?;
+            let code = if matches!(w.outcome, Outcome::Created(_)) {
+                201
+            } else {
+                200
+            };
             Ok(written(code, &w, want))
         }
         (Method::DELETE, false) => {
             let bytes = read_body(headers, body).await?;
             let opts = delete_options(q, &bytes)?;
             let (_, body) = core.delete(&rt, ns, name, &opts).await?;
-            Ok(respond(200, &body, if want == Want::Yaml { Want::Yaml } else { Want::Json }))
+            Ok(respond(
+                200,
+                &body,
+                if want == Want::Yaml {
+                    Want::Yaml
+                } else {
+                    Want::Json
+                },
+            ))
         }
         (Method::DELETE, true) => {
             let bytes = read_body(headers, body).await?;

@@ -50,7 +50,11 @@ pub fn route(path: &str) -> Route {
 }
 
 fn resource(group: &str, version: &str, mut rest: &[&str]) -> Route {
-    let mut rp = ResourcePath { group: group.into(), version: version.into(), ..Default::default() };
+    let mut rp = ResourcePath {
+        group: group.into(),
+        version: version.into(),
+        ..Default::default()
+    };
     if rest.first() == Some(&"namespaces") && rest.len() > 1 {
         rp.namespace = rest[1].to_string();
         if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2]) {
@@ -100,13 +104,18 @@ impl Query {
     }
 
     pub fn flag(&self, k: &str) -> bool {
-        self.get(k).is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+        self.get(k)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
     }
 
     pub fn number(&self, k: &str) -> Result<Option<u64>, ApiError> {
         match self.get(k) {
             None => Ok(None),
-            Some(v) => v.parse().map(Some).map_err(|_| ApiError::bad_request(format!("{k}: invalid value {v:?}: must be a non-negative integer"))),
+            Some(v) => v.parse().map(Some).map_err(|_| {
+                ApiError::bad_request(format!(
+                    "{k}: invalid value {v:?}: must be a non-negative integer"
+                ))
+            }),
         }
     }
 }
@@ -122,7 +131,9 @@ pub enum Want {
 
 /// Picks the first acceptable entry of the Accept header.
 pub fn negotiate(accept: Option<&str>) -> Result<Want, ApiError> {
-    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else { return Ok(Want::Json) };
+    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
+        return Ok(Want::Json);
+    };
     for entry in accept.split(',') {
         let mut parts = entry.split(';').map(str::trim);
         let media = parts.next().unwrap_or_default().to_ascii_lowercase();
@@ -132,8 +143,12 @@ pub fn negotiate(accept: Option<&str>) -> Result<Want, ApiError> {
             .collect();
         let json_like = matches!(media.as_str(), "application/json" | "*/*" | "application/*");
         match params.get("as").map(String::as_str) {
-            Some("Table") if json_like && params.get("g").is_some_and(|g| g == "meta.k8s.io") => return Ok(Want::Table),
-            Some("PartialObjectMetadata" | "PartialObjectMetadataList") if json_like => return Ok(Want::PartialMetadata),
+            Some("Table") if json_like && params.get("g").is_some_and(|g| g == "meta.k8s.io") => {
+                return Ok(Want::Table);
+            }
+            Some("PartialObjectMetadata" | "PartialObjectMetadataList") if json_like => {
+                return Ok(Want::PartialMetadata);
+            }
             // Aggregated discovery and other `as=` forms fall through to a plainer entry.
             Some(_) => continue,
             None => {}
@@ -174,13 +189,34 @@ mod tests {
 
     #[test]
     fn paths_parse_like_request_info_factory() {
-        assert_eq!(route("/api/v1/namespaces/default/configmaps/c"), rp("", "default", "configmaps", "c", ""));
-        assert_eq!(route("/api/v1/namespaces/x"), rp("", "", "namespaces", "x", ""));
-        assert_eq!(route("/api/v1/namespaces/x/status"), rp("", "", "namespaces", "x", "status"));
-        assert_eq!(route("/api/v1/namespaces"), rp("", "", "namespaces", "", ""));
-        assert_eq!(route("/apis/example.com/v1/namespaces/d/widgets/w/status"), rp("example.com", "d", "widgets", "w", "status"));
-        assert_eq!(route("/apis/example.com/v1/widgets"), rp("example.com", "", "widgets", "", ""));
-        assert_eq!(route("/apis/example.com/v1"), Route::GroupVersion("example.com".into(), "v1".into()));
+        assert_eq!(
+            route("/api/v1/namespaces/default/configmaps/c"),
+            rp("", "default", "configmaps", "c", "")
+        );
+        assert_eq!(
+            route("/api/v1/namespaces/x"),
+            rp("", "", "namespaces", "x", "")
+        );
+        assert_eq!(
+            route("/api/v1/namespaces/x/status"),
+            rp("", "", "namespaces", "x", "status")
+        );
+        assert_eq!(
+            route("/api/v1/namespaces"),
+            rp("", "", "namespaces", "", "")
+        );
+        assert_eq!(
+            route("/apis/example.com/v1/namespaces/d/widgets/w/status"),
+            rp("example.com", "d", "widgets", "w", "status")
+        );
+        assert_eq!(
+            route("/apis/example.com/v1/widgets"),
+            rp("example.com", "", "widgets", "", "")
+        );
+        assert_eq!(
+            route("/apis/example.com/v1"),
+            Route::GroupVersion("example.com".into(), "v1".into())
+        );
         assert_eq!(route("/nonexistent"), Route::NotFound);
     }
 
@@ -202,7 +238,18 @@ mod tests {
             negotiate(Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json")).unwrap(),
             Want::Json
         );
-        assert_eq!(negotiate(Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")).unwrap(), Want::PartialMetadata);
-        assert_eq!(negotiate(Some("application/vnd.kubernetes.protobuf")).unwrap_err().code, 406);
+        assert_eq!(
+            negotiate(Some(
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+            ))
+            .unwrap(),
+            Want::PartialMetadata
+        );
+        assert_eq!(
+            negotiate(Some("application/vnd.kubernetes.protobuf"))
+                .unwrap_err()
+                .code,
+            406
+        );
     }
 }

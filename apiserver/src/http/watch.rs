@@ -32,6 +32,8 @@ struct Watch {
     want: Want,
     bookmarks: bool,
     tx: mpsc::Sender<Result<Bytes, Infallible>>,
+    /// A client that reads nothing for this long is disconnected.
+    stall_limit: Duration,
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -45,8 +47,16 @@ impl Watch {
         let view = self.core.to_view(&self.rt, obj);
         match self.want {
             Want::Table => {
-                let rv = view.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
-                table::table(&self.rt, &[view], json!({"resourceVersion": rv}), IncludeObject::Metadata)
+                let rv = view
+                    .pointer("/metadata/resourceVersion")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                table::table(
+                    &self.rt,
+                    &[view],
+                    json!({"resourceVersion": rv}),
+                    IncludeObject::Metadata,
+                )
             }
             Want::PartialMetadata => table::partial_metadata(&view),
             _ => view,
@@ -54,7 +64,8 @@ impl Watch {
     }
 
     fn in_scope(&self, obj: &Value) -> bool {
-        self.ns.is_empty() || obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(self.ns.as_str())
+        self.ns.is_empty()
+            || obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(self.ns.as_str())
     }
 
     fn visible(&self, obj: &Value) -> bool {
@@ -62,7 +73,15 @@ impl Watch {
     }
 
     async fn send(&self, kind: &str, obj: &Value) -> bool {
-        self.tx.send(Ok(line(kind, &self.render(obj)))).await.is_ok()
+        self.push(line(kind, &self.render(obj))).await
+    }
+
+    /// Queues a line for the client; false when it is gone or stopped reading.
+    async fn push(&self, line: Bytes) -> bool {
+        matches!(
+            tokio::time::timeout(self.stall_limit, self.tx.send(Ok(line))).await,
+            Ok(Ok(()))
+        )
     }
 
     async fn bookmark(&self, rv: u64, initial_end: bool) -> bool {
@@ -70,8 +89,9 @@ impl Watch {
         if initial_end {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        let obj = json!({"kind": self.rt.kind, "apiVersion": self.rt.api_version(), "metadata": meta});
-        self.tx.send(Ok(line("BOOKMARK", &obj))).await.is_ok()
+        let obj =
+            json!({"kind": self.rt.kind, "apiVersion": self.rt.api_version(), "metadata": meta});
+        self.push(line("BOOKMARK", &obj)).await
     }
 
     /// Sends what a committed event means to this watcher. Returns false when the client is gone.
@@ -107,24 +127,39 @@ fn invalid(msg: &str) -> ApiError {
 }
 
 /// Starts a watch and returns the streaming response.
-pub fn serve(app: Arc<App>, rt: Arc<ResourceType>, ns: String, q: &Query, want: Want) -> Result<Response, ApiError> {
+pub fn serve(
+    app: Arc<App>,
+    rt: Arc<ResourceType>,
+    ns: String,
+    q: &Query,
+    want: Want,
+) -> Result<Response, ApiError> {
     let filter = Filter::from_query(&rt, q)?;
     let initial_events = q.flag("sendInitialEvents");
     let rv_match = q.get("resourceVersionMatch");
     if initial_events && rv_match != Some("NotOlderThan") {
-        return Err(invalid("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
+        return Err(invalid(
+            "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+        ));
     }
     if rv_match.is_some() && !initial_events {
-        return Err(invalid("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"));
+        return Err(invalid(
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
     }
     let bookmarks = q.flag("allowWatchBookmarks");
     if initial_events && !bookmarks {
-        return Err(invalid("allowWatchBookmarks: Forbidden: sendInitialEvents requires allowWatchBookmarks"));
+        return Err(invalid(
+            "allowWatchBookmarks: Forbidden: sendInitialEvents requires allowWatchBookmarks",
+        ));
     }
-    let start: Option<u64> = match q.get("resourceVersion") {
-        None | Some("0") => None,
-        Some(v) => Some(v.parse().map_err(|_| ApiError::bad_request(format!("resourceVersion: invalid value {v:?}")))?),
-    };
+    let start: Option<u64> =
+        match q.get("resourceVersion") {
+            None | Some("0") => None,
+            Some(v) => Some(v.parse().map_err(|_| {
+                ApiError::bad_request(format!("resourceVersion: invalid value {v:?}"))
+            })?),
+        };
     let timeout = match q.number("timeoutSeconds")? {
         Some(s) => Duration::from_secs(s),
         None => app
@@ -132,8 +167,18 @@ pub fn serve(app: Arc<App>, rt: Arc<ResourceType>, ns: String, q: &Query, want: 
             .watch_timeout
             .unwrap_or_else(|| Duration::from_secs(rand::rng().random_range(1800..3600))),
     };
-    let (tx, rx) = mpsc::channel(256);
-    let w = Watch { core: app.core.clone(), rt, ns, filter, want, bookmarks, tx };
+    let (tx, rx) = mpsc::channel(64);
+    let stall_limit = app.settings.watch_stall_limit;
+    let w = Watch {
+        core: app.core.clone(),
+        rt,
+        ns,
+        filter,
+        want,
+        bookmarks,
+        tx,
+        stall_limit,
+    };
     let replay_all = start.is_none() || initial_events;
     let bookmark_every = app.settings.bookmark_interval;
     let mut closing = app.closing.subscribe();
@@ -146,10 +191,22 @@ pub fn serve(app: Arc<App>, rt: Arc<ResourceType>, ns: String, q: &Query, want: 
         app.active_watches.fetch_sub(1, Ordering::Relaxed);
     });
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
-    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
 }
 
-async fn run(w: Watch, start: Option<u64>, replay_all: bool, initial_events: bool, timeout: Duration, bookmark_every: Duration) {
+async fn run(
+    w: Watch,
+    start: Option<u64>,
+    replay_all: bool,
+    initial_events: bool,
+    timeout: Duration,
+    bookmark_every: Duration,
+) {
     let deadline = Instant::now() + timeout;
     let (mut rx, mut last_rv) = if replay_all {
         let ns = (!w.ns.is_empty()).then_some(w.ns.as_str());
@@ -167,7 +224,12 @@ async fn run(w: Watch, start: Option<u64>, replay_all: bool, initial_events: boo
         let from = start.unwrap_or(0);
         match w.core.store.subscribe(from) {
             Err(oldest) => {
-                let _ = w.tx.send(Ok(line("ERROR", &ApiError::expired(from, oldest).to_status()))).await;
+                let _ =
+                    w.tx.send(Ok(line(
+                        "ERROR",
+                        &ApiError::expired(from, oldest).to_status(),
+                    )))
+                    .await;
                 return;
             }
             Ok((backlog, rx, _)) => {

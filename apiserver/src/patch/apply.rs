@@ -44,7 +44,11 @@ const UNOWNED_META: &[&str] = &[
 ];
 
 fn join(dotted: &str, k: &str) -> String {
-    if dotted.is_empty() { k.to_string() } else { format!("{dotted}.{k}") }
+    if dotted.is_empty() {
+        k.to_string()
+    } else {
+        format!("{dotted}.{k}")
+    }
 }
 
 fn key_of(elem: &Value, keys: &[String]) -> String {
@@ -81,7 +85,13 @@ pub fn fields_of(v: &Value, types: &dyn ListTypes) -> FieldSet {
     out
 }
 
-fn collect(v: &Value, path: &mut FieldPath, dotted: &str, types: &dyn ListTypes, out: &mut FieldSet) {
+fn collect(
+    v: &Value,
+    path: &mut FieldPath,
+    dotted: &str,
+    types: &dyn ListTypes,
+    out: &mut FieldSet,
+) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, c) in m {
@@ -124,8 +134,11 @@ fn collect(v: &Value, path: &mut FieldPath, dotted: &str, types: &dyn ListTypes,
 
 fn elem_matches(e: &Value, step: &str) -> bool {
     if let Some(k) = step.strip_prefix("k:") {
-        let Ok(Value::Object(keys)) = serde_json::from_str::<Value>(k) else { return false };
-        keys.iter().all(|(kk, kv)| e.get(kk).unwrap_or(&Value::Null) == kv)
+        let Ok(Value::Object(keys)) = serde_json::from_str::<Value>(k) else {
+            return false;
+        };
+        keys.iter()
+            .all(|(kk, kv)| e.get(kk).unwrap_or(&Value::Null) == kv)
     } else if let Some(v) = step.strip_prefix("v:") {
         serde_json::from_str::<Value>(v).is_ok_and(|v| &v == e)
     } else {
@@ -148,7 +161,9 @@ pub fn get<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
 
 /// Deletes the field or list element at `path`.
 pub fn remove(v: &mut Value, path: &[String]) {
-    let Some((last, parent)) = path.split_last() else { return };
+    let Some((last, parent)) = path.split_last() else {
+        return;
+    };
     let mut cur = v;
     for step in parent {
         let next = match (cur, step.strip_prefix("f:")) {
@@ -223,7 +238,9 @@ fn encode(fields: &FieldSet) -> Value {
     for path in fields {
         let mut cur = &mut root;
         for (i, step) in path.iter().enumerate() {
-            let entry = cur.entry(step.clone()).or_insert_with(|| Value::Object(Map::new()));
+            let entry = cur
+                .entry(step.clone())
+                .or_insert_with(|| Value::Object(Map::new()));
             let Value::Object(m) = entry else { break };
             if i + 1 == path.len() && !step.starts_with("f:") {
                 m.entry(".".to_string()).or_insert_with(|| json!({}));
@@ -253,11 +270,18 @@ fn decode(v: &Value, prefix: &mut FieldPath, out: &mut FieldSet) {
 
 /// Reads `metadata.managedFields`.
 pub fn read_managed(obj: &Value) -> Vec<ManagedEntry> {
-    let Some(Value::Array(items)) = obj.pointer("/metadata/managedFields") else { return vec![] };
+    let Some(Value::Array(items)) = obj.pointer("/metadata/managedFields") else {
+        return vec![];
+    };
     items
         .iter()
         .map(|e| {
-            let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+            let s = |k: &str| {
+                e.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
             let mut fields = FieldSet::new();
             if let Some(f) = e.get("fieldsV1") {
                 decode(f, &mut vec![], &mut fields);
@@ -337,7 +361,12 @@ pub struct Applier<'a> {
 
 /// Applies `applied` onto `live` (an empty object when creating). Returns the new object with
 /// updated `managedFields`, or the conflicts when `force` is off.
-pub fn apply(live: &Value, applied: &Value, who: &Applier, types: &dyn ListTypes) -> Result<Value, Vec<Conflict>> {
+pub fn apply(
+    live: &Value,
+    applied: &Value,
+    who: &Applier,
+    types: &dyn ListTypes,
+) -> Result<Value, Vec<Conflict>> {
     let mut entries = read_managed(live);
     let mine = fields_of(applied, types);
     let mut conflicts = vec![];
@@ -350,7 +379,9 @@ pub fn apply(live: &Value, applied: &Value, who: &Applier, types: &dyn ListTypes
             .intersection(&mine)
             .filter(|p| {
                 let last = p.last().map(String::as_str).unwrap_or("");
-                !last.starts_with("k:") && !last.starts_with("v:") && get(live, p) != get(applied, p)
+                !last.starts_with("k:")
+                    && !last.starts_with("v:")
+                    && get(live, p) != get(applied, p)
             })
             .cloned()
             .collect();
@@ -370,9 +401,9 @@ pub fn apply(live: &Value, applied: &Value, who: &Applier, types: &dyn ListTypes
         return Err(conflicts);
     }
     let mut out = live.clone();
-    let pos = entries
-        .iter()
-        .position(|e| e.manager == who.manager && e.operation == "Apply" && e.subresource == who.subresource);
+    let pos = entries.iter().position(|e| {
+        e.manager == who.manager && e.operation == "Apply" && e.subresource == who.subresource
+    });
     if let Some(i) = pos {
         let dropped: Vec<FieldPath> = entries[i].fields.difference(&mine).cloned().collect();
         for p in dropped {
@@ -414,19 +445,25 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, who: &Applier, types:
     let after = fields_of(new, types);
     let changed: FieldSet = match old {
         None => after.clone(),
-        Some(o) => after.iter().filter(|p| get(o, p) != get(new, p)).cloned().collect(),
+        Some(o) => after
+            .iter()
+            .filter(|p| get(o, p) != get(new, p))
+            .cloned()
+            .collect(),
     };
     for e in entries.iter_mut() {
         e.fields.retain(|p| after.contains(p));
-        if !(e.manager == who.manager && e.operation == "Update" && e.subresource == who.subresource) {
+        if !(e.manager == who.manager
+            && e.operation == "Update"
+            && e.subresource == who.subresource)
+        {
             e.fields.retain(|p| !changed.contains(p));
         }
     }
     if !changed.is_empty() {
-        match entries
-            .iter_mut()
-            .find(|e| e.manager == who.manager && e.operation == "Update" && e.subresource == who.subresource)
-        {
+        match entries.iter_mut().find(|e| {
+            e.manager == who.manager && e.operation == "Update" && e.subresource == who.subresource
+        }) {
             Some(e) => {
                 e.fields.extend(changed);
                 e.time = who.now.to_string();
@@ -454,21 +491,57 @@ mod tests {
     }
 
     fn who(m: &str, force: bool) -> Applier<'_> {
-        Applier { manager: m, api_version: "example.com/v1", subresource: "", force, now: "2026-01-01T00:00:00Z" }
+        Applier {
+            manager: m,
+            api_version: "example.com/v1",
+            subresource: "",
+            force,
+            now: "2026-01-01T00:00:00Z",
+        }
     }
 
     #[test]
     fn removal_and_ownership() {
         let a1 = json!({"metadata":{"name":"w"},"spec":{"color":"red","size":"S"}});
-        let o1 = apply(&json!({"metadata":{"name":"w"}}), &a1, &who("m", false), &atomic).unwrap();
+        let o1 = apply(
+            &json!({"metadata":{"name":"w"}}),
+            &a1,
+            &who("m", false),
+            &atomic,
+        )
+        .unwrap();
         assert_eq!(o1["spec"], json!({"color":"red","size":"S"}));
-        let o2 = apply(&o1, &json!({"metadata":{"name":"w"},"spec":{"other":1}}), &who("m2", false), &atomic).unwrap();
-        let o3 = apply(&o2, &json!({"metadata":{"name":"w"},"spec":{"color":"red"}}), &who("m", false), &atomic).unwrap();
+        let o2 = apply(
+            &o1,
+            &json!({"metadata":{"name":"w"},"spec":{"other":1}}),
+            &who("m2", false),
+            &atomic,
+        )
+        .unwrap();
+        let o3 = apply(
+            &o2,
+            &json!({"metadata":{"name":"w"},"spec":{"color":"red"}}),
+            &who("m", false),
+            &atomic,
+        )
+        .unwrap();
         assert_eq!(o3["spec"], json!({"color":"red","other":1}));
-        let err = apply(&o3, &json!({"spec":{"color":"blue"}}), &who("m2", false), &atomic).unwrap_err();
+        let err = apply(
+            &o3,
+            &json!({"spec":{"color":"blue"}}),
+            &who("m2", false),
+            &atomic,
+        )
+        .unwrap_err();
         assert_eq!(display_path(&err[0].path), ".spec.color");
         assert_eq!(err[0].manager, "m");
-        let o4 = apply(&o3, &json!({"spec":{"color":"blue","other":1}}), &who("m2", true), &atomic).unwrap();
+        let o4 = apply(
+            &o3,
+            &json!({"spec":{"color":"blue","other":1}}),
+            &who("m2", true),
+            &atomic,
+        )
+        .unwrap();
         assert_eq!(o4["spec"]["color"], "blue");
         // m no longer owns color, so dropping it from m's config does not remove it.
         let o5 = apply(&o4, &json!({"spec":{}}), &who("m", false), &atomic).unwrap();
@@ -477,21 +550,51 @@ mod tests {
 
     #[test]
     fn map_lists_merge_by_key_and_roundtrip_fields() {
-        let types = |p: &str| if p == "spec.items" { ListType::Map(vec!["name".into()]) } else { ListType::Atomic };
+        let types = |p: &str| {
+            if p == "spec.items" {
+                ListType::Map(vec!["name".into()])
+            } else {
+                ListType::Atomic
+            }
+        };
         let live = json!({"spec":{"items":[{"name":"a","v":1}]}});
-        let out = apply(&live, &json!({"spec":{"items":[{"name":"b","v":2}]}}), &who("m", false), &types).unwrap();
-        assert_eq!(out["spec"]["items"], json!([{"name":"a","v":1},{"name":"b","v":2}]));
+        let out = apply(
+            &live,
+            &json!({"spec":{"items":[{"name":"b","v":2}]}}),
+            &who("m", false),
+            &types,
+        )
+        .unwrap();
+        assert_eq!(
+            out["spec"]["items"],
+            json!([{"name":"a","v":1},{"name":"b","v":2}])
+        );
         let back = read_managed(&out);
-        assert_eq!(back[0].fields, fields_of(&json!({"spec":{"items":[{"name":"b","v":2}]}}), &types));
+        assert_eq!(
+            back[0].fields,
+            fields_of(&json!({"spec":{"items":[{"name":"b","v":2}]}}), &types)
+        );
     }
 
     #[test]
     fn updates_take_ownership_of_changed_fields() {
-        let o1 = apply(&json!({}), &json!({"spec":{"color":"red"}}), &who("m", false), &atomic).unwrap();
+        let o1 = apply(
+            &json!({}),
+            &json!({"spec":{"color":"red"}}),
+            &who("m", false),
+            &atomic,
+        )
+        .unwrap();
         let mut o2 = o1.clone();
         o2["spec"]["color"] = json!("green");
         record_update(Some(&o1), &mut o2, &who("kubectl-edit", false), &atomic);
-        let managers: Vec<_> = read_managed(&o2).into_iter().map(|e| (e.manager, e.operation)).collect();
-        assert_eq!(managers, vec![("kubectl-edit".to_string(), "Update".to_string())]);
+        let managers: Vec<_> = read_managed(&o2)
+            .into_iter()
+            .map(|e| (e.manager, e.operation))
+            .collect();
+        assert_eq!(
+            managers,
+            vec![("kubectl-edit".to_string(), "Update".to_string())]
+        );
     }
 }

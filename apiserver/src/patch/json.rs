@@ -13,9 +13,14 @@ fn parse_pointer(path: &str) -> Result<Vec<String>, PatchError> {
         return Ok(vec![]);
     }
     let Some(rest) = path.strip_prefix('/') else {
-        return Err(PatchError::Malformed(format!("invalid JSON pointer {path:?}: must start with '/'")));
+        return Err(PatchError::Malformed(format!(
+            "invalid JSON pointer {path:?}: must start with '/'"
+        )));
     };
-    Ok(rest.split('/').map(|t| t.replace("~1", "/").replace("~0", "~")).collect())
+    Ok(rest
+        .split('/')
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect())
 }
 
 fn get<'a>(doc: &'a Value, tokens: &[String]) -> Option<&'a Value> {
@@ -56,7 +61,9 @@ fn index(token: &str, len: usize, for_add: bool) -> Result<usize, PatchError> {
     let i: usize = token.parse().map_err(|_| bad())?;
     let limit = if for_add { len } else { len.saturating_sub(1) };
     if (for_add && i > limit) || (!for_add && (len == 0 || i > limit)) {
-        return Err(PatchError::Failed(format!("array index {i} out of bounds (length {len})")));
+        return Err(PatchError::Failed(format!(
+            "array index {i} out of bounds (length {len})"
+        )));
     }
     Ok(i)
 }
@@ -65,7 +72,9 @@ fn split_last(path: &str) -> Result<(Vec<String>, String), PatchError> {
     let mut tokens = parse_pointer(path)?;
     match tokens.pop() {
         Some(last) => Ok((tokens, last)),
-        None => Err(PatchError::Failed("the root of the document cannot be the target here".into())),
+        None => Err(PatchError::Failed(
+            "the root of the document cannot be the target here".into(),
+        )),
     }
 }
 
@@ -75,7 +84,11 @@ fn add(doc: &mut Value, path: &str, value: Value) -> Result<(), PatchError> {
         return Ok(());
     }
     let (parent, last) = split_last(path)?;
-    let missing = || PatchError::Failed(format!("add operation does not apply: doc is missing path: {path:?}"));
+    let missing = || {
+        PatchError::Failed(format!(
+            "add operation does not apply: doc is missing path: {path:?}"
+        ))
+    };
     match get_mut(doc, &parent).ok_or_else(missing)? {
         Value::Object(m) => {
             m.insert(last, value);
@@ -91,7 +104,11 @@ fn add(doc: &mut Value, path: &str, value: Value) -> Result<(), PatchError> {
 
 fn remove(doc: &mut Value, path: &str) -> Result<Value, PatchError> {
     let (parent, last) = split_last(path)?;
-    let missing = || PatchError::Failed(format!("remove operation does not apply: doc is missing path: {path:?}"));
+    let missing = || {
+        PatchError::Failed(format!(
+            "remove operation does not apply: doc is missing path: {path:?}"
+        ))
+    };
     match get_mut(doc, &parent).ok_or_else(missing)? {
         Value::Object(m) => m.remove(&last).ok_or_else(missing),
         Value::Array(a) => {
@@ -103,7 +120,8 @@ fn remove(doc: &mut Value, path: &str) -> Result<Value, PatchError> {
 }
 
 fn field<'a>(op: &'a Value, name: &str, i: usize) -> Result<&'a Value, PatchError> {
-    op.get(name).ok_or_else(|| PatchError::Malformed(format!("operation {i} is missing {name:?}")))
+    op.get(name)
+        .ok_or_else(|| PatchError::Malformed(format!("operation {i} is missing {name:?}")))
 }
 
 fn str_field<'a>(op: &'a Value, name: &str, i: usize) -> Result<&'a str, PatchError> {
@@ -117,7 +135,9 @@ pub fn parse(body: &[u8]) -> Result<Vec<Value>, PatchError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| PatchError::Malformed(format!("error decoding JSON patch: {e}")))?;
     let Value::Array(ops) = v else {
-        return Err(PatchError::Malformed("a JSON patch must be a JSON array of operations".into()));
+        return Err(PatchError::Malformed(
+            "a JSON patch must be a JSON array of operations".into(),
+        ));
     };
     if ops.len() > MAX_OPERATIONS {
         return Err(PatchError::TooManyOperations(ops.len()));
@@ -138,23 +158,29 @@ pub fn apply(doc: &Value, ops: &[Value]) -> Result<Value, PatchError> {
             "replace" => {
                 let value = field(op, "value", i)?.clone();
                 let target = get_mut(&mut out, &parse_pointer(path)?).ok_or_else(|| {
-                    PatchError::Failed(format!("replace operation does not apply: doc is missing key: {path}"))
+                    PatchError::Failed(format!(
+                        "replace operation does not apply: doc is missing key: {path}"
+                    ))
                 })?;
                 *target = value;
             }
             "move" => {
                 let from = str_field(op, "from", i)?;
                 if path.starts_with(&format!("{from}/")) {
-                    return Err(PatchError::Failed(format!("cannot move {from:?} into its own child {path:?}")));
+                    return Err(PatchError::Failed(format!(
+                        "cannot move {from:?} into its own child {path:?}"
+                    )));
                 }
                 let v = remove(&mut out, from)?;
                 add(&mut out, path, v)?;
             }
             "copy" => {
                 let from = str_field(op, "from", i)?;
-                let v = get(&out, &parse_pointer(from)?)
-                    .cloned()
-                    .ok_or_else(|| PatchError::Failed(format!("copy operation does not apply: doc is missing from path: {from}")))?;
+                let v = get(&out, &parse_pointer(from)?).cloned().ok_or_else(|| {
+                    PatchError::Failed(format!(
+                        "copy operation does not apply: doc is missing from path: {from}"
+                    ))
+                })?;
                 add(&mut out, path, v)?;
             }
             "test" => {
@@ -167,11 +193,17 @@ pub fn apply(doc: &Value, ops: &[Value]) -> Result<Value, PatchError> {
                 if !ok {
                     return Err(PatchError::Failed(format!(
                         "testing value {path} failed: test operation for path {path:?} failed, expected {want}, found {}",
-                        found.map(|v| v.to_string()).unwrap_or_else(|| "nothing".into())
+                        found
+                            .map(|v| v.to_string())
+                            .unwrap_or_else(|| "nothing".into())
                     )));
                 }
             }
-            other => return Err(PatchError::Malformed(format!("operation {i}: unknown op {other:?}"))),
+            other => {
+                return Err(PatchError::Malformed(format!(
+                    "operation {i}: unknown op {other:?}"
+                )));
+            }
         }
     }
     Ok(out)
@@ -200,25 +232,72 @@ mod tests {
     #[test]
     fn rfc6902_vectors() {
         let doc = json!({"foo":["bar","baz"],"a":{"b":1}});
-        assert_eq!(run(doc.clone(), json!([{"op":"add","path":"/foo/1","value":"q"}])).unwrap()["foo"], json!(["bar","q","baz"]));
-        assert_eq!(run(doc.clone(), json!([{"op":"add","path":"/foo/-","value":"q"}])).unwrap()["foo"], json!(["bar","baz","q"]));
-        assert_eq!(run(doc.clone(), json!([{"op":"remove","path":"/foo/0"}])).unwrap()["foo"], json!(["baz"]));
-        assert_eq!(run(doc.clone(), json!([{"op":"replace","path":"/a/b","value":2}])).unwrap()["a"]["b"], 2);
-        let moved = run(doc.clone(), json!([{"op":"move","from":"/a/b","path":"/c"}])).unwrap();
+        assert_eq!(
+            run(
+                doc.clone(),
+                json!([{"op":"add","path":"/foo/1","value":"q"}])
+            )
+            .unwrap()["foo"],
+            json!(["bar", "q", "baz"])
+        );
+        assert_eq!(
+            run(
+                doc.clone(),
+                json!([{"op":"add","path":"/foo/-","value":"q"}])
+            )
+            .unwrap()["foo"],
+            json!(["bar", "baz", "q"])
+        );
+        assert_eq!(
+            run(doc.clone(), json!([{"op":"remove","path":"/foo/0"}])).unwrap()["foo"],
+            json!(["baz"])
+        );
+        assert_eq!(
+            run(
+                doc.clone(),
+                json!([{"op":"replace","path":"/a/b","value":2}])
+            )
+            .unwrap()["a"]["b"],
+            2
+        );
+        let moved = run(
+            doc.clone(),
+            json!([{"op":"move","from":"/a/b","path":"/c"}]),
+        )
+        .unwrap();
         assert_eq!(moved["c"], 1);
         assert!(moved["a"].get("b").is_none());
-        assert_eq!(run(doc.clone(), json!([{"op":"copy","from":"/a","path":"/d"}])).unwrap()["d"], json!({"b":1}));
+        assert_eq!(
+            run(doc.clone(), json!([{"op":"copy","from":"/a","path":"/d"}])).unwrap()["d"],
+            json!({"b":1})
+        );
         assert!(run(doc.clone(), json!([{"op":"remove","path":"/nope"}])).is_err());
         assert!(run(doc.clone(), json!([{"op":"add","path":"/foo/5","value":1}])).is_err());
         assert!(run(doc.clone(), json!([{"op":"replace","path":"/x","value":1}])).is_err());
-        assert_eq!(run(json!({"a~b":{"c/d":1}}), json!([{"op":"test","path":"/a~0b/c~1d","value":1}])).unwrap()["a~b"]["c/d"], 1);
+        assert_eq!(
+            run(
+                json!({"a~b":{"c/d":1}}),
+                json!([{"op":"test","path":"/a~0b/c~1d","value":1}])
+            )
+            .unwrap()["a~b"]["c/d"],
+            1
+        );
     }
 
     #[test]
     fn shape_errors() {
         assert!(matches!(parse(b"{}"), Err(PatchError::Malformed(_))));
-        assert!(matches!(parse(b"[{\"op\":\"bogus\",\"path\":\"/a\"}]").map(|o| apply(&json!({}), &o)), Ok(Err(PatchError::Malformed(_)))));
-        let many = Value::Array(vec![json!({"op":"test","path":"","value":null}); MAX_OPERATIONS + 1]);
-        assert_eq!(parse(many.to_string().as_bytes()), Err(PatchError::TooManyOperations(MAX_OPERATIONS + 1)));
+        assert!(matches!(
+            parse(b"[{\"op\":\"bogus\",\"path\":\"/a\"}]").map(|o| apply(&json!({}), &o)),
+            Ok(Err(PatchError::Malformed(_)))
+        ));
+        let many = Value::Array(vec![
+            json!({"op":"test","path":"","value":null});
+            MAX_OPERATIONS + 1
+        ]);
+        assert_eq!(
+            parse(many.to_string().as_bytes()),
+            Err(PatchError::TooManyOperations(MAX_OPERATIONS + 1))
+        );
     }
 }

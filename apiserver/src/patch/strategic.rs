@@ -29,13 +29,19 @@ pub fn list_strategy(path: &str) -> Option<ListStrategy> {
 }
 
 fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
 }
 
 /// Applies a strategic merge patch to `target`.
 pub fn apply(target: &Value, patch: &Value) -> Result<Value, PatchError> {
     let Value::Object(p) = patch else {
-        return Err(PatchError::Malformed("a strategic merge patch must be a JSON object".into()));
+        return Err(PatchError::Malformed(
+            "a strategic merge patch must be a JSON object".into(),
+        ));
     };
     let mut out = target.clone();
     merge_map(&mut out, p, "")?;
@@ -55,15 +61,23 @@ fn merge_map(target: &mut Value, patch: &Map<String, Value>, path: &str) -> Resu
             return Ok(());
         }
         Some("merge") | None => {}
-        Some(other) => return Err(PatchError::Malformed(format!("unknown patch directive $patch: {other}"))),
+        Some(other) => {
+            return Err(PatchError::Malformed(format!(
+                "unknown patch directive $patch: {other}"
+            )));
+        }
     }
     if !target.is_object() {
         *target = Value::Object(Map::new());
     }
-    let Value::Object(map) = target else { return Ok(()) };
+    let Value::Object(map) = target else {
+        return Ok(());
+    };
     if let Some(keep) = patch.get("$retainKeys") {
         let Value::Array(keep) = keep else {
-            return Err(PatchError::Malformed("$retainKeys must be a list of field names".into()));
+            return Err(PatchError::Malformed(
+                "$retainKeys must be a list of field names".into(),
+            ));
         };
         let keep: Vec<&str> = keep.iter().filter_map(Value::as_str).collect();
         map.retain(|k, _| keep.contains(&k.as_str()));
@@ -82,7 +96,9 @@ fn merge_map(target: &mut Value, patch: &Map<String, Value>, path: &str) -> Resu
             continue;
         }
         if k.starts_with('$') {
-            return Err(PatchError::Malformed(format!("unknown patch directive {k}")));
+            return Err(PatchError::Malformed(format!(
+                "unknown patch directive {k}"
+            )));
         }
         let child = join(path, k);
         match v {
@@ -97,7 +113,9 @@ fn merge_map(target: &mut Value, patch: &Map<String, Value>, path: &str) -> Resu
                 }
             }
             Value::Array(items) => match (list_strategy(&child), map.get_mut(k)) {
-                (Some(strategy), Some(Value::Array(existing))) => merge_list(existing, items, strategy, &child)?,
+                (Some(strategy), Some(Value::Array(existing))) => {
+                    merge_list(existing, items, strategy, &child)?
+                }
                 _ => {
                     let clean: Vec<Value> = items
                         .iter()
@@ -115,7 +133,12 @@ fn merge_map(target: &mut Value, patch: &Map<String, Value>, path: &str) -> Resu
     Ok(())
 }
 
-fn merge_list(existing: &mut Vec<Value>, items: &[Value], strategy: ListStrategy, path: &str) -> Result<(), PatchError> {
+fn merge_list(
+    existing: &mut Vec<Value>,
+    items: &[Value],
+    strategy: ListStrategy,
+    path: &str,
+) -> Result<(), PatchError> {
     match strategy {
         ListStrategy::PrimitiveSet => {
             for item in items {
@@ -127,10 +150,14 @@ fn merge_list(existing: &mut Vec<Value>, items: &[Value], strategy: ListStrategy
         ListStrategy::Keyed(key) => {
             for item in items {
                 let Value::Object(im) = item else {
-                    return Err(PatchError::Malformed(format!("{path}: list elements must be objects keyed by {key:?}")));
+                    return Err(PatchError::Malformed(format!(
+                        "{path}: list elements must be objects keyed by {key:?}"
+                    )));
                 };
                 let Some(id) = im.get(key) else {
-                    return Err(PatchError::Malformed(format!("{path}: element is missing its merge key {key:?}")));
+                    return Err(PatchError::Malformed(format!(
+                        "{path}: element is missing its merge key {key:?}"
+                    )));
                 };
                 let pos = existing.iter().position(|e| e.get(key) == Some(id));
                 let delete = im.get("$patch").and_then(Value::as_str) == Some("delete");
@@ -168,20 +195,35 @@ mod tests {
 
     #[test]
     fn finalizers_and_owner_references() {
-        let obj = json!({"metadata":{"finalizers":["x","y"],"ownerReferences":[{"uid":"1","name":"a"}]}});
-        let out = apply(&obj, &json!({"metadata":{"$deleteFromPrimitiveList/finalizers":["x"]}})).unwrap();
+        let obj =
+            json!({"metadata":{"finalizers":["x","y"],"ownerReferences":[{"uid":"1","name":"a"}]}});
+        let out = apply(
+            &obj,
+            &json!({"metadata":{"$deleteFromPrimitiveList/finalizers":["x"]}}),
+        )
+        .unwrap();
         assert_eq!(out["metadata"]["finalizers"], json!(["y"]));
         let out = apply(&obj, &json!({"metadata":{"finalizers":["z"],"ownerReferences":[{"uid":"2","name":"b"},{"uid":"1","name":"a2"}]}})).unwrap();
-        assert_eq!(out["metadata"]["finalizers"], json!(["x","y","z"]));
-        assert_eq!(out["metadata"]["ownerReferences"], json!([{"uid":"1","name":"a2"},{"uid":"2","name":"b"}]));
-        let out = apply(&obj, &json!({"metadata":{"ownerReferences":[{"uid":"1","$patch":"delete"}]}})).unwrap();
+        assert_eq!(out["metadata"]["finalizers"], json!(["x", "y", "z"]));
+        assert_eq!(
+            out["metadata"]["ownerReferences"],
+            json!([{"uid":"1","name":"a2"},{"uid":"2","name":"b"}])
+        );
+        let out = apply(
+            &obj,
+            &json!({"metadata":{"ownerReferences":[{"uid":"1","$patch":"delete"}]}}),
+        )
+        .unwrap();
         assert_eq!(out["metadata"]["ownerReferences"], json!([]));
     }
 
     #[test]
     fn unknown_lists_are_replaced() {
         let obj = json!({"spec":{"xs":[1,2]}});
-        assert_eq!(apply(&obj, &json!({"spec":{"xs":[3]}})).unwrap()["spec"]["xs"], json!([3]));
+        assert_eq!(
+            apply(&obj, &json!({"spec":{"xs":[3]}})).unwrap()["spec"]["xs"],
+            json!([3])
+        );
         assert!(apply(&obj, &json!([1])).is_err());
     }
 }

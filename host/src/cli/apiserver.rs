@@ -28,13 +28,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut config = Config::ephemeral(&args.data_dir);
     config.listen = args.listen;
     config.store.retention = args.watch_retention;
-    let server = Server::start(config)
-        .await
-        .with_context(|| format!("starting the API server with data in {}", args.data_dir.display()))?;
+    let server = Server::start(config).await.with_context(|| {
+        format!(
+            "starting the API server with data in {}",
+            args.data_dir.display()
+        )
+    })?;
     println!("capw apiserver listening on {}", server.url());
     println!("kubeconfig: {}", server.kubeconfig_path().display());
-    println!("try: KUBECONFIG={} kubectl get namespaces", server.kubeconfig_path().display());
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    println!(
+        "try: KUBECONFIG={} kubectl get namespaces",
+        server.kubeconfig_path().display()
+    );
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
     server.shutdown().await;
     Ok(())
 }
