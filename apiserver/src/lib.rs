@@ -19,6 +19,7 @@ pub mod http;
 pub mod kubeconfig;
 pub mod meta;
 pub mod patch;
+pub mod protobuf;
 pub mod registry;
 pub mod schema;
 pub mod selector;

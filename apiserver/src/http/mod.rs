@@ -214,10 +214,22 @@ fn decode_object(ct: &str, bytes: &[u8]) -> Result<Value, ApiError> {
             .map_err(|e| {
                 ApiError::bad_request(format!("the request body is not valid YAML: {e}"))
             })?,
+        "application/vnd.kubernetes.protobuf" => {
+            crate::protobuf::decode(bytes).map_err(|e| match e {
+                crate::protobuf::ProtobufError::UnsupportedKind(_) => {
+                    let mut err =
+                        ApiError::unsupported_media(&["application/json", "application/yaml"]);
+                    err.message = e.to_string();
+                    err
+                }
+                other => ApiError::bad_request(other.to_string()),
+            })?
+        }
         _ => {
             return Err(ApiError::unsupported_media(&[
                 "application/json",
                 "application/yaml",
+                "application/vnd.kubernetes.protobuf",
             ]));
         }
     };

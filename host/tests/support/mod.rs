@@ -1,0 +1,98 @@
+//! Shared pieces of the end-to-end tests: the `capw apiserver` child process, locating the
+//! client tools, and a kube client for the generated kubeconfig.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// The workspace root (tools and fixtures are found relative to it).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// A `capw apiserver` child process.
+pub struct ApiServer {
+    pub child: Child,
+    pub kubeconfig: PathBuf,
+    pub url: String,
+}
+
+impl ApiServer {
+    /// Starts the binary on a free loopback port with its data in `data_dir`.
+    pub fn start(data_dir: &Path) -> ApiServer {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_capw"))
+            .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("capw apiserver starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let mut url = String::new();
+        let mut kubeconfig = PathBuf::new();
+        for line in lines.by_ref() {
+            let line = line.expect("stdout line");
+            if let Some(u) = line.strip_prefix("capw apiserver listening on ") {
+                url = u.to_string();
+            }
+            if let Some(k) = line.strip_prefix("kubeconfig: ") {
+                kubeconfig = PathBuf::from(k);
+                break;
+            }
+        }
+        assert!(
+            !url.is_empty() && kubeconfig.exists(),
+            "capw apiserver did not report its address"
+        );
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        ApiServer {
+            child,
+            kubeconfig,
+            url,
+        }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A tool the tests need, from an env override or the place `scripts/test` installs it.
+/// Missing tools fail the test: CI must never skip these.
+pub fn tool(env: &str, default: &str, install_hint: &str) -> PathBuf {
+    let path = std::env::var_os(env)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(default));
+    assert!(
+        path.exists(),
+        "{} not found at {}: {install_hint} (or set {env})",
+        default,
+        path.display()
+    );
+    path
+}
+
+pub async fn kube_client(kubeconfig: &Path) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    kube::Client::try_from(cfg).expect("client")
+}
