@@ -25,9 +25,15 @@ pub struct ApiServer {
 impl ApiServer {
     /// Starts the binary on a free loopback port with its data in `data_dir`.
     pub fn start(data_dir: &Path) -> ApiServer {
+        Self::start_with(data_dir, &[])
+    }
+
+    /// As [`ApiServer::start`], with extra `capw apiserver` flags.
+    pub fn start_with(data_dir: &Path, extra: &[&str]) -> ApiServer {
         let mut child = Command::new(env!("CARGO_BIN_EXE_capw"))
             .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
