@@ -1,11 +1,12 @@
 //! Durable object storage: every object in memory for reads, written through to redb.
 //!
-//! Each mutation is one durable redb transaction holding the object (or its removal), the
-//! event-log row and the revision counter, so an acknowledged write survives `kill -9` and a
-//! resourceVersion is never reused. A single writer (an async mutex held across the commit)
-//! orders commits; events are published to watchers under the state lock right after the
-//! commit, so a watcher that subscribes while holding the read lock sees every later event
-//! exactly once and in commit order.
+//! Each mutation is part of one durable redb transaction holding the object (or its removal),
+//! the event-log row and the revision counter, so an acknowledged write survives `kill -9` and
+//! a resourceVersion is never reused. Writes are staged in RV order under one lock (the single
+//! writer), then made durable by group commit: whichever writer finds no commit running takes
+//! every staged write into one transaction, as etcd batches its backend commits. Only after the
+//! commit are the objects visible to readers, the events published to watchers (in commit order)
+//! and the writers answered.
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::{Value, json};
@@ -13,6 +14,26 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::sync::{Mutex, broadcast, watch};
+
+/// Writes accepted and numbered but not yet durable.
+#[derive(Default)]
+struct Staging {
+    /// Staged events in RV order.
+    batch: Vec<Arc<Event>>,
+    /// The newest staged content per key (`None` = deleted), read by later writers.
+    overlay: HashMap<ObjKey, Option<Arc<Value>>>,
+    /// The last RV handed out.
+    last_rv: u64,
+    /// Bumped when a commit fails: writes staged in an older epoch are void.
+    epoch: u64,
+}
+
+/// What has been made durable: `(epoch, rv)`.
+#[derive(Default, Clone, Copy)]
+struct Durable {
+    epoch: u64,
+    rv: u64,
+}
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
@@ -212,7 +233,10 @@ impl State {
 pub struct Store {
     db: RwLock<Option<Arc<Database>>>,
     state: RwLock<State>,
-    writer: Mutex<()>,
+    staging: std::sync::Mutex<Staging>,
+    /// Held by the one writer that is committing a batch.
+    committer: Mutex<()>,
+    durable: std::sync::Mutex<Durable>,
     events: broadcast::Sender<Arc<Event>>,
     rv_tx: watch::Sender<u64>,
     config: StoreConfig,
@@ -270,11 +294,21 @@ impl Store {
         };
         let (rv_tx, _) = watch::channel(state.rv);
         let persistent = db.is_some();
+        let staging = Staging {
+            last_rv: state.rv,
+            ..Default::default()
+        };
+        let durable = Durable {
+            epoch: 0,
+            rv: state.rv,
+        };
         Ok(Store {
             persistent,
             db: RwLock::new(db),
             state: RwLock::new(state),
-            writer: Mutex::new(()),
+            staging: std::sync::Mutex::new(staging),
+            committer: Mutex::new(()),
+            durable: std::sync::Mutex::new(durable),
             events,
             rv_tx,
             config,
@@ -284,7 +318,7 @@ impl Store {
     /// Closes the database file: later writes fail with a storage error. Waits (briefly) until
     /// no commit still holds it, so the same file can be opened again in this process.
     pub async fn close(&self) {
-        let _guard = self.writer.lock().await;
+        let _guard = self.committer.lock().await;
         let db = self.db.write().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(db) = db {
             for _ in 0..200 {
@@ -418,8 +452,17 @@ impl Store {
         (items, st.rv, rx)
     }
 
-    /// Runs one mutation of `key`. `f` sees the current object and proposes the new state.
-    /// With `dry_run` nothing is persisted or published.
+    fn staging(&self) -> std::sync::MutexGuard<'_, Staging> {
+        self.staging.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn durable(&self) -> std::sync::MutexGuard<'_, Durable> {
+        self.durable.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs one mutation of `key`. `f` sees the current object (including writes staged but
+    /// not yet committed) and proposes the new state. Returns once the change is durable and
+    /// visible. With `dry_run` nothing is persisted or published.
     pub async fn write<E>(
         &self,
         key: &ObjKey,
@@ -429,68 +472,130 @@ impl Store {
     where
         E: From<StoreError>,
     {
-        let _guard = self.writer.lock().await;
-        let current = self.get(key);
-        let proposed = f(current.as_ref())?;
-        let next_rv = self.current_rv() + 1;
-        let (kind, mut object) = match (proposed, &current) {
-            (Proposed::Put(new), Some(cur)) if same_ignoring_rv(&new, cur) => {
-                return Ok(Outcome::Unchanged(cur.clone()));
-            }
-            (Proposed::Put(new), Some(_)) => (EventType::Modified, new),
-            (Proposed::Put(new), None) => (EventType::Added, new),
-            (Proposed::Delete(content), Some(cur)) => (
-                EventType::Deleted,
-                content.unwrap_or_else(|| (**cur).clone()),
-            ),
-            (Proposed::Delete(_), None) => {
-                return Err(StoreError::Txn(format!(
-                    "delete of absent object {}/{}",
-                    key.gr, key.name
-                ))
-                .into());
-            }
-        };
-        if dry_run {
-            let obj = Arc::new(object);
-            return Ok(match kind {
+        let (rv, epoch, outcome) = {
+            let mut st = self.staging();
+            let current = match st.overlay.get(key) {
+                Some(staged) => staged.clone(),
+                None => self.get(key),
+            };
+            let proposed = f(current.as_ref())?;
+            let (kind, mut object) = match (proposed, &current) {
+                (Proposed::Put(new), Some(cur)) if same_ignoring_rv(&new, cur) => {
+                    return Ok(Outcome::Unchanged(cur.clone()));
+                }
+                (Proposed::Put(new), Some(_)) => (EventType::Modified, new),
+                (Proposed::Put(new), None) => (EventType::Added, new),
+                (Proposed::Delete(content), Some(cur)) => (
+                    EventType::Deleted,
+                    content.unwrap_or_else(|| (**cur).clone()),
+                ),
+                (Proposed::Delete(_), None) => {
+                    let msg = format!("delete of absent object {}/{}", key.gr, key.name);
+                    return Err(StoreError::Txn(msg).into());
+                }
+            };
+            let wrap = |obj: Arc<Value>| match kind {
                 EventType::Added => Outcome::Created(obj),
                 EventType::Modified => Outcome::Updated(obj),
                 EventType::Deleted => Outcome::Deleted(obj),
+            };
+            if dry_run {
+                return Ok(wrap(Arc::new(object)));
+            }
+            let rv = st.last_rv + 1;
+            set_rv(&mut object, rv);
+            let object = Arc::new(object);
+            let event = Arc::new(Event {
+                rv,
+                kind,
+                key: key.clone(),
+                object: object.clone(),
+                prev: current,
             });
+            st.last_rv = rv;
+            st.batch.push(event);
+            st.overlay.insert(
+                key.clone(),
+                (kind != EventType::Deleted).then(|| object.clone()),
+            );
+            (rv, st.epoch, wrap(object))
+        };
+        self.make_durable(rv, epoch).await?;
+        Ok(outcome)
+    }
+
+    /// Waits until `rv` is committed, committing the staged batch if nobody else is.
+    async fn make_durable(&self, rv: u64, epoch: u64) -> Result<(), StoreError> {
+        loop {
+            let _turn = self.committer.lock().await;
+            let done = *self.durable();
+            if done.epoch != epoch {
+                return Err(StoreError::Txn(
+                    "an earlier write in the same commit failed; retry".into(),
+                ));
+            }
+            if done.rv >= rv {
+                return Ok(());
+            }
+            let batch = std::mem::take(&mut self.staging().batch);
+            if batch.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.persist(&batch).await {
+                // Everything staged was computed on top of the failed batch: void it all.
+                let mut st = self.staging();
+                st.epoch += 1;
+                st.batch.clear();
+                st.overlay.clear();
+                st.last_rv = self.current_rv();
+                self.durable().epoch = st.epoch;
+                return Err(e);
+            }
+            self.publish(&batch);
         }
-        set_rv(&mut object, next_rv);
-        let object = Arc::new(object);
-        let event = Arc::new(Event {
-            rv: next_rv,
-            kind,
-            key: key.clone(),
-            object: object.clone(),
-            prev: current,
-        });
-        self.persist(&event).await?;
+    }
+
+    /// Makes a committed batch visible: memory, watch events, then the staged overlay.
+    fn publish(&self, batch: &[Arc<Event>]) {
+        let last = batch.last().map_or(0, |e| e.rv);
         {
             let mut st = self.write_state();
-            st.rv = next_rv;
-            st.index(key, (kind != EventType::Deleted).then_some(&object));
-            st.log.push_back(event.clone());
+            for ev in batch {
+                st.rv = ev.rv;
+                st.index(
+                    &ev.key,
+                    (ev.kind != EventType::Deleted).then_some(&ev.object),
+                );
+                st.log.push_back(ev.clone());
+                // Nobody listening is fine: watchers come and go.
+                let _ = self.events.send(ev.clone());
+            }
             while st.log.len() > self.config.retention {
                 if let Some(old) = st.log.pop_front() {
                     st.compacted = old.rv;
                 }
             }
-            // Nobody listening is fine: watchers come and go.
-            let _ = self.events.send(event);
         }
-        self.rv_tx.send_replace(next_rv);
-        Ok(match kind {
-            EventType::Added => Outcome::Created(object),
-            EventType::Modified => Outcome::Updated(object),
-            EventType::Deleted => Outcome::Deleted(object),
-        })
+        {
+            // Later writers may have staged newer content for the same keys: keep those.
+            let mut st = self.staging();
+            for ev in batch {
+                let applied = (ev.kind != EventType::Deleted).then_some(&ev.object);
+                let same = match st.overlay.get(&ev.key) {
+                    Some(Some(staged)) => applied.is_some_and(|a| Arc::ptr_eq(a, staged)),
+                    Some(None) => applied.is_none(),
+                    None => false,
+                };
+                if same {
+                    st.overlay.remove(&ev.key);
+                }
+            }
+        }
+        self.durable().rv = last;
+        self.rv_tx.send_replace(last);
     }
 
-    async fn persist(&self, event: &Arc<Event>) -> Result<(), StoreError> {
+    async fn persist(&self, batch: &[Arc<Event>]) -> Result<(), StoreError> {
         let db = self.db.read().unwrap_or_else(|p| p.into_inner()).clone();
         let Some(db) = db else {
             return if self.persistent {
@@ -501,35 +606,38 @@ impl Store {
                 Ok(())
             };
         };
-        let event = event.clone();
+        let batch = batch.to_vec();
         let retention = self.config.retention as u64;
         tokio::task::spawn_blocking(move || {
             let txn = db.begin_write().map_err(txn_err)?;
             {
                 let mut objects = txn.open_table(OBJECTS).map_err(txn_err)?;
-                let key = event.key.db_key();
-                if event.kind == EventType::Deleted {
-                    objects.remove(key.as_str()).map_err(txn_err)?;
-                } else {
-                    let bytes = serde_json::to_vec(&*event.object).map_err(txn_err)?;
-                    objects
-                        .insert(key.as_str(), bytes.as_slice())
-                        .map_err(txn_err)?;
-                }
                 let mut events = txn.open_table(EVENTS).map_err(txn_err)?;
-                let row = json!({
-                    "type": event.kind.as_str(),
-                    "gr": &*event.key.gr, "ns": event.key.ns, "name": event.key.name,
-                    "object": &*event.object,
-                    "prev": event.prev.as_deref(),
-                });
-                let bytes = serde_json::to_vec(&row).map_err(txn_err)?;
-                events.insert(event.rv, bytes.as_slice()).map_err(txn_err)?;
+                for event in &batch {
+                    let key = event.key.db_key();
+                    if event.kind == EventType::Deleted {
+                        objects.remove(key.as_str()).map_err(txn_err)?;
+                    } else {
+                        let bytes = serde_json::to_vec(&*event.object).map_err(txn_err)?;
+                        objects
+                            .insert(key.as_str(), bytes.as_slice())
+                            .map_err(txn_err)?;
+                    }
+                    let row = json!({
+                        "type": event.kind.as_str(),
+                        "gr": &*event.key.gr, "ns": event.key.ns, "name": event.key.name,
+                        "object": &*event.object,
+                        "prev": event.prev.as_deref(),
+                    });
+                    let bytes = serde_json::to_vec(&row).map_err(txn_err)?;
+                    events.insert(event.rv, bytes.as_slice()).map_err(txn_err)?;
+                }
+                let (first, last) = (batch[0].rv, batch[batch.len() - 1].rv);
                 let mut meta = txn.open_table(META).map_err(txn_err)?;
-                meta.insert("rv", event.rv).map_err(txn_err)?;
-                // Compact in batches so most commits touch only three rows.
-                if event.rv % 1024 == 0 && event.rv > retention {
-                    let floor = event.rv - retention;
+                meta.insert("rv", last).map_err(txn_err)?;
+                // Compact when the batch crosses a 1024 boundary, so most commits touch few pages.
+                if last / 1024 != (first - 1) / 1024 && last > retention {
+                    let floor = last - retention;
                     events.retain_in(..=floor, |_, _| false).map_err(txn_err)?;
                 }
             }
@@ -647,6 +755,80 @@ mod tests {
             vec![EventType::Added, EventType::Modified]
         );
         assert_eq!(s.by_uid("u-a"), Some(key));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn group_commit_serializes_writers_on_one_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(Store::open(Some(dir.path()), StoreConfig::default()).unwrap());
+        let key = ObjKey::new("/configmaps", "default", "counter");
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let (s, key) = (s.clone(), key.clone());
+                tokio::spawn(async move {
+                    s.write::<E>(&key, false, |cur| {
+                        let n = cur.map_or(0, |c| c["spec"]["v"].as_i64().unwrap());
+                        Ok(Proposed::Put(obj("counter", n + 1)))
+                    })
+                    .await
+                    .unwrap()
+                })
+            })
+            .collect();
+        let mut rvs = vec![];
+        for t in tasks {
+            rvs.push(
+                t.await.unwrap().object()["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        assert_eq!(
+            s.get(&key).unwrap()["spec"]["v"],
+            64,
+            "every writer saw the one before it"
+        );
+        rvs.sort();
+        rvs.dedup();
+        assert_eq!(rvs.len(), 64);
+        let (backlog, _, _) = s.subscribe(0).unwrap();
+        let order: Vec<i64> = backlog
+            .iter()
+            .map(|e| e.object["spec"]["v"].as_i64().unwrap())
+            .collect();
+        assert_eq!(
+            order,
+            (1..=64).collect::<Vec<_>>(),
+            "events in commit order"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_commit_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(Some(dir.path()), StoreConfig::default()).unwrap();
+        let key = ObjKey::new("/configmaps", "default", "a");
+        s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("a", 1))))
+            .await
+            .unwrap();
+        s.close().await;
+        assert!(
+            s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("a", 2))))
+                .await
+                .is_err()
+        );
+        assert_eq!(s.get(&key).unwrap()["spec"]["v"], 1);
+        assert_eq!(s.current_rv(), 1);
+        // The next attempt is numbered from the last durable RV, not past the failed one.
+        assert!(
+            s.write::<E>(&key, false, |cur| {
+                assert_eq!(cur.unwrap()["spec"]["v"], 1);
+                Ok(Proposed::Put(obj("a", 3)))
+            })
+            .await
+            .is_err()
+        );
     }
 
     #[tokio::test]
