@@ -90,17 +90,15 @@ pub fn on_write(b: Builtin, obj: &mut Value, old: Option<&Value>) -> Vec<Cause> 
             immutable_data(obj, old, &mut errs);
         }
         Builtin::ConfigMap => immutable_data(obj, old, &mut errs),
-        Builtin::Namespace => {
-            if old.is_none() {
-                let spec = obj
-                    .as_object_mut()
-                    .map(|m| m.entry("spec").or_insert_with(|| json!({})));
-                if let Some(Value::Object(spec)) = spec {
-                    spec.entry("finalizers")
-                        .or_insert_with(|| json!(["kubernetes"]));
-                }
-                obj["status"] = json!({"phase": "Active"});
+        Builtin::Namespace if old.is_none() => {
+            let spec = obj
+                .as_object_mut()
+                .map(|m| m.entry("spec").or_insert_with(|| json!({})));
+            if let Some(Value::Object(spec)) = spec {
+                spec.entry("finalizers")
+                    .or_insert_with(|| json!(["kubernetes"]));
             }
+            obj["status"] = json!({"phase": "Active"});
         }
         Builtin::Crd => errs.extend(validate_crd(obj, old)),
         _ => {}

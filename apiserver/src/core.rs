@@ -320,10 +320,11 @@ impl Core {
                 "resourceVersion should not be set on objects to be created",
             ));
         }
-        if rt.status_subresource && (rt.is_custom() || rt.builtin == Some(Builtin::Crd)) {
-            if let Some(m) = body.as_object_mut() {
-                m.remove("status");
-            }
+        if rt.status_subresource
+            && (rt.is_custom() || rt.builtin == Some(Builtin::Crd))
+            && let Some(m) = body.as_object_mut()
+        {
+            m.remove("status");
         }
         let mut obj = Self::from_view(rt, body);
         let m = meta_mut(&mut obj);

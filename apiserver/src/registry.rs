@@ -486,7 +486,7 @@ impl Registry {
             }
         }
         for (_, vs) in out.iter_mut() {
-            vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+            vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         }
         out
     }
@@ -524,7 +524,7 @@ mod tests {
     #[test]
     fn versions_sort_like_kubernetes() {
         let mut v = vec!["v1alpha1", "v1", "v1beta2", "v2", "v1beta1"];
-        v.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        v.sort_by_key(|x| std::cmp::Reverse(version_priority(x)));
         assert_eq!(v, vec!["v2", "v1", "v1beta2", "v1beta1", "v1alpha1"]);
     }
 

@@ -41,7 +41,7 @@ pub struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
-    pub subject: Option<Subject>,
+    pub subject: Option<Box<Subject>>,
     pub causes: Vec<Cause>,
     pub retry_after: Option<u32>,
 }
@@ -68,12 +68,12 @@ impl ApiError {
     }
 
     fn about(mut self, group: &str, kind: &str, name: &str) -> Self {
-        self.subject = Some(Subject {
+        self.subject = Some(Box::new(Subject {
             group: group.to_string(),
             kind: kind.to_string(),
             name: name.to_string(),
             uid: None,
-        });
+        }));
         self
     }
 

@@ -173,9 +173,15 @@ impl Default for StoreConfig {
     }
 }
 
+/// The objects of one resource, by `(namespace, name)`.
+type Objects = BTreeMap<(String, String), Arc<Value>>;
+
+/// A watch start: retained events after the requested RV, the live feed, the current RV.
+pub type Subscription = (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>, u64);
+
 #[derive(Default)]
 struct State {
-    objects: HashMap<Arc<str>, BTreeMap<(String, String), Arc<Value>>>,
+    objects: HashMap<Arc<str>, Objects>,
     uids: HashMap<String, ObjKey>,
     dependents: HashMap<String, BTreeSet<ObjKey>>,
     rv: u64,
@@ -420,10 +426,7 @@ impl Store {
 
     /// Subscribes to events after `from_rv`. Returns the retained backlog and a live receiver,
     /// or `Err(oldest)` when `from_rv` is older than the retained window.
-    pub fn subscribe(
-        &self,
-        from_rv: u64,
-    ) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>, u64), u64> {
+    pub fn subscribe(&self, from_rv: u64) -> Result<Subscription, u64> {
         let st = self.read();
         if from_rv < st.compacted {
             return Err(st.compacted);

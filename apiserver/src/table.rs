@@ -67,7 +67,9 @@ fn filter_matches(v: &Value, filter: &str) -> bool {
     let want = rhs.trim().trim_matches('"').trim_matches('\'');
     let eq = found.first().is_some_and(|f| match f {
         Value::String(s) => s == want,
-        other => other.to_string() == want,
+        Value::Number(n) => n.to_string() == want,
+        Value::Bool(b) => b.to_string() == want,
+        _ => false,
     });
     eq != neq
 }

@@ -220,7 +220,7 @@ fn suite(bin: PathBuf, patcher: PathBuf) {
     let _ = watch.wait();
 
     // wait --for=condition=Ready, satisfied by a status patch from another process.
-    let mut waiter = k
+    let waiter = k
         .cmd(&[
             "wait",
             "--for=condition=Ready",

@@ -60,7 +60,7 @@ fn index(token: &str, len: usize, for_add: bool) -> Result<usize, PatchError> {
     }
     let i: usize = token.parse().map_err(|_| bad())?;
     let limit = if for_add { len } else { len.saturating_sub(1) };
-    if (for_add && i > limit) || (!for_add && (len == 0 || i > limit)) {
+    if i > limit || (!for_add && len == 0) {
         return Err(PatchError::Failed(format!(
             "array index {i} out of bounds (length {len})"
         )));
