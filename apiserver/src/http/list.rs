@@ -35,6 +35,17 @@ impl Filter {
                 )));
             }
         }
+        let mut fields = fields;
+        if rt.builtin == Some(crate::registry::Builtin::EventV1) {
+            // Selectors name events.k8s.io fields; objects are stored in the core/v1 form.
+            for (f, _, _) in fields.0.iter_mut() {
+                if let Some(rest) = f.strip_prefix("regarding.") {
+                    *f = format!("involvedObject.{rest}");
+                } else if f == "reportingController" {
+                    *f = "reportingComponent".into();
+                }
+            }
+        }
         Ok(Filter { labels, fields })
     }
 

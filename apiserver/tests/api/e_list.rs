@@ -262,4 +262,13 @@ async fn e66_core_events_by_involved_object() {
         .json();
     assert_eq!(names(&list), vec!["e1"]);
     assert_eq!(list["items"][0]["message"], "hello");
+    let v1 = t
+        .get(&format!(
+            "/apis/events.k8s.io/v1/namespaces/default/events?fieldSelector={}",
+            q("regarding.name=w1")
+        ))
+        .await
+        .json();
+    assert_eq!(names(&v1), vec!["e1"]);
+    assert_eq!(v1["items"][0]["note"], "hello");
 }
