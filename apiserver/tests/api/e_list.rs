@@ -265,7 +265,7 @@ async fn e66_core_events_by_involved_object() {
     let v1 = t
         .get(&format!(
             "/apis/events.k8s.io/v1/namespaces/default/events?fieldSelector={}",
-            q("regarding.name=w1")
+            q("regarding.name=w1,regarding.kind=Widget")
         ))
         .await
         .json();
