@@ -43,7 +43,7 @@ pub use store::StoreConfig;
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// The data directory could not be created or written.
-    #[error("data directory {path}: {source}")]
+    #[error("cannot use the data directory {path}")]
     DataDir {
         path: PathBuf,
         #[source]
@@ -54,7 +54,7 @@ pub enum ServerError {
     Store(#[from] store::StoreError),
     /// The listen address could not be bound.
     #[error(
-        "cannot listen on {addr}: {source} (is another server using the port? pick another with --listen)"
+        "cannot listen on {addr} (is another server using the port? pick another with --listen)"
     )]
     Bind {
         addr: SocketAddr,
@@ -65,7 +65,7 @@ pub enum ServerError {
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
     /// The initial namespaces could not be created.
-    #[error("bootstrapping namespaces: {0}")]
+    #[error("bootstrapping the initial namespaces failed")]
     Bootstrap(#[from] status::ApiError),
 }
 

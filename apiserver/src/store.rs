@@ -43,7 +43,7 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database file could not be opened or created.
-    #[error("opening the database at {path}: {source}")]
+    #[error("cannot open the database at {path} (is another capw using this data directory?)")]
     Open {
         path: String,
         #[source]

@@ -15,7 +15,7 @@ use std::sync::Arc;
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// Reading or writing the CA files failed.
-    #[error("{path}: {source}")]
+    #[error("cannot read or write {path}")]
     Io {
         path: String,
         #[source]
@@ -23,11 +23,11 @@ pub enum TlsError {
     },
     /// Generating or parsing a key or certificate failed.
     #[error(
-        "certificate generation: {0} (delete ca.key and ca.crt in the data directory to start with a new CA)"
+        "certificate generation failed (delete ca.key and ca.crt in the data directory to start with a new CA)"
     )]
     Cert(#[from] rcgen::Error),
     /// rustls rejected the configuration.
-    #[error("TLS configuration: {0}")]
+    #[error("the TLS configuration was rejected")]
     Rustls(#[from] rustls::Error),
 }
 

@@ -3,8 +3,9 @@
 mod cli;
 
 use clap::Parser;
+use std::process::ExitCode;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let args = cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -13,8 +14,17 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?;
-    runtime.block_on(cli::run(args))
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(cli::run(args)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // The chain of causes says what failed and why; a backtrace would only bury it.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
