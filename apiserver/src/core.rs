@@ -327,19 +327,9 @@ impl Core {
             m.remove("status");
         }
         let mut obj = Self::from_view(rt, body);
-        let m = meta_mut(&mut obj);
-        for f in [
-            "uid",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "generation",
-            "selfLink",
-        ] {
-            m.remove(f);
-        }
+        meta::keep_server_fields(&mut obj, None);
         if !applied {
-            m.remove("managedFields");
+            meta_mut(&mut obj).remove("managedFields");
         }
         Self::validate(rt, &mut obj, None, opts, warnings)?;
         let now = meta::now_rfc3339();
@@ -429,7 +419,7 @@ impl Core {
             }
             o
         };
-        meta::keep_server_fields(&mut obj, cur);
+        meta::keep_server_fields(&mut obj, Some(cur));
         if !applied {
             if let Some(mf) = cur.pointer("/metadata/managedFields") {
                 meta_mut(&mut obj).insert("managedFields".into(), mf.clone());

@@ -268,21 +268,25 @@ pub fn validate(obj: &Value, dns_label_name: bool) -> Vec<Cause> {
     out
 }
 
-/// Copies the fields clients may not change from the stored object.
-pub fn keep_server_fields(new: &mut Value, old: &Value) {
-    let old_meta = meta(old).cloned().unwrap_or_default();
+/// ObjectMeta fields only the server sets.
+const SERVER_OWNED: &[&str] = &[
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "selfLink",
+];
+
+/// Copies the fields clients may not change from the stored object (`None`: a new object,
+/// so whatever the client sent for them is dropped).
+pub fn keep_server_fields(new: &mut Value, old: Option<&Value>) {
+    let old_meta = old.and_then(meta).cloned().unwrap_or_default();
     let m = meta_mut(new);
-    for f in [
-        "uid",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "generation",
-        "selfLink",
-    ] {
-        match old_meta.get(f) {
+    for f in SERVER_OWNED {
+        match old_meta.get(*f) {
             Some(v) => m.insert(f.to_string(), v.clone()),
-            None => m.remove(f),
+            None => m.remove(*f),
         };
     }
 }

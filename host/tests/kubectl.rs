@@ -255,7 +255,17 @@ fn suite(bin: PathBuf, patcher: PathBuf) {
     );
     let ev = write(m, "event.yaml", &event);
     k.ok(&["create", "-f", &ev]);
+    // The form kube-runtime's Recorder posts: events.k8s.io/v1 with only an eventTime.
+    let recorded = format!(
+        "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata:\n  name: w1.recorded\nregarding:\n  apiVersion: example.com/v1\n  kind: Widget\n  name: w1\n  namespace: default\n  uid: {uid}\nreason: Reconciled\nnote: recorded by a controller\ntype: Normal\naction: Reconcile\neventTime: \"2026-01-01T00:00:01.000000Z\"\nreportingController: widget-controller\nreportingInstance: widget-controller-0\n"
+    );
+    let rec = write(m, "recorded.yaml", &recorded);
+    k.ok(&["create", "-f", &rec]);
     let described = k.ok(&["describe", "widget", "w1"]);
+    assert!(
+        described.contains("Reconciled") && described.contains("recorded by a controller"),
+        "{described}"
+    );
     assert!(
         described.contains("Events:")
             && described.contains("Provisioned")
