@@ -31,6 +31,9 @@ pub fn typed_check(b: Builtin, obj: &Value) -> Result<(), ApiError> {
         Builtin::Node => decode::<core::Node>(obj),
         Builtin::Lease => decode::<coord::Lease>(obj),
         Builtin::Crd => decode::<ext::CustomResourceDefinition>(obj),
+        Builtin::SelfSubjectAccessReview => {
+            decode::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>(obj)
+        }
         Builtin::Rbac => match obj.get("kind").and_then(Value::as_str) {
             Some("Role") => decode::<rbac::Role>(obj),
             Some("ClusterRole") => decode::<rbac::ClusterRole>(obj),

@@ -14,7 +14,7 @@ pub enum ProtobufError {
     #[error("the protobuf body lacks the Kubernetes envelope (k8s\\0 prefix)")]
     NoEnvelope,
     #[error(
-        "protobuf bodies are accepted for Namespace, ConfigMap, Secret and ServiceAccount only, not {0}; send JSON"
+        "protobuf bodies are accepted for Namespace, ConfigMap, Secret, ServiceAccount and SelfSubjectAccessReview only, not {0}; send JSON"
     )]
     UnsupportedKind(String),
 }
@@ -186,6 +186,42 @@ fn object_meta(buf: &[u8]) -> Result<Value, ProtobufError> {
     Ok(Value::Object(m))
 }
 
+/// `SelfSubjectAccessReviewSpec`: resource or non-resource attributes.
+fn access_review_spec(buf: &[u8]) -> Result<Value, ProtobufError> {
+    const RESOURCE: &[&str] = &[
+        "namespace",
+        "verb",
+        "group",
+        "version",
+        "resource",
+        "subresource",
+        "name",
+    ];
+    const NON_RESOURCE: &[&str] = &["path", "verb"];
+    let mut spec = Map::new();
+    fields(buf, |n, w| {
+        let (key, names) = match n {
+            1 => ("resourceAttributes", RESOURCE),
+            2 => ("nonResourceAttributes", NON_RESOURCE),
+            _ => return Ok(()),
+        };
+        let mut attrs = Map::new();
+        fields(bytes(&w)?, |an, aw| {
+            let name = usize::try_from(an)
+                .ok()
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| names.get(i));
+            if let Some(name) = name {
+                attrs.insert((*name).into(), json!(string(&aw)?));
+            }
+            Ok(())
+        })?;
+        spec.insert(key.into(), Value::Object(attrs));
+        Ok(())
+    })?;
+    Ok(Value::Object(spec))
+}
+
 /// Decodes a `k8s\0`-enveloped protobuf object into its JSON form.
 pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
     let inner = body
@@ -211,8 +247,10 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
     obj.insert("apiVersion".into(), json!(api_version));
     obj.insert("kind".into(), json!(kind));
     let k = kind.as_str();
-    if !matches!(k, "Namespace" | "ConfigMap" | "Secret" | "ServiceAccount") || api_version != "v1"
-    {
+    let core =
+        matches!(k, "Namespace" | "ConfigMap" | "Secret" | "ServiceAccount") && api_version == "v1";
+    let review = k == "SelfSubjectAccessReview" && api_version == "authorization.k8s.io/v1";
+    if !core && !review {
         return Err(ProtobufError::UnsupportedKind(format!(
             "{api_version}/{kind}"
         )));
@@ -269,6 +307,9 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
                     Ok(())
                 })?;
                 push(&mut obj, "imagePullSecrets", json!({"name": name}));
+            }
+            ("SelfSubjectAccessReview", 2) => {
+                obj.insert("spec".into(), access_review_spec(bytes(&w)?)?);
             }
             ("ServiceAccount", 4) => {
                 obj.insert(

@@ -25,6 +25,8 @@ pub enum Builtin {
     Crd,
     /// RBAC objects are stored so manifests apply, but not enforced.
     Rbac,
+    /// Answered, never stored: `kubectl auth can-i` works, and the answer is always yes.
+    SelfSubjectAccessReview,
 }
 
 /// A printer column.
@@ -104,6 +106,9 @@ impl ResourceType {
     }
 
     pub fn verbs(&self) -> Vec<&'static str> {
+        if self.builtin == Some(Builtin::SelfSubjectAccessReview) {
+            return vec!["create"];
+        }
         vec![
             "create",
             "delete",
@@ -326,6 +331,17 @@ fn builtins() -> Vec<ResourceType> {
         rbac("ClusterRole", "clusterroles", false),
         rbac("RoleBinding", "rolebindings", true),
         rbac("ClusterRoleBinding", "clusterrolebindings", false),
+        builtin(
+            "authorization.k8s.io",
+            "v1",
+            "SelfSubjectAccessReview",
+            "selfsubjectaccessreviews",
+            &[],
+            false,
+            false,
+            Builtin::SelfSubjectAccessReview,
+            vec![],
+        ),
     ]
 }
 

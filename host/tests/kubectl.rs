@@ -122,6 +122,10 @@ fn suite(bin: PathBuf, patcher: PathBuf) {
     assert!(version.contains("v1.33.0-capw"), "{version}");
     assert!(k.ok(&["get", "ns"]).contains("kube-system"));
     assert!(k.ok(&["api-resources"]).contains("configmaps"));
+    assert_eq!(
+        k.ok(&["auth", "can-i", "create", "configmaps"]).trim(),
+        "yes"
+    );
 
     let crd = repo_root()
         .join("apiserver/tests/fixtures/widget-crd.json")

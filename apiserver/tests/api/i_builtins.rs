@@ -105,6 +105,29 @@ async fn i116_event_views_and_ttl() {
 }
 
 #[tokio::test]
+async fn i118_self_subject_access_review() {
+    let t = start().await;
+    let review = json!({"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview",
+        "spec":{"resourceAttributes":{"verb":"create","resource":"configmaps","namespace":"default"}}});
+    let r = t
+        .send_json(
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            "application/json",
+            &review,
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    assert_eq!(r.json()["status"]["allowed"], true);
+    assert_eq!(
+        t.get("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
+            .await
+            .status,
+        405
+    );
+}
+
+#[tokio::test]
 async fn i117_leases() {
     let t = start().await;
     let l = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
