@@ -269,6 +269,9 @@ impl Core {
             schema::default(obj, s);
             let mut body = obj.clone();
             causes.extend(schema::validate(&mut body, s, ""));
+            if rt.has_cel && causes.is_empty() {
+                causes.extend(schema::validate_cel(&body, s, old));
+            }
         }
         if let Some(b) = rt.builtin {
             causes.extend(builtin::on_write(b, obj, old));

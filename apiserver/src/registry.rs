@@ -70,6 +70,8 @@ pub struct ResourceType {
     pub schema: Option<Value>,
     pub columns: Vec<Column>,
     pub selectable_fields: Vec<String>,
+    /// Whether the schema carries CEL rules (`x-kubernetes-validations`).
+    pub has_cel: bool,
     /// Where objects live in the store (`group/plural`); the events.k8s.io view shares core's.
     pub storage: String,
 }
@@ -197,6 +199,7 @@ fn builtin(
         schema: None,
         columns,
         selectable_fields: vec![],
+        has_cel: false,
         storage: format!("{group}/{plural}"),
     }
 }
@@ -412,6 +415,9 @@ pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
             schema: v.pointer("/schema/openAPIV3Schema").cloned(),
             columns,
             selectable_fields: selectable,
+            has_cel: v
+                .pointer("/schema/openAPIV3Schema")
+                .is_some_and(|s| s.to_string().contains("x-kubernetes-validations")),
             storage: format!("{group}/{plural}"),
         });
     }

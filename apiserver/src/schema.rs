@@ -523,6 +523,29 @@ fn duplicates(items: &[Value], path: &str, key: impl Fn(&Value) -> String, out: 
     }
 }
 
+/// Evaluates the CEL rules (`x-kubernetes-validations`) of the schema; `old` enables
+/// transition rules (`oldSelf`) on updates.
+pub fn validate_cel(obj: &Value, schema: &Value, old: Option<&Value>) -> Vec<Cause> {
+    match kube_cel::validate(schema, obj, old) {
+        Ok(()) => vec![],
+        Err(errors) => errors
+            .into_vec()
+            .into_iter()
+            .map(|e| {
+                let reason = e
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "FieldValueInvalid".into());
+                Cause::new(
+                    &reason,
+                    e.field_path.clone(),
+                    format!("Invalid value: \"object\": {}", e.message),
+                )
+            })
+            .collect(),
+    }
+}
+
 /// The apply list type declared on a schema node.
 pub fn list_type(s: &Value) -> ListType {
     match s.get("x-kubernetes-list-type").and_then(Value::as_str) {

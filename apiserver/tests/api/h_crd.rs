@@ -259,3 +259,66 @@ async fn h112_h113_crd_update_and_delete() {
             .any(|g| g["name"] == "example.com")
     );
 }
+
+#[tokio::test]
+async fn h110_cel_rules_and_transition_rules() {
+    let t = start().await;
+    let mut crd = widget_crd();
+    let spec = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    spec["x-kubernetes-validations"] = json!([
+        {"rule": "self.replicas >= 1", "message": "at least one replica"},
+        {"rule": "!has(oldSelf.color) || self.color == oldSelf.color", "message": "color is immutable"}
+    ]);
+    assert_eq!(
+        t.send_json("POST", CRDS, "application/json", &crd)
+            .await
+            .status,
+        201
+    );
+    install_widgets_wait(&t).await;
+    let mut zero = widget("z", "red");
+    zero["spec"]["replicas"] = json!(0);
+    let r = t
+        .send_json("POST", W, "application/json", &zero)
+        .await
+        .json();
+    assert_eq!(r["code"], 422, "{r}");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("at least one replica"),
+        "{r}"
+    );
+    assert_eq!(
+        t.send_json("POST", W, "application/json", &widget("w", "red"))
+            .await
+            .status,
+        201
+    );
+    let r = t
+        .send_json(
+            "PATCH",
+            &format!("{W}/w"),
+            "application/merge-patch+json",
+            &json!({"spec":{"color":"blue"}}),
+        )
+        .await
+        .json();
+    assert_eq!(r["code"], 422, "transition rule with oldSelf: {r}");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("color is immutable")
+    );
+    let r = t
+        .send_json(
+            "PATCH",
+            &format!("{W}/w"),
+            "application/merge-patch+json",
+            &json!({"spec":{"replicas":2}}),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+}
