@@ -128,6 +128,11 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
 }
 
 async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
+    let span = tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
+    tracing::Instrument::instrument(serve_request(app, req), span).await
+}
+
+async fn serve_request(app: Arc<App>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     if !authorized(&parts.headers, &app.token) {
         return error_response(&ApiError::unauthorized());

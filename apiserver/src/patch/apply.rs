@@ -423,17 +423,23 @@ pub fn apply(
         }
     }
     merge_applied(&mut out, &body, "", types);
-    let entry = ManagedEntry {
-        manager: who.manager.to_string(),
-        operation: "Apply".into(),
-        api_version: who.api_version.to_string(),
-        time: who.now.to_string(),
-        subresource: who.subresource.to_string(),
-        fields: mine,
-    };
     match pos {
-        Some(i) => entries[i] = entry,
-        None => entries.push(entry),
+        // Re-applying the same fields keeps the entry as it was, so an idempotent apply is a
+        // no-op write (no new resourceVersion, no watch event) as long as the values match.
+        Some(i) if entries[i].fields == mine => {}
+        Some(i) => {
+            entries[i].fields = mine;
+            entries[i].time = who.now.to_string();
+            entries[i].api_version = who.api_version.to_string();
+        }
+        None => entries.push(ManagedEntry {
+            manager: who.manager.to_string(),
+            operation: "Apply".into(),
+            api_version: who.api_version.to_string(),
+            time: who.now.to_string(),
+            subresource: who.subresource.to_string(),
+            fields: mine,
+        }),
     }
     write_managed(&mut out, &entries);
     Ok(out)

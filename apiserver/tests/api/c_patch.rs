@@ -160,6 +160,14 @@ async fn c38_to_c43_server_side_apply() {
         .send_json("PATCH", &format!("{W}/a1?fieldManager=m"), APPLY, &body)
         .await;
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let again = t
+        .send_json("PATCH", &format!("{W}/a1?fieldManager=m"), APPLY, &body)
+        .await;
+    assert_eq!(
+        rv_of(&again.json()),
+        rv_of(&r.json()),
+        "an identical apply is a no-op"
+    );
     let yaml = "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: a2\nspec:\n  color: red\n  extra: {}\n  raw: {}\n  tags: []\n";
     let r2 = t
         .raw(
