@@ -8,8 +8,10 @@
 //! commit are the objects visible to readers, the events published to watchers (in commit order)
 //! and the writers answered.
 
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
-use serde_json::{Value, json};
+mod disk;
+
+use redb::Database;
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -34,10 +36,6 @@ struct Durable {
     epoch: u64,
     rv: u64,
 }
-
-const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
-const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 /// Failures of the storage layer; the only errors answered with a 500.
 #[derive(Debug, thiserror::Error)]
@@ -293,8 +291,8 @@ impl Store {
                     source: Box::new(e),
                 };
                 let db = Database::create(&path).map_err(|e| open_err(e.into()))?;
-                load(&db, &mut state)?;
-                trim(&mut state, config.retention);
+                disk::load(&db, &mut state)?;
+                disk::trim(&mut state, config.retention);
                 Some(Arc::new(db))
             }
         };
@@ -611,112 +609,16 @@ impl Store {
         };
         let batch = batch.to_vec();
         let retention = self.config.retention as u64;
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_write().map_err(txn_err)?;
-            {
-                let mut objects = txn.open_table(OBJECTS).map_err(txn_err)?;
-                let mut events = txn.open_table(EVENTS).map_err(txn_err)?;
-                for event in &batch {
-                    let key = event.key.db_key();
-                    if event.kind == EventType::Deleted {
-                        objects.remove(key.as_str()).map_err(txn_err)?;
-                    } else {
-                        let bytes = serde_json::to_vec(&*event.object).map_err(txn_err)?;
-                        objects
-                            .insert(key.as_str(), bytes.as_slice())
-                            .map_err(txn_err)?;
-                    }
-                    let row = json!({
-                        "type": event.kind.as_str(),
-                        "gr": &*event.key.gr, "ns": event.key.ns, "name": event.key.name,
-                        "object": &*event.object,
-                        "prev": event.prev.as_deref(),
-                    });
-                    let bytes = serde_json::to_vec(&row).map_err(txn_err)?;
-                    events.insert(event.rv, bytes.as_slice()).map_err(txn_err)?;
-                }
-                let (first, last) = (batch[0].rv, batch[batch.len() - 1].rv);
-                let mut meta = txn.open_table(META).map_err(txn_err)?;
-                meta.insert("rv", last).map_err(txn_err)?;
-                // Compact when the batch crosses a 1024 boundary, so most commits touch few pages.
-                if last / 1024 != (first - 1) / 1024 && last > retention {
-                    let floor = last - retention;
-                    events.retain_in(..=floor, |_, _| false).map_err(txn_err)?;
-                }
-            }
-            txn.commit().map_err(txn_err)
-        })
-        .await
-        .map_err(txn_err)?
-    }
-}
-
-fn load(db: &Database, st: &mut State) -> Result<(), StoreError> {
-    // Create the tables on first start so later reads never see "table does not exist".
-    let mut txn = db.begin_write().map_err(txn_err)?;
-    txn.set_durability(Durability::Immediate).map_err(txn_err)?;
-    {
-        txn.open_table(OBJECTS).map_err(txn_err)?;
-        txn.open_table(EVENTS).map_err(txn_err)?;
-        txn.open_table(META).map_err(txn_err)?;
-    }
-    txn.commit().map_err(txn_err)?;
-    let read = db.begin_read().map_err(txn_err)?;
-    let objects = read.open_table(OBJECTS).map_err(txn_err)?;
-    for row in objects.iter().map_err(txn_err)? {
-        let (k, v) = row.map_err(txn_err)?;
-        let key = ObjKey::from_db_key(k.value())
-            .ok_or_else(|| StoreError::Corrupt(k.value().into(), "bad key".into()))?;
-        let obj: Value = serde_json::from_slice(v.value())
-            .map_err(|e| StoreError::Corrupt(k.value().into(), e.to_string()))?;
-        st.index(&key, Some(&Arc::new(obj)));
-    }
-    let meta = read.open_table(META).map_err(txn_err)?;
-    st.rv = meta
-        .get("rv")
-        .map_err(txn_err)?
-        .map(|v| v.value())
-        .unwrap_or(0);
-    let events = read.open_table(EVENTS).map_err(txn_err)?;
-    let mut first = None;
-    for row in events.iter().map_err(txn_err)? {
-        let (k, v) = row.map_err(txn_err)?;
-        let rv = k.value();
-        first.get_or_insert(rv);
-        let corrupt = |e: String| StoreError::Corrupt(format!("event {rv}"), e);
-        let row: Value = serde_json::from_slice(v.value()).map_err(|e| corrupt(e.to_string()))?;
-        let s = |f: &str| row.get(f).and_then(Value::as_str).unwrap_or_default();
-        let kind = EventType::parse(s("type")).ok_or_else(|| corrupt("bad type".into()))?;
-        let prev = row
-            .get("prev")
-            .filter(|p| !p.is_null())
-            .cloned()
-            .map(Arc::new);
-        st.log.push_back(Arc::new(Event {
-            rv,
-            kind,
-            key: ObjKey::new(s("gr"), s("ns"), s("name")),
-            object: Arc::new(row.get("object").cloned().unwrap_or(Value::Null)),
-            prev,
-        }));
-    }
-    st.compacted = first.map(|f| f.saturating_sub(1)).unwrap_or(st.rv);
-    Ok(())
-}
-
-/// Applies the configured retention to a freshly loaded log (it may have been written with a
-/// larger window).
-fn trim(st: &mut State, retention: usize) {
-    while st.log.len() > retention {
-        if let Some(old) = st.log.pop_front() {
-            st.compacted = old.rv;
-        }
+        tokio::task::spawn_blocking(move || disk::commit(&db, &batch, retention))
+            .await
+            .map_err(txn_err)?
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[derive(Debug)]
     struct E(#[allow(dead_code)] String);
