@@ -29,7 +29,9 @@ def api_client():
     deadline = time.time() + 10
     while time.time() < deadline:
         got = ext.read_custom_resource_definition("widgets.example.com")
-        if any(c.type == "Established" and c.status == "True" for c in (got.status.conditions or [])):
+        # The server establishes a CRD right after creating it; status may not be there yet.
+        conditions = (got.status.conditions if got.status else None) or []
+        if any(c.type == "Established" and c.status == "True" for c in conditions):
             break
         time.sleep(0.1)
     else:
