@@ -110,10 +110,30 @@ async fn main() {
     let ours16 = creates as f64 / start.elapsed().as_secs_f64();
     let mut lat16 = std::mem::take(&mut *concurrent.lock().expect("lock"));
     lat16.sort();
+    // The store alone (no HTTP, TLS or JSON decoding): one durable commit per write.
+    let record: serde_json::Value = serde_json::from_slice(&sample).expect("sample");
+    let start = Instant::now();
+    for i in 0..creates {
+        let key = capw_apiserver::store::ObjKey::new("/configmaps", "default", &format!("s{i}"));
+        let obj = record.clone();
+        server
+            .core()
+            .store
+            .write::<capw_apiserver::status::ApiError>(&key, false, move |_| {
+                Ok(capw_apiserver::store::Proposed::Put(obj))
+            })
+            .await
+            .expect("store write");
+    }
+    let store_only = creates as f64 / start.elapsed().as_secs_f64();
     let raw = raw_redb_commits(tmp.path(), creates, sample.len());
     println!(
         "(a) raw redb: one {} B record per durable commit: {raw:.0}/s",
         sample.len()
+    );
+    println!(
+        "    store write alone:  {store_only:.0}/s; ratio to raw {:.2}",
+        store_only / raw
     );
     println!(
         "    create, 1 client:   {ours:.0}/s (p50 {:?}, p99 {:?}); ratio to raw {:.2}",

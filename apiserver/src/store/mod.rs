@@ -279,7 +279,9 @@ fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
 
 impl Store {
     /// Opens (or creates) the store in `dir`, loading every object and the retained event log.
-    pub fn open(dir: Option<&Path>, config: StoreConfig) -> Result<Self, StoreError> {
+    pub fn open(dir: Option<&Path>, mut config: StoreConfig) -> Result<Self, StoreError> {
+        // The newest event row is where a restart finds the revision counter: always keep one.
+        config.retention = config.retention.max(1);
         let (events, _) = broadcast::channel(config.watch_queue);
         let mut state = State::default();
         let db = match dir {
