@@ -1,0 +1,24 @@
+//! Misbehaving: claims to be provisioned without a provider ID and returns a status patch that
+//! is not JSON. The host must reject the result rather than write it.
+use capw_sdk::*;
+
+struct Liar;
+
+impl InfrastructureProvider for Liar {
+    fn metadata() -> Metadata {
+        Metadata { name: "invalid-results".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
+    }
+
+    fn reconcile_machine(_ctx: Context) -> Result<MachineStatus, ProviderError> {
+        Ok(MachineStatus {
+            provisioned: true,
+            provider_id: Some(String::new()),
+            addresses: vec![],
+            failure_domain: None,
+            interruptible: false,
+            common: Common { conditions: vec![], status_patch: Some("{not json".into()), requeue_after_seconds: None },
+        })
+    }
+}
+
+capw_sdk::infrastructure_provider!(Liar);

@@ -1,0 +1,19 @@
+//! Misbehaving: reconcile allocates until memory runs out. The host's memory limit must stop it.
+use capw_sdk::*;
+
+struct Bomb;
+
+impl InfrastructureProvider for Bomb {
+    fn metadata() -> Metadata {
+        Metadata { name: "memory-bomb".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
+    }
+
+    fn reconcile_machine(_ctx: Context) -> Result<MachineStatus, ProviderError> {
+        let mut hoard: Vec<Vec<u8>> = Vec::new();
+        loop {
+            hoard.push(std::hint::black_box(vec![7u8; 16 << 20]));
+        }
+    }
+}
+
+capw_sdk::infrastructure_provider!(Bomb);

@@ -1,0 +1,16 @@
+//! Misbehaving: reconcile panics, which traps the instance.
+use capw_sdk::*;
+
+struct Boom;
+
+impl InfrastructureProvider for Boom {
+    fn metadata() -> Metadata {
+        Metadata { name: "panic".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
+    }
+
+    fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
+        panic!("the panic plugin always panics (object was {} bytes)", ctx.object.len());
+    }
+}
+
+capw_sdk::infrastructure_provider!(Boom);
