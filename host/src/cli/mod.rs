@@ -1,6 +1,7 @@
 //! Command-line interface.
 
 mod apiserver;
+mod plugin;
 
 use clap::{Parser, Subcommand};
 
@@ -21,10 +22,14 @@ pub enum Command {
     /// server URL and the bearer token every request must carry. Point kubectl at it with
     /// `export KUBECONFIG=DATA_DIR/kubeconfig`.
     Apiserver(apiserver::Args),
+    /// Look at and check provider components (`.wasm`).
+    #[command(subcommand)]
+    Plugin(plugin::Command),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Apiserver(args) => apiserver::run(args).await,
+        Command::Plugin(cmd) => plugin::run(cmd).await,
     }
 }

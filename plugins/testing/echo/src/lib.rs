@@ -3,10 +3,13 @@
 
 use capw_sdk::*;
 
-#[cfg(not(feature = "v2"))]
+#[cfg(not(any(feature = "v2", feature = "v3")))]
 const VERSION: &str = "1.0.0";
-#[cfg(feature = "v2")]
+#[cfg(all(feature = "v2", not(feature = "v3")))]
 const VERSION: &str = "2.0.0";
+/// v3 is the broken release the rollback tests need: it traps on every machine reconcile.
+#[cfg(feature = "v3")]
+const VERSION: &str = "3.0.0";
 
 const GROUP: &str = "infrastructure.cluster.x-k8s.io";
 
@@ -61,6 +64,9 @@ impl InfrastructureProvider for Echo {
     }
 
     fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
+        if cfg!(feature = "v3") {
+            panic!("echo 3.0.0 is broken on purpose");
+        }
         let obj = ctx.view()?;
         log(Level::Info, &format!("echo {VERSION} reconciling machine {}", obj.name()));
         Ok(MachineStatus {

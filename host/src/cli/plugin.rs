@@ -1,0 +1,243 @@
+//! `capw plugin inspect|verify FILE.wasm`.
+
+use anyhow::Context as _;
+use capw::runtime::cache::ArtifactCache;
+use capw::runtime::plugin::{self, CallError, Context, Plugin};
+use capw::runtime::{Capability, Limits, engine};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Print a component's metadata, imports, exports and sizes (compiles it; runs only
+    /// `metadata()`).
+    Inspect {
+        /// The component (`.wasm`) to look at.
+        file: PathBuf,
+    },
+    /// Check a component against the provider contract: valid metadata, CRDs that parse and
+    /// carry the contract label, and `reconcile`/`delete` on sample objects of every kind
+    /// returning within limits without trapping. Exits non-zero with a report otherwise.
+    Verify {
+        /// The component (`.wasm`) to check.
+        file: PathBuf,
+        /// Deadline of each sample call, in seconds.
+        #[arg(long, default_value_t = 5)]
+        timeout: u64,
+    },
+}
+
+fn all_capabilities() -> BTreeSet<Capability> {
+    [
+        Capability::Log,
+        Capability::ContainerRuntime,
+        Capability::SimCloud,
+    ]
+    .into()
+}
+
+fn read(file: &PathBuf) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(file).with_context(|| format!("reading {}", file.display()))
+}
+
+pub async fn run(cmd: Command) -> anyhow::Result<()> {
+    match cmd {
+        Command::Inspect { file } => inspect(&file).await,
+        Command::Verify { file, timeout } => verify(&file, timeout).await,
+    }
+}
+
+async fn inspect(file: &PathBuf) -> anyhow::Result<()> {
+    let bytes = read(file)?;
+    let rt = engine::build()?;
+    let tmp = tempfile::tempdir().context("creating a scratch cache")?;
+    let cache = ArtifactCache::new(tmp.path(), &rt.engine);
+    let (info, _) = plugin::inspect(&rt, &cache, &bytes)?;
+    println!("file:     {}", file.display());
+    println!("size:     {} bytes", info.size);
+    println!("sha256:   {}", info.digest);
+    match Plugin::load(
+        &rt,
+        &cache,
+        &bytes,
+        None,
+        all_capabilities(),
+        Limits::default(),
+    )
+    .await
+    {
+        Ok(p) => {
+            let m = &p.metadata;
+            println!("name:     {}", m.name);
+            println!("version:  {}", m.version);
+            println!("type:     {:?}", m.provider_type);
+            println!("contract: {}", m.contract_version);
+            println!("kinds:");
+            for (k, crd) in m.kinds.iter().zip(&m.crds) {
+                println!(
+                    "  {}.{}/{} (CRD {} bytes)",
+                    k.kind,
+                    k.group,
+                    k.version,
+                    crd.len()
+                );
+            }
+        }
+        Err(e) => println!("metadata: unavailable ({e})"),
+    }
+    println!("imports:");
+    for i in &info.imports {
+        println!("  {i}");
+    }
+    println!("exports:");
+    for e in &info.exports {
+        println!("  {e}");
+    }
+    Ok(())
+}
+
+fn sample(group: &str, version: &str, kind: &str) -> Context {
+    let object = serde_json::json!({
+        "apiVersion": format!("{group}/{version}"),
+        "kind": kind,
+        "metadata": {"name": "verify-sample", "namespace": "default", "uid": "00000000-0000-4000-8000-000000000000", "generation": 1},
+        "spec": {},
+    });
+    let cluster = serde_json::json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "verify-cluster", "namespace": "default"}, "spec": {}});
+    Context {
+        object: object.to_string(),
+        cluster: Some(cluster.to_string()),
+        machine: None,
+        infrastructure_cluster: None,
+        bootstrap_data: None,
+    }
+}
+
+struct Report {
+    problems: usize,
+}
+
+impl Report {
+    fn line(&mut self, ok: bool, what: &str) {
+        if !ok {
+            self.problems += 1;
+        }
+        println!("  {} {what}", if ok { "ok  " } else { "FAIL" });
+    }
+
+    fn call<T>(&mut self, what: &str, started: Instant, r: Result<T, CallError>) {
+        let ms = started.elapsed().as_millis();
+        match r {
+            Ok(_) => self.line(true, &format!("{what} ({ms} ms)")),
+            // The contract allows a provider to refuse a sample object with an error.
+            Err(CallError::Provider(e)) => {
+                self.line(true, &format!("{what} answered with {e} ({ms} ms)"))
+            }
+            Err(e) => self.line(false, &format!("{what}: {e}")),
+        }
+    }
+}
+
+async fn verify(file: &PathBuf, timeout: u64) -> anyhow::Result<()> {
+    let bytes = read(file)?;
+    let rt = engine::build()?;
+    let tmp = tempfile::tempdir().context("creating a scratch cache")?;
+    let cache = ArtifactCache::new(tmp.path(), &rt.engine);
+    let limits = Limits {
+        reconcile_timeout: std::time::Duration::from_secs(timeout),
+        ..Limits::default()
+    };
+    println!("verifying {}", file.display());
+    let mut report = Report { problems: 0 };
+    let plugin = match Plugin::load(&rt, &cache, &bytes, None, all_capabilities(), limits).await {
+        Ok(p) => p,
+        Err(e) => {
+            report.line(false, &format!("load: {e}"));
+            anyhow::bail!(
+                "{} does not meet the provider contract (1 problem)",
+                file.display()
+            );
+        }
+    };
+    let m = &plugin.metadata;
+    report.line(
+        true,
+        &format!(
+            "metadata: {} {} ({:?}, contract {})",
+            m.name, m.version, m.provider_type, m.contract_version
+        ),
+    );
+    report.line(
+        !m.kinds.is_empty(),
+        &format!("serves {} kinds", m.kinds.len()),
+    );
+    report.line(
+        true,
+        &format!(
+            "{} CRDs parse and carry the label cluster.x-k8s.io/v1beta2",
+            m.crds.len()
+        ),
+    );
+    let kinds: Vec<(String, String, String)> = if m.kinds.is_empty() {
+        vec![
+            (
+                "infrastructure.cluster.x-k8s.io".into(),
+                "v1beta2".into(),
+                "SampleCluster".into(),
+            ),
+            (
+                "infrastructure.cluster.x-k8s.io".into(),
+                "v1beta2".into(),
+                "SampleMachine".into(),
+            ),
+        ]
+    } else {
+        m.kinds
+            .iter()
+            .map(|k| (k.group.clone(), k.version.clone(), k.kind.clone()))
+            .collect()
+    };
+    for (g, v, kind) in kinds {
+        let ctx = sample(&g, &v, &kind);
+        if kind.ends_with("Template") {
+            continue;
+        }
+        let t = Instant::now();
+        if kind.ends_with("Cluster") {
+            report.call(
+                &format!("{kind} reconcile"),
+                t,
+                plugin.reconcile_cluster(&ctx).await,
+            );
+            let t = Instant::now();
+            report.call(
+                &format!("{kind} delete"),
+                t,
+                plugin.delete_cluster(&ctx).await,
+            );
+        } else {
+            report.call(
+                &format!("{kind} reconcile"),
+                t,
+                plugin.reconcile_machine(&ctx).await,
+            );
+            let t = Instant::now();
+            report.call(
+                &format!("{kind} delete"),
+                t,
+                plugin.delete_machine(&ctx).await,
+            );
+        }
+    }
+    if report.problems > 0 {
+        anyhow::bail!(
+            "{} does not meet the provider contract ({} problems)",
+            file.display(),
+            report.problems
+        );
+    }
+    println!("{} meets the provider contract", file.display());
+    Ok(())
+}

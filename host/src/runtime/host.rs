@@ -1,0 +1,152 @@
+//! What a Store carries during one call: WASI with nothing granted, the resource limits, and the
+//! capped log; and the host interfaces (`capw:host/*`) a plugin can be granted.
+
+use super::bindings::{container_runtime, log, sim_cloud, types};
+use super::limits::Limits;
+use wasmtime::StoreLimits;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// The per-call state.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limits: StoreLimits,
+    pub log: LogSink,
+}
+
+/// Log lines of one call, capped in bytes.
+#[derive(Debug, Default)]
+pub struct LogSink {
+    pub plugin: String,
+    pub version: String,
+    pub object: String,
+    pub lines: Vec<(log::Level, String)>,
+    pub dropped: usize,
+    left: usize,
+}
+
+impl HostState {
+    pub fn new(limits: &Limits, plugin: &str, version: &str, object: &str) -> Self {
+        // No preopens, no env, no args, stdio discarded, no sockets or name lookups.
+        let wasi = WasiCtx::builder()
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(limits.handles);
+        let store_limits = wasmtime::StoreLimitsBuilder::new()
+            .memory_size(limits.memory_bytes)
+            .tables(limits.tables)
+            .instances(limits.instances)
+            .memories(limits.memories)
+            .trap_on_grow_failure(true)
+            .build();
+        HostState {
+            wasi,
+            table,
+            limits: store_limits,
+            log: LogSink {
+                plugin: plugin.into(),
+                version: version.into(),
+                object: object.into(),
+                left: limits.log_bytes,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl types::Host for HostState {}
+
+impl log::Host for HostState {
+    fn log(&mut self, level: log::Level, message: String) {
+        let sink = &mut self.log;
+        if message.len() > sink.left {
+            sink.dropped += message.len();
+            return;
+        }
+        sink.left -= message.len();
+        let (plugin, version, object) = (&sink.plugin, &sink.version, &sink.object);
+        match level {
+            log::Level::Error => tracing::error!(%plugin, %version, %object, "{message}"),
+            log::Level::Warn => tracing::warn!(%plugin, %version, %object, "{message}"),
+            log::Level::Info => tracing::info!(%plugin, %version, %object, "{message}"),
+            log::Level::Debug => tracing::debug!(%plugin, %version, %object, "{message}"),
+            log::Level::Trace => tracing::trace!(%plugin, %version, %object, "{message}"),
+        }
+        sink.lines.push((level, message));
+    }
+}
+
+const NOT_YET: &str = "this host build has no container runtime yet";
+
+/// Granted only to plugins whose WasmProvider asks for it; the Docker implementation comes
+/// with the Docker provider.
+impl container_runtime::Host for HostState {
+    fn create_network(&mut self, _name: String) -> Result<String, container_runtime::RuntimeError> {
+        Err(container_runtime::RuntimeError::Unavailable(NOT_YET.into()))
+    }
+    fn create(
+        &mut self,
+        _spec: container_runtime::ContainerSpec,
+    ) -> Result<String, container_runtime::RuntimeError> {
+        Err(container_runtime::RuntimeError::Unavailable(NOT_YET.into()))
+    }
+    fn start(&mut self, _name: String) -> Result<(), container_runtime::RuntimeError> {
+        Err(container_runtime::RuntimeError::Unavailable(NOT_YET.into()))
+    }
+    fn inspect(
+        &mut self,
+        _name: String,
+    ) -> Result<container_runtime::ContainerInfo, container_runtime::RuntimeError> {
+        Err(container_runtime::RuntimeError::Unavailable(NOT_YET.into()))
+    }
+    fn exec(
+        &mut self,
+        _name: String,
+        _command: Vec<String>,
+    ) -> Result<container_runtime::ExecOutput, container_runtime::RuntimeError> {
+        Err(container_runtime::RuntimeError::Unavailable(NOT_YET.into()))
+    }
+    fn stop(&mut self, _name: String) -> Result<(), container_runtime::RuntimeError> {
+        Err(container_runtime::RuntimeError::Unavailable(NOT_YET.into()))
+    }
+    fn remove(&mut self, _name: String) -> Result<(), container_runtime::RuntimeError> {
+        Err(container_runtime::RuntimeError::Unavailable(NOT_YET.into()))
+    }
+    fn list(
+        &mut self,
+        _labels: Vec<(String, String)>,
+    ) -> Result<Vec<container_runtime::ContainerInfo>, container_runtime::RuntimeError> {
+        Err(container_runtime::RuntimeError::Unavailable(NOT_YET.into()))
+    }
+}
+
+/// Granted only to the in-memory provider; implemented with the simulated clusters.
+impl sim_cloud::Host for HostState {
+    fn ensure_vm(
+        &mut self,
+        _cluster: String,
+        _name: String,
+        _bootstrap_data: String,
+    ) -> Result<sim_cloud::Vm, String> {
+        Err("this host build has no simulated cloud yet".into())
+    }
+    fn delete_vm(&mut self, _cluster: String, _name: String) -> Result<bool, String> {
+        Err("this host build has no simulated cloud yet".into())
+    }
+    fn ensure_api_server(&mut self, _cluster: String) -> Result<String, String> {
+        Err("this host build has no simulated cloud yet".into())
+    }
+}

@@ -1,0 +1,60 @@
+//! The plugin runtime: one wasmtime engine for the process, a compiled-artifact cache on disk,
+//! and a fresh, limited Store for every call into a provider component.
+//!
+//! `engine` builds the engine (pooling allocator with fallback, epoch interruption, async only),
+//! `cache` keeps compiled artifacts, `limits` holds the per-call limits, `host` is the state a
+//! Store carries and the host interfaces a plugin may be granted, `plugin` validates a component
+//! against its grants and calls it, and `slot` keeps the active version of a plugin for hot
+//! reload and rollback.
+
+mod bindings;
+pub mod cache;
+pub mod engine;
+pub mod host;
+pub mod limits;
+pub mod plugin;
+pub mod slot;
+
+pub use limits::Limits;
+pub use plugin::Context;
+pub use plugin::{CallError, Plugin, PluginError};
+
+/// A host interface a plugin may be granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Capability {
+    /// `capw:host/log`, granted to every plugin.
+    Log,
+    /// `capw:host/container-runtime`.
+    ContainerRuntime,
+    /// `capw:host/sim-cloud`.
+    SimCloud,
+}
+
+impl Capability {
+    /// The WIT interface name a component imports for this capability.
+    pub fn interface(self) -> &'static str {
+        match self {
+            Capability::Log => "capw:host/log@0.1.0",
+            Capability::ContainerRuntime => "capw:host/container-runtime@0.1.0",
+            Capability::SimCloud => "capw:host/sim-cloud@0.1.0",
+        }
+    }
+
+    /// Parses the short names used in plugin manifests (`log`, `container-runtime`, `sim-cloud`).
+    pub fn parse(name: &str) -> Option<Capability> {
+        Some(match name {
+            "log" => Capability::Log,
+            "container-runtime" => Capability::ContainerRuntime,
+            "sim-cloud" => Capability::SimCloud,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Capability::Log => "log",
+            Capability::ContainerRuntime => "container-runtime",
+            Capability::SimCloud => "sim-cloud",
+        }
+    }
+}

@@ -1,0 +1,562 @@
+//! One version of a provider component: validated against its grants, compiled, smoke-tested,
+//! and called with a fresh, limited Store per call.
+
+use super::bindings::{
+    self, InfrastructureProvider, InfrastructureProviderPre, infrastructure_cluster,
+    infrastructure_machine, plugin_info, types,
+};
+use super::cache::{ArtifactCache, Source, sha256_hex};
+use super::engine::RuntimeEngine;
+use super::host::HostState;
+use super::{Capability, Limits};
+use futures::future::BoxFuture;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use wasmtime::Store;
+use wasmtime::component::{HasSelf, Linker};
+
+pub use infrastructure_cluster::ClusterStatus;
+pub use infrastructure_machine::MachineStatus;
+pub use plugin_info::{PluginMetadata, ProviderType};
+pub use types::DeleteStatus;
+
+/// Why a component was not loaded. Nothing of the component has run when these occur, except
+/// for `Smoke` (its `metadata()` was called).
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// The bytes do not hash to the sha256 the WasmProvider names.
+    #[error("sha256 mismatch: the file hashes to {actual}, the WasmProvider expects {expected}")]
+    DigestMismatch { expected: String, actual: String },
+    /// Not a component wasmtime can compile.
+    #[error("not a valid component: {0}")]
+    Invalid(String),
+    /// The component imports an interface it was not granted.
+    #[error(
+        "imports {import}, which is not granted (granted: {granted}); grant it in the WasmProvider or rebuild the plugin without it"
+    )]
+    UngrantedImport { import: String, granted: String },
+    /// The component lacks an export the contract requires.
+    #[error("does not export {0}, which every infrastructure provider must")]
+    MissingExport(String),
+    /// Linking failed (a type mismatch with the host's WIT).
+    #[error("cannot be linked against the host: {0}")]
+    Link(String),
+    /// `metadata()` failed or returned something invalid.
+    #[error("metadata() smoke test failed: {0}")]
+    Smoke(String),
+    /// The compiled-artifact cache failed.
+    #[error(transparent)]
+    Cache(#[from] super::cache::CacheError),
+}
+
+/// Why one call failed. Every case leaves the host running and drops the call's Store.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CallError {
+    /// The call ran past its deadline.
+    #[error("the call did not finish within {0:?}")]
+    Timeout(Duration),
+    /// The guest trapped (panic, stack overflow, memory limit, unreachable...).
+    #[error("the plugin trapped: {0}")]
+    Trap(String),
+    /// The guest returned something the contract forbids or the host refuses.
+    #[error("the plugin returned an invalid result: {0}")]
+    InvalidResult(String),
+    /// The provider reported an error through the contract.
+    #[error("{0}")]
+    Provider(ProviderFailure),
+}
+
+/// `provider-error` from the WIT, owned by the host.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProviderFailure {
+    Transient {
+        message: String,
+        retry_after_seconds: Option<u32>,
+    },
+    Terminal(String),
+    InvalidSpec(String),
+    Other(String),
+}
+
+impl std::fmt::Display for ProviderFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProviderFailure::Transient { message, .. } => {
+                write!(f, "transient provider error: {message}")
+            }
+            ProviderFailure::Terminal(m) => write!(f, "terminal provider error: {m}"),
+            ProviderFailure::InvalidSpec(m) => write!(f, "invalid spec: {m}"),
+            ProviderFailure::Other(m) => write!(f, "provider error: {m}"),
+        }
+    }
+}
+
+impl From<types::ProviderError> for ProviderFailure {
+    fn from(e: types::ProviderError) -> Self {
+        match e {
+            types::ProviderError::Transient(r) => ProviderFailure::Transient {
+                message: r.message,
+                retry_after_seconds: r.retry_after_seconds,
+            },
+            types::ProviderError::Terminal(m) => ProviderFailure::Terminal(m),
+            types::ProviderError::InvalidSpec(m) => ProviderFailure::InvalidSpec(m),
+            types::ProviderError::Other(m) => ProviderFailure::Other(m),
+        }
+    }
+}
+
+/// The context of a call, as JSON text (see the WIT `context` record).
+pub type Context = types::Context;
+
+/// Call counters of one version, for status and for the rollback decision.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub calls: AtomicU64,
+    pub traps: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// A loaded, validated version of a plugin.
+pub struct Plugin {
+    pub digest: String,
+    pub metadata: PluginMetadata,
+    /// The component's real imports and exports, as WIT names.
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    pub grants: BTreeSet<Capability>,
+    pub limits: Limits,
+    pub source: Source,
+    pub counters: Counters,
+    pre: InfrastructureProviderPre<HostState>,
+    engine: wasmtime::Engine,
+}
+
+const REQUIRED_EXPORTS: &[&str] = &[
+    "capw:provider/plugin-info@0.1.0",
+    "capw:provider/infrastructure-cluster@0.1.0",
+    "capw:provider/infrastructure-machine@0.1.0",
+];
+
+/// Interfaces linked for every plugin: the inert WASI set and the type-only contract interface.
+fn always_linked(name: &str) -> bool {
+    name.starts_with("wasi:") || name.starts_with("capw:provider/types@")
+}
+
+fn linker(
+    engine: &wasmtime::Engine,
+    grants: &BTreeSet<Capability>,
+) -> Result<Linker<HostState>, PluginError> {
+    let link = |e: wasmtime::Error| PluginError::Link(format!("{e:#}"));
+    let mut l = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut l).map_err(link)?;
+    types::add_to_linker::<HostState, HasSelf<HostState>>(&mut l, |s| s).map_err(link)?;
+    for g in grants {
+        match g {
+            Capability::Log => {
+                bindings::log::add_to_linker::<HostState, HasSelf<HostState>>(&mut l, |s| s)
+            }
+            Capability::ContainerRuntime => bindings::container_runtime::add_to_linker::<
+                HostState,
+                HasSelf<HostState>,
+            >(&mut l, |s| s),
+            Capability::SimCloud => {
+                bindings::sim_cloud::add_to_linker::<HostState, HasSelf<HostState>>(&mut l, |s| s)
+            }
+        }
+        .map_err(link)?;
+    }
+    Ok(l)
+}
+
+/// What `inspect` reports without running anything.
+pub struct Inspection {
+    pub digest: String,
+    /// Whether compiling was needed or the cache had it.
+    pub source: Source,
+    pub size: usize,
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+}
+
+/// Lists a component's imports and exports (compiling it, running nothing).
+pub fn inspect(
+    rt: &RuntimeEngine,
+    cache: &ArtifactCache,
+    bytes: &[u8],
+) -> Result<(Inspection, wasmtime::component::Component), PluginError> {
+    let digest = sha256_hex(bytes);
+    let (component, source) = cache
+        .load(&rt.engine, &digest, bytes)
+        .map_err(|e| match e {
+            super::cache::CacheError::Compile(m) => PluginError::Invalid(m),
+            other => PluginError::Cache(other),
+        })?;
+    let ty = component.component_type();
+    let imports = ty.imports(&rt.engine).map(|(n, _)| n.to_string()).collect();
+    let exports = ty.exports(&rt.engine).map(|(n, _)| n.to_string()).collect();
+    Ok((
+        Inspection {
+            digest,
+            source,
+            size: bytes.len(),
+            imports,
+            exports,
+        },
+        component,
+    ))
+}
+
+fn check_result_size(limits: &Limits, what: &str, len: usize) -> Result<(), CallError> {
+    if len > limits.result_bytes {
+        return Err(CallError::InvalidResult(format!(
+            "{what} is {len} bytes, over the limit of {} bytes",
+            limits.result_bytes
+        )));
+    }
+    Ok(())
+}
+
+fn check_patch(limits: &Limits, patch: &Option<String>) -> Result<(), CallError> {
+    let Some(p) = patch else { return Ok(()) };
+    check_result_size(limits, "status-patch", p.len())?;
+    match serde_json::from_str::<serde_json::Value>(p) {
+        Ok(serde_json::Value::Object(_)) => Ok(()),
+        Ok(_) => Err(CallError::InvalidResult(
+            "status-patch must be a JSON object".into(),
+        )),
+        Err(e) => Err(CallError::InvalidResult(format!(
+            "status-patch is not JSON: {e}"
+        ))),
+    }
+}
+
+impl Plugin {
+    /// Validates, compiles and smoke-tests a component: the sha256 (when given), the imports
+    /// against `grants`, the required exports, linking, and `metadata()`.
+    pub async fn load(
+        rt: &RuntimeEngine,
+        cache: &ArtifactCache,
+        bytes: &[u8],
+        expected_sha256: Option<&str>,
+        grants: BTreeSet<Capability>,
+        limits: Limits,
+    ) -> Result<Plugin, PluginError> {
+        let actual = sha256_hex(bytes);
+        if let Some(expected) = expected_sha256
+            && !expected.eq_ignore_ascii_case(&actual)
+        {
+            return Err(PluginError::DigestMismatch {
+                expected: expected.to_string(),
+                actual,
+            });
+        }
+        let (info, component) = inspect(rt, cache, bytes)?;
+        let granted: Vec<&str> = grants.iter().map(|g| g.interface()).collect();
+        if let Some(bad) = info
+            .imports
+            .iter()
+            .find(|i| !always_linked(i) && !granted.contains(&i.as_str()))
+        {
+            return Err(PluginError::UngrantedImport {
+                import: bad.clone(),
+                granted: granted.join(", "),
+            });
+        }
+        for want in REQUIRED_EXPORTS {
+            if !info.exports.iter().any(|e| e == want) {
+                return Err(PluginError::MissingExport(want.to_string()));
+            }
+        }
+        let l = linker(&rt.engine, &grants)?;
+        let pre = l
+            .instantiate_pre(&component)
+            .map_err(|e| PluginError::Link(format!("{e:#}")))?;
+        let pre =
+            InfrastructureProviderPre::new(pre).map_err(|e| PluginError::Link(format!("{e:#}")))?;
+        let mut plugin = Plugin {
+            digest: info.digest,
+            metadata: PluginMetadata {
+                name: String::new(),
+                version: String::new(),
+                provider_type: ProviderType::Infrastructure,
+                contract_version: String::new(),
+                kinds: vec![],
+                crds: vec![],
+            },
+            imports: info.imports,
+            exports: info.exports,
+            grants,
+            limits,
+            source: info.source,
+            counters: Counters::default(),
+            pre,
+            engine: rt.engine.clone(),
+        };
+        let meta = plugin
+            .call_metadata()
+            .await
+            .map_err(|e| PluginError::Smoke(e.to_string()))?;
+        validate_metadata(&meta).map_err(PluginError::Smoke)?;
+        plugin.metadata = meta;
+        Ok(plugin)
+    }
+
+    fn store(&self, object: &str) -> Result<Store<HostState>, CallError> {
+        let state = HostState::new(
+            &self.limits,
+            &self.metadata.name,
+            &self.metadata.version,
+            object,
+        );
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.set_hostcall_fuel(self.limits.hostcall_bytes);
+        store.set_max_component_handles(self.limits.handles);
+        // Yield to the executor every epoch tick (10 ms), so the deadline below can cut in.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
+        Ok(store)
+    }
+
+    /// Runs `f` against a fresh instance in a fresh Store, under `timeout`. The Store is
+    /// dropped afterwards whatever happened, so a trap never poisons a later call.
+    async fn call<R>(
+        &self,
+        object: &str,
+        timeout: Duration,
+        counted: bool,
+        f: impl for<'a> FnOnce(
+            &'a InfrastructureProvider,
+            &'a mut Store<HostState>,
+        ) -> BoxFuture<'a, wasmtime::Result<R>>,
+    ) -> Result<R, CallError> {
+        // The smoke-test `metadata()` call is not traffic: it must not sway the rollback decision.
+        let counters = counted.then_some(&self.counters);
+        if let Some(c) = counters {
+            c.calls.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut store = self.store(object)?;
+        let run = async {
+            let instance = self.pre.instantiate_async(&mut store).await?;
+            f(&instance, &mut store).await
+        };
+        let out = match tokio::time::timeout(timeout, run).await {
+            Err(_) => {
+                if let Some(c) = counters {
+                    c.timeouts.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(CallError::Timeout(timeout))
+            }
+            Ok(Err(trap)) => {
+                if let Some(c) = counters {
+                    c.traps.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(CallError::Trap(format!("{trap:#}")))
+            }
+            Ok(Ok(r)) => Ok(r),
+        };
+        drop(store);
+        out
+    }
+
+    fn count(&self, r: &Result<impl Sized, CallError>) {
+        if matches!(
+            r,
+            Err(CallError::InvalidResult(_)) | Err(CallError::Provider(_))
+        ) {
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub async fn call_metadata(&self) -> Result<PluginMetadata, CallError> {
+        let meta = self
+            .call(
+                "plugin-info",
+                self.limits.metadata_timeout,
+                false,
+                |i, s| Box::pin(i.capw_provider_plugin_info().call_metadata(s)),
+            )
+            .await?;
+        let total: usize = meta.crds.iter().map(String::len).sum();
+        check_result_size(
+            &Limits {
+                result_bytes: self.limits.result_bytes * 4,
+                ..self.limits.clone()
+            },
+            "crds",
+            total,
+        )?;
+        Ok(meta)
+    }
+
+    pub async fn reconcile_machine(&self, ctx: &Context) -> Result<MachineStatus, CallError> {
+        let r = self
+            .call(
+                &object_ref(ctx),
+                self.limits.reconcile_timeout,
+                true,
+                |i, s| {
+                    let ctx = ctx.clone();
+                    Box::pin(async move {
+                        i.capw_provider_infrastructure_machine()
+                            .call_reconcile(s, &ctx)
+                            .await
+                    })
+                },
+            )
+            .await
+            .and_then(|r| r.map_err(|e| CallError::Provider(e.into())))
+            .and_then(|st| {
+                check_patch(&self.limits, &st.common.status_patch)?;
+                if st.provisioned && st.provider_id.as_deref().is_none_or(str::is_empty) {
+                    return Err(CallError::InvalidResult(
+                        "provisioned = true without a provider-id".into(),
+                    ));
+                }
+                Ok(st)
+            });
+        self.count(&r);
+        r
+    }
+
+    pub async fn delete_machine(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
+        let r = self
+            .call(
+                &object_ref(ctx),
+                self.limits.reconcile_timeout,
+                true,
+                |i, s| {
+                    let ctx = ctx.clone();
+                    Box::pin(async move {
+                        i.capw_provider_infrastructure_machine()
+                            .call_delete(s, &ctx)
+                            .await
+                    })
+                },
+            )
+            .await
+            .and_then(|r| r.map_err(|e| CallError::Provider(e.into())))
+            .and_then(|st| check_patch(&self.limits, &st.common.status_patch).map(|_| st));
+        self.count(&r);
+        r
+    }
+
+    pub async fn reconcile_cluster(&self, ctx: &Context) -> Result<ClusterStatus, CallError> {
+        let r = self
+            .call(
+                &object_ref(ctx),
+                self.limits.reconcile_timeout,
+                true,
+                |i, s| {
+                    let ctx = ctx.clone();
+                    Box::pin(async move {
+                        i.capw_provider_infrastructure_cluster()
+                            .call_reconcile(s, &ctx)
+                            .await
+                    })
+                },
+            )
+            .await
+            .and_then(|r| r.map_err(|e| CallError::Provider(e.into())))
+            .and_then(|st| {
+                check_patch(&self.limits, &st.common.status_patch)?;
+                if st.provisioned && st.control_plane_endpoint.is_none() {
+                    return Err(CallError::InvalidResult(
+                        "provisioned = true without a control-plane endpoint".into(),
+                    ));
+                }
+                Ok(st)
+            });
+        self.count(&r);
+        r
+    }
+
+    pub async fn delete_cluster(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
+        let r = self
+            .call(
+                &object_ref(ctx),
+                self.limits.reconcile_timeout,
+                true,
+                |i, s| {
+                    let ctx = ctx.clone();
+                    Box::pin(async move {
+                        i.capw_provider_infrastructure_cluster()
+                            .call_delete(s, &ctx)
+                            .await
+                    })
+                },
+            )
+            .await
+            .and_then(|r| r.map_err(|e| CallError::Provider(e.into())))
+            .and_then(|st| check_patch(&self.limits, &st.common.status_patch).map(|_| st));
+        self.count(&r);
+        r
+    }
+}
+
+/// `namespace/name` of the call's object, for logs.
+fn object_ref(ctx: &Context) -> String {
+    let v: serde_json::Value = serde_json::from_str(&ctx.object).unwrap_or_default();
+    let s = |p: &str| {
+        v.pointer(p)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    format!("{}/{}", s("/metadata/namespace"), s("/metadata/name"))
+}
+
+/// The contract rules for `metadata()`.
+pub fn validate_metadata(m: &PluginMetadata) -> Result<(), String> {
+    let label = !m.name.is_empty()
+        && m.name.len() <= 63
+        && m.name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !label {
+        return Err(format!("name {:?} is not a DNS label", m.name));
+    }
+    let semver = m
+        .version
+        .split('.')
+        .take(3)
+        .filter(|p| !p.is_empty() && p.chars().take_while(char::is_ascii_digit).count() > 0)
+        .count()
+        == 3;
+    if !semver {
+        return Err(format!("version {:?} is not a semantic version", m.version));
+    }
+    if m.contract_version != "v1beta2" {
+        return Err(format!(
+            "contract version {:?} is not supported (this host speaks v1beta2)",
+            m.contract_version
+        ));
+    }
+    if m.crds.len() != m.kinds.len() {
+        return Err(format!(
+            "{} kinds but {} CRDs: every served kind needs its CRD",
+            m.kinds.len(),
+            m.crds.len()
+        ));
+    }
+    for (i, crd) in m.crds.iter().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(crd)
+            .or_else(|_| serde_yaml::from_str(crd))
+            .map_err(|e| format!("crds[{i}] is neither JSON nor YAML: {e}"))?;
+        if v.pointer("/metadata/labels/cluster.x-k8s.io~1v1beta2")
+            .and_then(serde_json::Value::as_str)
+            .is_none()
+        {
+            return Err(format!(
+                "crds[{i}] lacks the contract label cluster.x-k8s.io/v1beta2"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A shared handle to one version.
+pub type PluginRef = Arc<Plugin>;
