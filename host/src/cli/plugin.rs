@@ -28,6 +28,14 @@ pub enum Command {
     },
 }
 
+fn type_name(t: plugin::ProviderType) -> &'static str {
+    match t {
+        plugin::ProviderType::Infrastructure => "infrastructure",
+        plugin::ProviderType::Bootstrap => "bootstrap",
+        plugin::ProviderType::ControlPlane => "control-plane",
+    }
+}
+
 fn all_capabilities() -> BTreeSet<Capability> {
     [
         Capability::Log,
@@ -71,7 +79,7 @@ async fn inspect(file: &PathBuf) -> anyhow::Result<()> {
             let m = &p.metadata;
             println!("name:     {}", m.name);
             println!("version:  {}", m.version);
-            println!("type:     {:?}", m.provider_type);
+            println!("type:     {}", type_name(m.provider_type));
             println!("contract: {}", m.contract_version);
             println!("kinds:");
             for (k, crd) in m.kinds.iter().zip(&m.crds) {
@@ -165,8 +173,8 @@ async fn verify(file: &PathBuf, timeout: u64) -> anyhow::Result<()> {
     report.line(
         true,
         &format!(
-            "metadata: {} {} ({:?}, contract {})",
-            m.name, m.version, m.provider_type, m.contract_version
+            "metadata: {} {} ({}, contract {})",
+            m.name, m.version, type_name(m.provider_type), m.contract_version
         ),
     );
     report.line(

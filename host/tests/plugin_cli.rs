@@ -1,0 +1,83 @@
+//! `capw plugin verify` and `capw plugin inspect` on the real components.
+
+mod support;
+
+use std::process::Command;
+
+fn capw(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_capw"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("capw runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn plugin(name: &str) -> String {
+    let p = support::repo_root()
+        .join("target/plugins")
+        .join(format!("{name}.wasm"));
+    assert!(
+        p.exists(),
+        "{} missing: run scripts/build-plugins",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+#[test]
+fn verify_passes_the_well_behaved_plugin() {
+    let (ok, report) = capw(&["plugin", "verify", &plugin("echo-v1")]);
+    assert!(ok, "{report}");
+    assert!(
+        report.contains("EchoMachine reconcile") && report.contains("meets the provider contract"),
+        "{report}"
+    );
+}
+
+#[test]
+fn verify_fails_every_misbehaving_plugin_with_a_report() {
+    for (name, expect) in [
+        ("infinite-loop", "did not finish within"),
+        ("memory-bomb", "trapped"),
+        ("recursion", "trapped"),
+        ("panic", "trapped"),
+        ("huge-output", "SampleMachine reconcile"),
+        ("invalid-results", "status-patch is not JSON"),
+        ("sandbox-escape", "serves 0 kinds"),
+        ("ungranted-import", "serves 0 kinds"),
+        ("echo-v3", "trapped"),
+    ] {
+        let (ok, report) = capw(&["plugin", "verify", "--timeout", "1", &plugin(name)]);
+        assert!(!ok, "{name} must fail verification:\n{report}");
+        assert!(
+            report.contains("FAIL") && report.contains(expect),
+            "{name}:\n{report}"
+        );
+        assert!(
+            report.contains("does not meet the provider contract"),
+            "{name}:\n{report}"
+        );
+    }
+}
+
+#[test]
+fn inspect_lists_metadata_imports_and_exports() {
+    let (ok, out) = capw(&["plugin", "inspect", &plugin("echo-v2")]);
+    assert!(ok, "{out}");
+    for want in [
+        "version:  2.0.0",
+        "capw:host/log@0.1.0",
+        "capw:provider/infrastructure-machine@0.1.0",
+        "sha256:",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    let (ok, out) = capw(&["plugin", "inspect", "/nonexistent.wasm"]);
+    assert!(!ok && out.contains("reading /nonexistent.wasm"), "{out}");
+}
