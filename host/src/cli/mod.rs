@@ -2,6 +2,7 @@
 
 mod apiserver;
 mod plugin;
+mod up;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +23,12 @@ pub enum Command {
     /// server URL and the bearer token every request must carry. Point kubectl at it with
     /// `export KUBECONFIG=DATA_DIR/kubeconfig`.
     Apiserver(apiserver::Args),
+    /// Run the embedded management API and the host, loading providers from a plugin directory.
+    ///
+    /// Prints the kubeconfig path; `kubectl get wasmproviders` shows what is loaded.
+    Up(up::UpArgs),
+    /// Run the host against an existing API server (any Kubernetes cluster, or `capw apiserver`).
+    Run(up::RunArgs),
     /// Look at and check provider components (`.wasm`).
     #[command(subcommand)]
     Plugin(plugin::Command),
@@ -31,5 +38,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Apiserver(args) => apiserver::run(args).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
+        Command::Up(args) => up::up(args).await,
+        Command::Run(args) => up::run(args).await,
     }
 }

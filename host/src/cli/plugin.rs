@@ -174,7 +174,10 @@ async fn verify(file: &PathBuf, timeout: u64) -> anyhow::Result<()> {
         true,
         &format!(
             "metadata: {} {} ({}, contract {})",
-            m.name, m.version, type_name(m.provider_type), m.contract_version
+            m.name,
+            m.version,
+            type_name(m.provider_type),
+            m.contract_version
         ),
     );
     report.line(

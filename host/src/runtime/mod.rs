@@ -58,3 +58,57 @@ impl Capability {
         }
     }
 }
+
+/// The engine and the artifact cache, shared by every plugin of the process.
+pub struct Runtime {
+    pub engine: engine::RuntimeEngine,
+    pub cache: cache::ArtifactCache,
+}
+
+impl Runtime {
+    /// Builds the engine and opens the artifact cache under `cache_dir`.
+    pub fn new(cache_dir: &std::path::Path) -> Result<Runtime, engine::EngineError> {
+        let engine = engine::build()?;
+        let cache = cache::ArtifactCache::new(cache_dir, &engine.engine);
+        Ok(Runtime { engine, cache })
+    }
+}
+
+/// The active plugins, by WasmProvider name.
+#[derive(Default)]
+pub struct Registry {
+    slots: std::sync::RwLock<std::collections::BTreeMap<String, std::sync::Arc<slot::Slot>>>,
+}
+
+impl Registry {
+    pub fn get(&self, name: &str) -> Option<std::sync::Arc<slot::Slot>> {
+        self.slots
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    pub fn insert(&self, name: &str, slot: std::sync::Arc<slot::Slot>) {
+        self.slots
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), slot);
+    }
+
+    pub fn remove(&self, name: &str) -> Option<std::sync::Arc<slot::Slot>> {
+        self.slots
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name)
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.slots
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+}

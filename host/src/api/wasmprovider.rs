@@ -1,0 +1,105 @@
+//! `WasmProvider` (`runtime.capw.dev/v1alpha1`, cluster-scoped): one provider component, its
+//! grants, limits and rollout settings, and what the runtime made of it.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A provider component the host loads from its plugin directory.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "runtime.capw.dev",
+    version = "v1alpha1",
+    kind = "WasmProvider",
+    status = "WasmProviderStatus",
+    shortname = "wp",
+    category = "capw",
+    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.pluginName"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.activeVersion"}"#,
+    printcolumn = r#"{"name":"Active","type":"string","jsonPath":".status.conditions[?(@.type==\"Active\")].status"}"#,
+    printcolumn = r#"{"name":"Calls","type":"integer","jsonPath":".status.calls"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WasmProviderSpec {
+    /// The component file, relative to the host's plugin directory (`--plugins`).
+    pub module: String,
+    /// The sha256 of the file (hex). A file that hashes differently is not loaded.
+    pub sha256: String,
+    /// Host interfaces granted to the component: `log`, `container-runtime`, `sim-cloud`.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<WasmProviderLimits>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<WasmProviderRollout>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WasmProviderLimits {
+    /// Wall-clock deadline of reconcile and delete calls, in seconds (default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u32>,
+    /// Linear memory per call, in MiB (default 128, at most 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WasmProviderRollout {
+    /// How long a new version is watched before it counts as good (default 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bake_seconds: Option<u32>,
+    /// The failed-call ratio during the bake window that rolls the version back (default 0.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failure_rate: Option<f64>,
+}
+
+/// What the runtime made of the component.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WasmProviderStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_digest: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_version: Option<String>,
+    #[serde(default)]
+    pub previous_digests: Vec<String>,
+    /// The component's real import list.
+    #[serde(default)]
+    pub imports: Vec<String>,
+    #[serde(default)]
+    pub granted_capabilities: Vec<String>,
+    /// Kinds the active version serves (`Kind.group`).
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// Validated, Active, Degraded, RolledBack.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    #[serde(default)]
+    pub calls: u64,
+    #[serde(default)]
+    pub traps: u64,
+    #[serde(default)]
+    pub timeouts: u64,
+    #[serde(default)]
+    pub errors: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A condition, as Kubernetes writes them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub last_transition_time: String,
+}

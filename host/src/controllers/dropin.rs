@@ -1,0 +1,153 @@
+//! The drop-in path: a new or changed `NAME.wasm` in the plugin directory (with an optional
+//! `NAME.yaml` holding grants, limits and rollout settings) creates or updates the WasmProvider
+//! `NAME`. Removing the file keeps the active version running; the WasmProvider then reports
+//! the module as missing.
+
+use crate::api::wasmprovider::{WasmProvider, WasmProviderLimits, WasmProviderRollout};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+const MANAGER: &str = "capw-dropin";
+
+/// `NAME.yaml` beside `NAME.wasm`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Manifest {
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    #[serde(default)]
+    pub limits: Option<WasmProviderLimits>,
+    #[serde(default)]
+    pub rollout: Option<WasmProviderRollout>,
+}
+
+/// What a file looked like when it was last applied.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    wasm: (SystemTime, u64),
+    manifest: Option<(SystemTime, u64)>,
+}
+
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// The WasmProvider a drop-in file asks for, or why the files cannot be used.
+pub fn desired(dir: &Path, name: &str) -> Result<serde_json::Value, String> {
+    let wasm = dir.join(format!("{name}.wasm"));
+    let bytes = std::fs::read(&wasm).map_err(|e| format!("reading {}: {e}", wasm.display()))?;
+    let yaml = dir.join(format!("{name}.yaml"));
+    let manifest: Manifest = match std::fs::read_to_string(&yaml) {
+        Ok(text) => serde_yaml::from_str(&text).map_err(|e| format!("{}: {e}", yaml.display()))?,
+        Err(_) => Manifest::default(),
+    };
+    let mut spec = serde_json::json!({
+        "module": format!("{name}.wasm"),
+        "sha256": crate::runtime::cache::sha256_hex(&bytes),
+        "capabilities": manifest.capabilities,
+    });
+    if let Some(l) = manifest.limits {
+        spec["limits"] = serde_json::to_value(l).unwrap_or_default();
+    }
+    if let Some(r) = manifest.rollout {
+        spec["rollout"] = serde_json::to_value(r).unwrap_or_default();
+    }
+    Ok(serde_json::json!({
+        "apiVersion": "runtime.capw.dev/v1alpha1",
+        "kind": "WasmProvider",
+        "metadata": {"name": name, "annotations": {"capw.dev/drop-in": "true"}},
+        "spec": spec,
+    }))
+}
+
+/// Scans the directory once; applies what changed and flags what disappeared.
+async fn scan(api: &Api<WasmProvider>, dir: &Path, seen: &mut HashMap<String, Seen>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        tracing::warn!(dir = %dir.display(), "the plugin directory cannot be read");
+        return;
+    };
+    let mut present = vec![];
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("wasm") {
+            continue;
+        }
+        let Some(name) = path.file_stem().and_then(|s| s.to_str()).map(String::from) else {
+            continue;
+        };
+        if !is_dns_label(&name) {
+            tracing::warn!(file = %path.display(), "ignored: the file name must be a DNS label (lowercase letters, digits, '-') to name its WasmProvider");
+            continue;
+        }
+        present.push(name.clone());
+        let Some(wasm) = stamp(&path) else { continue };
+        let now = Seen {
+            wasm,
+            manifest: stamp(&dir.join(format!("{name}.yaml"))),
+        };
+        if seen.get(&name) == Some(&now) {
+            continue;
+        }
+        match desired(dir, &name) {
+            Ok(obj) => match api
+                .patch(
+                    &name,
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(&obj),
+                )
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(plugin = %name, "applied drop-in WasmProvider");
+                    seen.insert(name, now);
+                }
+                Err(e) => {
+                    tracing::warn!(plugin = %name, error = %e, "could not apply the drop-in WasmProvider; retrying")
+                }
+            },
+            Err(e) => {
+                tracing::warn!(plugin = %name, error = %e, "drop-in ignored until the files are fixed");
+                seen.insert(name, now);
+            }
+        }
+    }
+    let gone: Vec<String> = seen
+        .keys()
+        .filter(|n| !present.contains(n))
+        .cloned()
+        .collect();
+    for name in gone {
+        seen.remove(&name);
+        let stamp = jiff::Timestamp::now().to_string();
+        let patch =
+            serde_json::json!({"metadata": {"annotations": {"capw.dev/module-removed-at": stamp}}});
+        if let Err(e) = api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::warn!(plugin = %name, error = %e, "could not flag the removed module");
+        }
+    }
+}
+
+/// Watches `dir` until the process ends (polling: it works on every filesystem).
+pub async fn run(client: Client, dir: PathBuf, every: Duration) {
+    let api: Api<WasmProvider> = Api::all(client);
+    let mut seen = HashMap::new();
+    loop {
+        scan(&api, &dir, &mut seen).await;
+        tokio::time::sleep(every).await;
+    }
+}

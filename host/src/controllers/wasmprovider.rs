@@ -1,0 +1,512 @@
+//! The WasmProvider controller: loads the named component (checking its sha256 and its
+//! imports against the grants), installs the CRDs its `metadata()` declares, swaps it in as the
+//! active version, and reports what it did in status. A finalizer keeps a WasmProvider while
+//! objects of its kinds still exist.
+
+use crate::api::wasmprovider::{Condition, WasmProvider, WasmProviderStatus};
+use crate::runtime::plugin::Plugin;
+use crate::runtime::slot::{Rollout, Slot};
+use crate::runtime::{Capability, Limits, Registry, Runtime};
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+const FINALIZER: &str = "runtime.capw.dev/objects-remain";
+const MANAGER: &str = "capw-runtime";
+
+/// Failures of one reconcile; all are retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a request.
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// A CRD the plugin declares could not be decoded.
+    #[error("CRD {index} of the plugin is not a CustomResourceDefinition: {message}")]
+    BadCrd { index: usize, message: String },
+    /// The finalizer helper failed.
+    #[error("finalizer: {0}")]
+    Finalizer(Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// What the controller needs.
+pub struct Ctx {
+    pub client: Client,
+    pub plugins_dir: PathBuf,
+    pub runtime: Arc<Runtime>,
+    pub registry: Arc<Registry>,
+    pub recorder: Recorder,
+}
+
+fn condition(type_: &str, ok: bool, reason: &str, message: &str, old: &[Condition]) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    match old.iter().find(|c| c.type_ == type_) {
+        Some(c) if c.status == status && c.reason == reason && c.message == message => c.clone(),
+        _ => Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: jiff_now(),
+        },
+    }
+}
+
+fn jiff_now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+fn grants(wp: &WasmProvider) -> (BTreeSet<Capability>, Vec<String>) {
+    let mut set: BTreeSet<Capability> = [Capability::Log].into();
+    let mut unknown = vec![];
+    for c in &wp.spec.capabilities {
+        match Capability::parse(c) {
+            Some(cap) => {
+                set.insert(cap);
+            }
+            None => unknown.push(c.clone()),
+        }
+    }
+    (set, unknown)
+}
+
+fn limits(wp: &WasmProvider) -> Limits {
+    let mut l = Limits::default();
+    if let Some(spec) = &wp.spec.limits {
+        if let Some(t) = spec.timeout_seconds {
+            l.reconcile_timeout = Duration::from_secs(u64::from(t.max(1)));
+        }
+        if let Some(m) = spec.memory_mib {
+            l.memory_bytes = (m.clamp(1, 256) as usize) << 20;
+        }
+    }
+    l
+}
+
+fn rollout(wp: &WasmProvider) -> Rollout {
+    let mut r = Rollout::default();
+    if let Some(spec) = &wp.spec.rollout {
+        if let Some(b) = spec.bake_seconds {
+            r.bake = Duration::from_secs(u64::from(b));
+        }
+        if let Some(m) = spec.max_failure_rate {
+            r.max_failure_rate = m;
+        }
+    }
+    r
+}
+
+/// Installs (or updates) the plugin's CRDs with server-side apply and waits until they serve.
+async fn install_crds(client: &Client, plugin: &Plugin) -> Result<(), Error> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (index, text) in plugin.metadata.crds.iter().enumerate() {
+        let value: serde_json::Value = serde_json::from_str(text)
+            .or_else(|_| serde_yaml::from_str(text))
+            .map_err(|e| Error::BadCrd {
+                index,
+                message: e.to_string(),
+            })?;
+        let crd: CustomResourceDefinition =
+            serde_json::from_value(value.clone()).map_err(|e| Error::BadCrd {
+                index,
+                message: e.to_string(),
+            })?;
+        let name = crd.name_any();
+        api.patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&value),
+        )
+        .await?;
+        let established = kube::runtime::wait::await_condition(
+            api.clone(),
+            &name,
+            kube::runtime::conditions::is_crd_established(),
+        );
+        let _ = tokio::time::timeout(Duration::from_secs(10), established).await;
+    }
+    Ok(())
+}
+
+async fn set_status(
+    api: &Api<WasmProvider>,
+    wp: &WasmProvider,
+    status: WasmProviderStatus,
+) -> Result<(), Error> {
+    // Written only when something changed, so a steady reconcile writes nothing.
+    if wp.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"status": status});
+    api.patch_status(
+        &wp.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+fn counters(status: &mut WasmProviderStatus, slot: &Slot) {
+    let p = slot.current();
+    let c = &p.counters;
+    status.calls = c.calls.load(Ordering::Relaxed);
+    status.traps = c.traps.load(Ordering::Relaxed);
+    status.timeouts = c.timeouts.load(Ordering::Relaxed);
+    status.errors = c.errors.load(Ordering::Relaxed);
+}
+
+async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
+    let name = wp.name_any();
+    let api: Api<WasmProvider> = Api::all(ctx.client.clone());
+    let old = wp.status.clone().unwrap_or_default();
+    let mut status = WasmProviderStatus {
+        observed_generation: wp.metadata.generation,
+        ..old.clone()
+    };
+    let slot = ctx.registry.get(&name);
+    let path = ctx.plugins_dir.join(&wp.spec.module);
+    let (granted, unknown) = grants(&wp);
+    status.granted_capabilities = granted.iter().map(|c| c.name().to_string()).collect();
+    let reference = wp.object_ref(&());
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) => {
+            let msg = format!(
+                "cannot read {}: {e}; the active version (if any) keeps running",
+                path.display()
+            );
+            status.conditions = vec![
+                condition("Validated", false, "ModuleMissing", &msg, &old.conditions),
+                condition(
+                    "Active",
+                    slot.is_some(),
+                    if slot.is_some() {
+                        "KeptRunning"
+                    } else {
+                        "NotLoaded"
+                    },
+                    &msg,
+                    &old.conditions,
+                ),
+                condition("Degraded", true, "ModuleMissing", &msg, &old.conditions),
+            ];
+            set_status(&api, &wp, status).await?;
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+    };
+    if !unknown.is_empty() {
+        let msg = format!(
+            "unknown capabilities {unknown:?}: known are log, container-runtime, sim-cloud"
+        );
+        status.conditions = vec![condition(
+            "Validated",
+            false,
+            "UnknownCapability",
+            &msg,
+            &old.conditions,
+        )];
+        set_status(&api, &wp, status).await?;
+        return Ok(Action::await_change());
+    }
+    let digest = crate::runtime::cache::sha256_hex(&bytes);
+    let current = slot.as_ref().map(|s| s.current());
+    if let Some(s) = &slot
+        && s.is_quarantined(&digest)
+    {
+        let msg = format!(
+            "digest {digest} was rolled back and stays quarantined until the module changes"
+        );
+        status.conditions = vec![
+            condition("Validated", false, "Quarantined", &msg, &old.conditions),
+            condition(
+                "Active",
+                true,
+                "PreviousVersion",
+                "the previous version keeps serving",
+                &old.conditions,
+            ),
+            condition("RolledBack", true, "BakeFailed", &msg, &old.conditions),
+        ];
+        counters(&mut status, s);
+        set_status(&api, &wp, status).await?;
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    if current.as_ref().is_some_and(|c| c.digest == digest) {
+        if let Some(s) = &slot {
+            counters(&mut status, s);
+            status.previous_digests = s.previous_digests();
+            if let Some(rb) = s.rollbacks().last() {
+                let msg = format!(
+                    "rolled back from {} to {}: {}",
+                    rb.from_version, rb.to_version, rb.reason
+                );
+                status.conditions.retain(|c| c.type_ != "RolledBack");
+                status.conditions.push(condition(
+                    "RolledBack",
+                    true,
+                    "BakeFailed",
+                    &msg,
+                    &old.conditions,
+                ));
+            }
+        }
+        set_status(&api, &wp, status).await?;
+        return Ok(Action::requeue(Duration::from_secs(15)));
+    }
+    let loaded = Plugin::load(
+        &ctx.runtime.engine,
+        &ctx.runtime.cache,
+        &bytes,
+        Some(&wp.spec.sha256),
+        granted,
+        limits(&wp),
+    )
+    .await;
+    let plugin = match loaded {
+        Ok(p) => p,
+        Err(e) => {
+            let reason = match &e {
+                crate::runtime::PluginError::DigestMismatch { .. } => "DigestMismatch",
+                crate::runtime::PluginError::UngrantedImport { .. } => "UngrantedImport",
+                crate::runtime::PluginError::MissingExport(_) => "MissingExport",
+                crate::runtime::PluginError::Smoke(_) => "MetadataFailed",
+                _ => "Invalid",
+            };
+            let msg = format!("{} {e}", wp.spec.module);
+            status.conditions = vec![
+                condition("Validated", false, reason, &msg, &old.conditions),
+                condition(
+                    "Active",
+                    slot.is_some(),
+                    if slot.is_some() {
+                        "PreviousVersion"
+                    } else {
+                        "NotLoaded"
+                    },
+                    &msg,
+                    &old.conditions,
+                ),
+            ];
+            let _ = ctx
+                .recorder
+                .publish(
+                    &Event {
+                        type_: EventType::Warning,
+                        reason: reason.into(),
+                        note: Some(msg.clone()),
+                        action: "Validate".into(),
+                        secondary: None,
+                    },
+                    &reference,
+                )
+                .await;
+            set_status(&api, &wp, status).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    install_crds(&ctx.client, &plugin).await?;
+    status.plugin_name = Some(plugin.metadata.name.clone());
+    status.active_digest = Some(plugin.digest.clone());
+    status.active_version = Some(plugin.metadata.version.clone());
+    status.imports = plugin.imports.clone();
+    status.kinds = plugin
+        .metadata
+        .kinds
+        .iter()
+        .map(|k| format!("{}.{}", k.kind, k.group))
+        .collect();
+    let version = plugin.metadata.version.clone();
+    let swapped = match &slot {
+        Some(s) => s.swap(plugin).map(|_| s.clone()),
+        None => {
+            let s = Arc::new(Slot::new(plugin, rollout(&wp)));
+            ctx.registry.insert(&name, s.clone());
+            Ok(s)
+        }
+    };
+    match swapped {
+        Ok(s) => {
+            counters(&mut status, &s);
+            status.previous_digests = s.previous_digests();
+            let msg = format!("version {version} serves {}", status.kinds.join(", "));
+            status.conditions = vec![
+                condition(
+                    "Validated",
+                    true,
+                    "Valid",
+                    "imports are granted, exports and metadata are valid",
+                    &old.conditions,
+                ),
+                condition("Active", true, "Serving", &msg, &old.conditions),
+            ];
+            let _ = ctx
+                .recorder
+                .publish(
+                    &Event {
+                        type_: EventType::Normal,
+                        reason: "Activated".into(),
+                        note: Some(msg),
+                        action: "Swap".into(),
+                        secondary: None,
+                    },
+                    &reference,
+                )
+                .await;
+        }
+        Err(e) => {
+            status.conditions = vec![
+                condition(
+                    "Validated",
+                    false,
+                    "Incompatible",
+                    &e.to_string(),
+                    &old.conditions,
+                ),
+                condition(
+                    "Active",
+                    true,
+                    "PreviousVersion",
+                    "the previous version keeps serving",
+                    &old.conditions,
+                ),
+            ];
+        }
+    }
+    set_status(&api, &wp, status).await?;
+    Ok(Action::requeue(Duration::from_secs(15)))
+}
+
+/// Objects of the plugin's kinds that still exist.
+async fn remaining_objects(
+    client: &Client,
+    kinds: &[String],
+    wp: &WasmProvider,
+) -> Result<usize, Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut n = 0;
+    for k in kinds {
+        let Some((kind, group)) = k.split_once('.') else {
+            continue;
+        };
+        for crd in crds.list(&ListParams::default()).await?.items {
+            if crd.spec.group != group || crd.spec.names.kind != kind {
+                continue;
+            }
+            let version = crd
+                .spec
+                .versions
+                .first()
+                .map(|v| v.name.clone())
+                .unwrap_or_default();
+            let ar = ApiResource {
+                group: group.into(),
+                version: version.clone(),
+                api_version: format!("{group}/{version}"),
+                kind: kind.into(),
+                plural: crd.spec.names.plural.clone(),
+            };
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+            n += api.list(&ListParams::default().limit(1)).await?.items.len();
+        }
+    }
+    let _ = wp;
+    Ok(n)
+}
+
+async fn cleanup(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
+    let kinds = wp
+        .status
+        .as_ref()
+        .map(|s| s.kinds.clone())
+        .unwrap_or_default();
+    let left = remaining_objects(&ctx.client, &kinds, &wp).await?;
+    if left > 0 {
+        let api: Api<WasmProvider> = Api::all(ctx.client.clone());
+        let mut status = wp.status.clone().unwrap_or_default();
+        let old = status.conditions.clone();
+        let msg = format!(
+            "objects of {} still exist; delete them first",
+            kinds.join(", ")
+        );
+        status.conditions.retain(|c| c.type_ != "Deleting");
+        status
+            .conditions
+            .push(condition("Deleting", false, "ObjectsRemain", &msg, &old));
+        set_status(&api, &wp, status).await?;
+        return Err(Error::Kube(kube::Error::Api(Box::new(
+            kube::core::Status::failure(&msg, "ObjectsRemain"),
+        ))));
+    }
+    ctx.registry.remove(&wp.name_any());
+    Ok(Action::await_change())
+}
+
+async fn reconcile(wp: Arc<WasmProvider>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let span =
+        tracing::info_span!("reconcile", object.ref = %format!("wasmprovider/{}", wp.name_any()));
+    let _enter = span.enter();
+    let api: Api<WasmProvider> = Api::all(ctx.client.clone());
+    finalizer(&api, FINALIZER, wp, |ev| async {
+        match ev {
+            Finalizer::Apply(wp) => apply(wp, &ctx).await,
+            Finalizer::Cleanup(wp) => cleanup(wp, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn error_policy(wp: Arc<WasmProvider>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(wasmprovider = %wp.name_any(), error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Installs the WasmProvider CRD (generated from the Rust type) and waits until it serves.
+pub async fn install_crd(client: &Client) -> Result<(), Error> {
+    use kube::CustomResourceExt;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = WasmProvider::crd();
+    let name = crd.name_any();
+    api.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    let established = kube::runtime::wait::await_condition(
+        api,
+        &name,
+        kube::runtime::conditions::is_crd_established(),
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(10), established).await;
+    Ok(())
+}
+
+/// Runs the controller until the process ends.
+pub async fn run(ctx: Arc<Ctx>) {
+    let api: Api<WasmProvider> = Api::all(ctx.client.clone());
+    Controller::new(api, watcher::Config::default())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+/// The reporter for Events the runtime publishes.
+pub fn reporter() -> Reporter {
+    Reporter {
+        controller: "capw-runtime".into(),
+        instance: std::env::var("HOSTNAME").ok(),
+    }
+}

@@ -1,0 +1,235 @@
+//! Drop-in end to end: `capw up` on the embedded API server; copying a `.wasm` into its plugin
+//! directory makes its kinds appear in discovery and its WasmProvider Active, all seen through
+//! kubectl. Also: an ungranted import is reported by name, a changed file hot-swaps the
+//! version, a removed file keeps the active version running, and the finalizer holds a
+//! WasmProvider while objects of its kinds exist.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Up {
+    child: Child,
+    kubeconfig: PathBuf,
+    home: PathBuf,
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn up(dir: &Path) -> Up {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capw"))
+        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.join("data"))
+        .arg("--plugins")
+        .arg(dir.join("plugins"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("capw up starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut kubeconfig = PathBuf::new();
+    for line in lines.by_ref() {
+        let line = line.expect("line");
+        if let Some(k) = line.strip_prefix("kubeconfig: ") {
+            kubeconfig = PathBuf::from(k);
+        }
+        if line.starts_with("watching ") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    assert!(kubeconfig.exists(), "capw up did not report its kubeconfig");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    Up {
+        child,
+        kubeconfig,
+        home,
+    }
+}
+
+impl Up {
+    fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new("/usr/bin/kubectl")
+            .args(args)
+            .env_clear()
+            .env("HOME", &self.home)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .expect("kubectl runs");
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
+    fn eventually(&self, what: &str, args: &[&str], check: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, out) = self.kubectl(args);
+            if check(&out) {
+                return out;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; last output:\n{out}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+fn plugin(name: &str) -> PathBuf {
+    let p = support::repo_root()
+        .join("target/plugins")
+        .join(format!("{name}.wasm"));
+    assert!(
+        p.exists(),
+        "{} missing: run scripts/build-plugins",
+        p.display()
+    );
+    p
+}
+
+const ACTIVE: &str = "jsonpath={.status.conditions[?(@.type==\"Active\")].status}";
+
+#[test]
+fn dropping_a_wasm_file_installs_the_provider() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let host = up(tmp.path());
+    let plugins = tmp.path().join("plugins");
+
+    std::fs::copy(plugin("echo-v1"), plugins.join("echo.wasm")).expect("drop echo");
+    host.eventually(
+        "echo Active",
+        &["get", "wasmprovider", "echo", "-o", ACTIVE],
+        |o| o == "True",
+    );
+    host.eventually(
+        "echomachines in discovery",
+        &[
+            "api-resources",
+            "--api-group=infrastructure.cluster.x-k8s.io",
+        ],
+        |o| o.contains("echomachines") && o.contains("echoclusters"),
+    );
+    let table = host.kubectl(&["get", "wasmproviders"]).1;
+    assert!(
+        table.starts_with("NAME") && table.contains("VERSION") && table.contains("1.0.0"),
+        "{table}"
+    );
+    let (_, imports) = host.kubectl(&[
+        "get",
+        "wasmprovider",
+        "echo",
+        "-o",
+        "jsonpath={.status.imports}",
+    ]);
+    assert!(imports.contains("capw:host/log@0.1.0"), "{imports}");
+
+    // An ungranted import: Validated=False naming the import; never Active.
+    std::fs::copy(plugin("ungranted-import"), plugins.join("sneaky.wasm")).expect("drop sneaky");
+    let msg = host.eventually(
+        "sneaky refused",
+        &[
+            "get",
+            "wasmprovider",
+            "sneaky",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Validated\")].message}",
+        ],
+        |o| o.contains("capw:host/container-runtime@0.1.0"),
+    );
+    assert!(msg.contains("not granted"), "{msg}");
+    // Granting it through NAME.yaml loads it.
+    std::fs::write(
+        plugins.join("sneaky.yaml"),
+        "capabilities: [container-runtime]\n",
+    )
+    .expect("manifest");
+    host.eventually(
+        "sneaky Active once granted",
+        &["get", "wasmprovider", "sneaky", "-o", ACTIVE],
+        |o| o == "True",
+    );
+
+    // A changed file hot-swaps the version.
+    std::fs::copy(plugin("echo-v2"), plugins.join("echo.wasm")).expect("replace echo");
+    host.eventually(
+        "echo 2.0.0",
+        &[
+            "get",
+            "wasmprovider",
+            "echo",
+            "-o",
+            "jsonpath={.status.activeVersion}",
+        ],
+        |o| o == "2.0.0",
+    );
+    let (_, prev) = host.kubectl(&[
+        "get",
+        "wasmprovider",
+        "echo",
+        "-o",
+        "jsonpath={.status.previousDigests}",
+    ]);
+    assert!(!prev.is_empty() && prev != "[]", "{prev}");
+
+    // Removing the file keeps the active version and says so.
+    std::fs::remove_file(plugins.join("echo.wasm")).expect("remove echo");
+    host.eventually(
+        "ModuleMissing",
+        &[
+            "get",
+            "wasmprovider",
+            "echo",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Degraded\")].reason}",
+        ],
+        |o| o == "ModuleMissing",
+    );
+    assert_eq!(
+        host.kubectl(&["get", "wasmprovider", "echo", "-o", ACTIVE])
+            .1,
+        "True"
+    );
+
+    // The finalizer holds the WasmProvider while an EchoMachine exists.
+    let machine = tmp.path().join("m.yaml");
+    std::fs::write(&machine, "apiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: EchoMachine\nmetadata: {name: m1, namespace: default}\nspec: {}\n")
+        .expect("manifest");
+    let (ok, out) = host.kubectl(&["apply", "-f", machine.to_str().expect("path")]);
+    assert!(ok, "{out}");
+    let (ok, out) = host.kubectl(&["delete", "wasmprovider", "echo", "--wait=false"]);
+    assert!(ok, "{out}");
+    host.eventually(
+        "deletion blocked",
+        &[
+            "get",
+            "wasmprovider",
+            "echo",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Deleting\")].reason}",
+        ],
+        |o| o == "ObjectsRemain",
+    );
+    host.kubectl(&["delete", "-f", machine.to_str().expect("path")]);
+    host.eventually(
+        "echo WasmProvider gone",
+        &["get", "wasmproviders", "-o", "name"],
+        |o| !o.contains("wasmprovider.runtime.capw.dev/echo"),
+    );
+}
