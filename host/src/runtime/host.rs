@@ -20,14 +20,16 @@ pub struct HostState {
 pub struct LogSink {
     pub plugin: String,
     pub version: String,
-    pub object: String,
+    /// The call's object as JSON; its `namespace/name` is worked out only if the plugin logs.
+    pub object_json: String,
+    object: Option<String>,
     pub lines: Vec<(log::Level, String)>,
     pub dropped: usize,
     left: usize,
 }
 
 impl HostState {
-    pub fn new(limits: &Limits, plugin: &str, version: &str, object: &str) -> Self {
+    pub fn new(limits: &Limits, plugin: &str, version: &str, object_json: &str) -> Self {
         // No preopens, no env, no args, stdio discarded, no sockets or name lookups.
         let wasi = WasiCtx::builder()
             .allow_tcp(false)
@@ -50,12 +52,24 @@ impl HostState {
             log: LogSink {
                 plugin: plugin.into(),
                 version: version.into(),
-                object: object.into(),
+                object_json: object_json.into(),
                 left: limits.log_bytes,
                 ..Default::default()
             },
         }
     }
+}
+
+/// `namespace/name` of an object given as JSON.
+fn object_ref(json: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    let s = |p: &str| {
+        v.pointer(p)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    format!("{}/{}", s("/metadata/namespace"), s("/metadata/name"))
 }
 
 impl WasiView for HostState {
@@ -77,7 +91,11 @@ impl log::Host for HostState {
             return;
         }
         sink.left -= message.len();
-        let (plugin, version, object) = (&sink.plugin, &sink.version, &sink.object);
+        let object = sink
+            .object
+            .get_or_insert_with(|| object_ref(&sink.object_json))
+            .clone();
+        let (plugin, version) = (&sink.plugin, &sink.version);
         match level {
             log::Level::Error => tracing::error!(%plugin, %version, %object, "{message}"),
             log::Level::Warn => tracing::warn!(%plugin, %version, %object, "{message}"),

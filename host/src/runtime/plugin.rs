@@ -394,19 +394,14 @@ impl Plugin {
 
     pub async fn reconcile_machine(&self, ctx: &Context) -> Result<MachineStatus, CallError> {
         let r = self
-            .call(
-                &object_ref(ctx),
-                self.limits.reconcile_timeout,
-                true,
-                |i, s| {
-                    let ctx = ctx.clone();
-                    Box::pin(async move {
-                        i.capw_provider_infrastructure_machine()
-                            .call_reconcile(s, &ctx)
-                            .await
-                    })
-                },
-            )
+            .call(&ctx.object, self.limits.reconcile_timeout, true, |i, s| {
+                let ctx = ctx.clone();
+                Box::pin(async move {
+                    i.capw_provider_infrastructure_machine()
+                        .call_reconcile(s, &ctx)
+                        .await
+                })
+            })
             .await
             .and_then(|r| r.map_err(|e| CallError::Provider(e.into())))
             .and_then(|st| {
@@ -424,19 +419,14 @@ impl Plugin {
 
     pub async fn delete_machine(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
         let r = self
-            .call(
-                &object_ref(ctx),
-                self.limits.reconcile_timeout,
-                true,
-                |i, s| {
-                    let ctx = ctx.clone();
-                    Box::pin(async move {
-                        i.capw_provider_infrastructure_machine()
-                            .call_delete(s, &ctx)
-                            .await
-                    })
-                },
-            )
+            .call(&ctx.object, self.limits.reconcile_timeout, true, |i, s| {
+                let ctx = ctx.clone();
+                Box::pin(async move {
+                    i.capw_provider_infrastructure_machine()
+                        .call_delete(s, &ctx)
+                        .await
+                })
+            })
             .await
             .and_then(|r| r.map_err(|e| CallError::Provider(e.into())))
             .and_then(|st| check_patch(&self.limits, &st.common.status_patch).map(|_| st));
@@ -446,19 +436,14 @@ impl Plugin {
 
     pub async fn reconcile_cluster(&self, ctx: &Context) -> Result<ClusterStatus, CallError> {
         let r = self
-            .call(
-                &object_ref(ctx),
-                self.limits.reconcile_timeout,
-                true,
-                |i, s| {
-                    let ctx = ctx.clone();
-                    Box::pin(async move {
-                        i.capw_provider_infrastructure_cluster()
-                            .call_reconcile(s, &ctx)
-                            .await
-                    })
-                },
-            )
+            .call(&ctx.object, self.limits.reconcile_timeout, true, |i, s| {
+                let ctx = ctx.clone();
+                Box::pin(async move {
+                    i.capw_provider_infrastructure_cluster()
+                        .call_reconcile(s, &ctx)
+                        .await
+                })
+            })
             .await
             .and_then(|r| r.map_err(|e| CallError::Provider(e.into())))
             .and_then(|st| {
@@ -476,37 +461,20 @@ impl Plugin {
 
     pub async fn delete_cluster(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
         let r = self
-            .call(
-                &object_ref(ctx),
-                self.limits.reconcile_timeout,
-                true,
-                |i, s| {
-                    let ctx = ctx.clone();
-                    Box::pin(async move {
-                        i.capw_provider_infrastructure_cluster()
-                            .call_delete(s, &ctx)
-                            .await
-                    })
-                },
-            )
+            .call(&ctx.object, self.limits.reconcile_timeout, true, |i, s| {
+                let ctx = ctx.clone();
+                Box::pin(async move {
+                    i.capw_provider_infrastructure_cluster()
+                        .call_delete(s, &ctx)
+                        .await
+                })
+            })
             .await
             .and_then(|r| r.map_err(|e| CallError::Provider(e.into())))
             .and_then(|st| check_patch(&self.limits, &st.common.status_patch).map(|_| st));
         self.count(&r);
         r
     }
-}
-
-/// `namespace/name` of the call's object, for logs.
-fn object_ref(ctx: &Context) -> String {
-    let v: serde_json::Value = serde_json::from_str(&ctx.object).unwrap_or_default();
-    let s = |p: &str| {
-        v.pointer(p)
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
-    format!("{}/{}", s("/metadata/namespace"), s("/metadata/name"))
 }
 
 /// The contract rules for `metadata()`.

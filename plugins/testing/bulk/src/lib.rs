@@ -1,0 +1,37 @@
+//! `bulk`: the same contract as `echo`, with enough real code (a regex engine) to weigh about
+//! 1 MB, so compile and cached-load times are measured on a realistic size.
+
+use capw_sdk::*;
+
+struct Bulk;
+
+impl InfrastructureProvider for Bulk {
+    fn metadata() -> Metadata {
+        Metadata {
+            name: "bulk".into(),
+            version: "1.0.0".into(),
+            provider_type: ProviderType::Infrastructure,
+            contract_version: "v1beta2".into(),
+            kinds: vec![],
+            crds: vec![],
+        }
+    }
+
+    fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
+        let obj = ctx.view()?;
+        let re = regex::Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").map_err(|e| ProviderError::Other(e.to_string()))?;
+        if !re.is_match(obj.name()) {
+            return Err(ProviderError::InvalidSpec(format!("metadata.name {:?} is not a DNS label", obj.name())));
+        }
+        Ok(MachineStatus {
+            provisioned: true,
+            provider_id: Some(format!("bulk:///{}", obj.name())),
+            addresses: vec![],
+            failure_domain: None,
+            interruptible: false,
+            common: common(vec![], None),
+        })
+    }
+}
+
+capw_sdk::infrastructure_provider!(Bulk);
