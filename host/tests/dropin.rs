@@ -166,6 +166,36 @@ fn dropping_a_wasm_file_installs_the_provider() {
         |o| o == "True",
     );
 
+    // A WasmProvider whose sha256 does not match its file is not loaded.
+    std::fs::copy(plugin("echo-v1"), plugins.join("pinned-module.bin")).expect("copy module");
+    let wrong = tmp.path().join("wrong.yaml");
+    std::fs::write(
+        &wrong,
+        format!(
+            "apiVersion: runtime.capw.dev/v1alpha1\nkind: WasmProvider\nmetadata: {{name: pinned}}\nspec:\n  module: pinned-module.bin\n  sha256: \"{}\"\n",
+            "0".repeat(64)
+        ),
+    )
+    .expect("manifest");
+    let (ok, out) = host.kubectl(&["apply", "-f", wrong.to_str().expect("path")]);
+    assert!(ok, "{out}");
+    host.eventually(
+        "digest mismatch reported",
+        &[
+            "get",
+            "wasmprovider",
+            "pinned",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Validated\")].reason}",
+        ],
+        |o| o == "DigestMismatch",
+    );
+    assert_eq!(
+        host.kubectl(&["get", "wasmprovider", "pinned", "-o", ACTIVE])
+            .1,
+        "False"
+    );
+
     // A changed file hot-swaps the version.
     std::fs::copy(plugin("echo-v2"), plugins.join("echo.wasm")).expect("replace echo");
     host.eventually(
