@@ -392,88 +392,105 @@ impl Plugin {
         Ok(meta)
     }
 
-    pub async fn reconcile_machine(&self, ctx: &Context) -> Result<MachineStatus, CallError> {
+    /// A contract call: the provider's own errors become `CallError::Provider`, the result is
+    /// checked against the contract, and failures are counted for the rollback decision.
+    async fn contract_call<T>(
+        &self,
+        ctx: &Context,
+        f: impl for<'a> FnOnce(
+            &'a InfrastructureProvider,
+            &'a mut Store<HostState>,
+            Context,
+        )
+            -> BoxFuture<'a, wasmtime::Result<Result<T, types::ProviderError>>>,
+        check: impl FnOnce(&T) -> Result<(), CallError>,
+    ) -> Result<T, CallError> {
+        let owned = ctx.clone();
         let r = self
             .call(&ctx.object, self.limits.reconcile_timeout, true, |i, s| {
-                let ctx = ctx.clone();
-                Box::pin(async move {
-                    i.capw_provider_infrastructure_machine()
-                        .call_reconcile(s, &ctx)
-                        .await
-                })
+                f(i, s, owned)
             })
             .await
             .and_then(|r| r.map_err(|e| CallError::Provider(e.into())))
-            .and_then(|st| {
+            .and_then(|st| check(&st).map(|_| st));
+        self.count(&r);
+        r
+    }
+
+    pub async fn reconcile_machine(&self, ctx: &Context) -> Result<MachineStatus, CallError> {
+        self.contract_call(
+            ctx,
+            |i, s, c| {
+                Box::pin(async move {
+                    i.capw_provider_infrastructure_machine()
+                        .call_reconcile(s, &c)
+                        .await
+                })
+            },
+            |st| {
                 check_patch(&self.limits, &st.common.status_patch)?;
                 if st.provisioned && st.provider_id.as_deref().is_none_or(str::is_empty) {
                     return Err(CallError::InvalidResult(
                         "provisioned = true without a provider-id".into(),
                     ));
                 }
-                Ok(st)
-            });
-        self.count(&r);
-        r
+                Ok(())
+            },
+        )
+        .await
     }
 
     pub async fn delete_machine(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
-        let r = self
-            .call(&ctx.object, self.limits.reconcile_timeout, true, |i, s| {
-                let ctx = ctx.clone();
+        self.contract_call(
+            ctx,
+            |i, s, c| {
                 Box::pin(async move {
                     i.capw_provider_infrastructure_machine()
-                        .call_delete(s, &ctx)
+                        .call_delete(s, &c)
                         .await
                 })
-            })
-            .await
-            .and_then(|r| r.map_err(|e| CallError::Provider(e.into())))
-            .and_then(|st| check_patch(&self.limits, &st.common.status_patch).map(|_| st));
-        self.count(&r);
-        r
+            },
+            |st| check_patch(&self.limits, &st.common.status_patch),
+        )
+        .await
     }
 
     pub async fn reconcile_cluster(&self, ctx: &Context) -> Result<ClusterStatus, CallError> {
-        let r = self
-            .call(&ctx.object, self.limits.reconcile_timeout, true, |i, s| {
-                let ctx = ctx.clone();
+        self.contract_call(
+            ctx,
+            |i, s, c| {
                 Box::pin(async move {
                     i.capw_provider_infrastructure_cluster()
-                        .call_reconcile(s, &ctx)
+                        .call_reconcile(s, &c)
                         .await
                 })
-            })
-            .await
-            .and_then(|r| r.map_err(|e| CallError::Provider(e.into())))
-            .and_then(|st| {
+            },
+            |st| {
                 check_patch(&self.limits, &st.common.status_patch)?;
                 if st.provisioned && st.control_plane_endpoint.is_none() {
                     return Err(CallError::InvalidResult(
                         "provisioned = true without a control-plane endpoint".into(),
                     ));
                 }
-                Ok(st)
-            });
-        self.count(&r);
-        r
+                Ok(())
+            },
+        )
+        .await
     }
 
     pub async fn delete_cluster(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
-        let r = self
-            .call(&ctx.object, self.limits.reconcile_timeout, true, |i, s| {
-                let ctx = ctx.clone();
+        self.contract_call(
+            ctx,
+            |i, s, c| {
                 Box::pin(async move {
                     i.capw_provider_infrastructure_cluster()
-                        .call_delete(s, &ctx)
+                        .call_delete(s, &c)
                         .await
                 })
-            })
-            .await
-            .and_then(|r| r.map_err(|e| CallError::Provider(e.into())))
-            .and_then(|st| check_patch(&self.limits, &st.common.status_patch).map(|_| st));
-        self.count(&r);
-        r
+            },
+            |st| check_patch(&self.limits, &st.common.status_patch),
+        )
+        .await
     }
 }
 
