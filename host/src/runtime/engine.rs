@@ -29,6 +29,9 @@ fn base_config() -> Config {
     let mut c = Config::new();
     c.wasm_component_model(true);
     c.epoch_interruption(true);
+    // Providers are sync-lifted WASI P2 components: skip the component-model-async machinery
+    // every Store would otherwise set up.
+    c.concurrency_support(false);
     c.max_wasm_stack(512 << 10);
     c.async_stack_size(2 << 20);
     c.memory_reservation(4 << 30);
