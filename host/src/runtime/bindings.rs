@@ -7,6 +7,8 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use capw::host::{container_runtime, log, sim_cloud};
-pub use capw::provider::types;
-pub use exports::capw::provider::{infrastructure_cluster, infrastructure_machine, plugin_info};
+pub use self::capw::host::{container_runtime, log, sim_cloud};
+pub use self::capw::provider::types;
+pub use self::exports::capw::provider::{
+    infrastructure_cluster, infrastructure_machine, plugin_info,
+};
