@@ -61,7 +61,7 @@ impl HostState {
 }
 
 /// `namespace/name` of an object given as JSON.
-fn object_ref(json: &str) -> String {
+pub(crate) fn object_ref(json: &str) -> String {
     let v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
     let s = |p: &str| {
         v.pointer(p)

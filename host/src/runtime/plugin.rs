@@ -339,25 +339,33 @@ impl Plugin {
             c.calls.fetch_add(1, Ordering::Relaxed);
         }
         let mut store = self.store(object)?;
+        // One span per plugin call; naming the object costs a JSON parse, so only when enabled.
+        let span = if tracing::enabled!(tracing::Level::DEBUG) {
+            tracing::debug_span!("plugin_call", plugin = %self.metadata.name, version = %self.metadata.version,
+                object = %super::host::object_ref(object))
+        } else {
+            tracing::Span::none()
+        };
         let run = async {
             let instance = self.pre.instantiate_async(&mut store).await?;
             f(&instance, &mut store).await
         };
-        let out = match tokio::time::timeout(timeout, run).await {
-            Err(_) => {
-                if let Some(c) = counters {
-                    c.timeouts.fetch_add(1, Ordering::Relaxed);
+        let out =
+            match tracing::Instrument::instrument(tokio::time::timeout(timeout, run), span).await {
+                Err(_) => {
+                    if let Some(c) = counters {
+                        c.timeouts.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(CallError::Timeout(timeout))
                 }
-                Err(CallError::Timeout(timeout))
-            }
-            Ok(Err(trap)) => {
-                if let Some(c) = counters {
-                    c.traps.fetch_add(1, Ordering::Relaxed);
+                Ok(Err(trap)) => {
+                    if let Some(c) = counters {
+                        c.traps.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(CallError::Trap(format!("{trap:#}")))
                 }
-                Err(CallError::Trap(format!("{trap:#}")))
-            }
-            Ok(Ok(r)) => Ok(r),
-        };
+                Ok(Ok(r)) => Ok(r),
+            };
         drop(store);
         out
     }
