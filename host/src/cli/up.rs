@@ -109,7 +109,7 @@ async fn host(client: kube::Client, plugins: PathBuf, cache_dir: PathBuf) -> any
 }
 
 pub async fn up(args: UpArgs) -> anyhow::Result<()> {
-    let mut config = Config::ephemeral(args.data_dir.join("api"));
+    let mut config = Config::ephemeral(&args.data_dir);
     config.listen = args.listen;
     let server = Server::start(config)
         .await
