@@ -107,6 +107,27 @@ fn rollout(wp: &WasmProvider) -> Rollout {
     r
 }
 
+/// Applies a CRD with server-side apply and waits (up to 10 s) until it is established.
+async fn apply_crd(
+    api: &Api<CustomResourceDefinition>,
+    name: &str,
+    crd: &(impl serde::Serialize + std::fmt::Debug),
+) -> Result<(), Error> {
+    api.patch(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(crd),
+    )
+    .await?;
+    let established = kube::runtime::wait::await_condition(
+        api.clone(),
+        name,
+        kube::runtime::conditions::is_crd_established(),
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(10), established).await;
+    Ok(())
+}
+
 /// Installs (or updates) the plugin's CRDs with server-side apply and waits until they serve.
 async fn install_crds(client: &Client, plugin: &Plugin) -> Result<(), Error> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -122,19 +143,7 @@ async fn install_crds(client: &Client, plugin: &Plugin) -> Result<(), Error> {
                 index,
                 message: e.to_string(),
             })?;
-        let name = crd.name_any();
-        api.patch(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&value),
-        )
-        .await?;
-        let established = kube::runtime::wait::await_condition(
-            api.clone(),
-            &name,
-            kube::runtime::conditions::is_crd_established(),
-        );
-        let _ = tokio::time::timeout(Duration::from_secs(10), established).await;
+        apply_crd(&api, &crd.name_any(), &value).await?;
     }
     Ok(())
 }
@@ -478,20 +487,7 @@ pub async fn install_crd(client: &Client) -> Result<(), Error> {
     use kube::CustomResourceExt;
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = WasmProvider::crd();
-    let name = crd.name_any();
-    api.patch(
-        &name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&crd),
-    )
-    .await?;
-    let established = kube::runtime::wait::await_condition(
-        api,
-        &name,
-        kube::runtime::conditions::is_crd_established(),
-    );
-    let _ = tokio::time::timeout(Duration::from_secs(10), established).await;
-    Ok(())
+    apply_crd(&api, &crd.name_any(), &crd).await
 }
 
 /// Runs the controller until the process ends.
