@@ -398,18 +398,16 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
 }
 
 /// Objects of the plugin's kinds that still exist.
-async fn remaining_objects(
-    client: &Client,
-    kinds: &[String],
-    wp: &WasmProvider,
-) -> Result<usize, Error> {
+async fn remaining_objects(client: &Client, kinds: &[String]) -> Result<usize, Error> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    // One CRD list for all kinds, not one per kind.
+    let all = crds.list(&ListParams::default()).await?.items;
     let mut n = 0;
     for k in kinds {
         let Some((kind, group)) = k.split_once('.') else {
             continue;
         };
-        for crd in crds.list(&ListParams::default()).await?.items {
+        for crd in &all {
             if crd.spec.group != group || crd.spec.names.kind != kind {
                 continue;
             }
@@ -430,7 +428,6 @@ async fn remaining_objects(
             n += api.list(&ListParams::default().limit(1)).await?.items.len();
         }
     }
-    let _ = wp;
     Ok(n)
 }
 
@@ -440,7 +437,7 @@ async fn cleanup(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         .as_ref()
         .map(|s| s.kinds.clone())
         .unwrap_or_default();
-    let left = remaining_objects(&ctx.client, &kinds, &wp).await?;
+    let left = remaining_objects(&ctx.client, &kinds).await?;
     if left > 0 {
         let api: Api<WasmProvider> = Api::all(ctx.client.clone());
         let mut status = wp.status.clone().unwrap_or_default();
