@@ -298,6 +298,64 @@ impl Server {
     }
 }
 
+/// An in-memory API server on a listener the caller already bound, with a CA the caller owns:
+/// what a simulated workload cluster serves. No data directory, no kubeconfig, no controllers.
+pub struct InMemoryServer {
+    pub core: Arc<Core>,
+    app: Arc<http::App>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl InMemoryServer {
+    pub async fn start(
+        listener: tokio::net::TcpListener,
+        ca_pem: &str,
+        ca_key_pem: &str,
+        token: String,
+    ) -> Result<InMemoryServer, ServerError> {
+        let addr = listener.local_addr().map_err(|source| ServerError::Bind {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            source,
+        })?;
+        let store = store::Store::open(None, StoreConfig::default())?;
+        let core = Arc::new(Core::new(store));
+        controllers::crd::install_all(&core);
+        core.ensure_initial_namespaces().await?;
+        let sans = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        let tls = tls::from_ca(ca_pem, ca_key_pem, &sans)?;
+        let app = Arc::new(http::App::new(
+            core.clone(),
+            token,
+            addr.to_string(),
+            HttpSettings::default(),
+        ));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(serve(
+            listener,
+            tokio_rustls::TlsAcceptor::from(tls.server_config),
+            http::router(app.clone()),
+            rx,
+        ));
+        Ok(InMemoryServer {
+            core,
+            app,
+            shutdown: Some(tx),
+            task,
+        })
+    }
+}
+
+impl Drop for InMemoryServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.app.closing.send_replace(true);
+        self.task.abort();
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         if let Some(tx) = self.shutdown.take() {

@@ -75,9 +75,36 @@ pub fn load_or_create(dir: &Path, sans: Vec<String>) -> Result<TlsMaterial, TlsE
         crate::kubeconfig::write_private(&crt_path, &cert.pem()).map_err(io(&crt_path))?;
         (key, cert.pem())
     };
-    let issuer = Issuer::new(ca_params(), &ca_key);
+    let server_config = serving_config(&ca_key, &sans)?;
+    Ok(TlsMaterial {
+        ca_pem,
+        server_config,
+    })
+}
+
+/// A new CA: (certificate PEM, key PEM). Workload clusters get one each.
+pub fn generate_ca() -> Result<(String, String), TlsError> {
+    let key = KeyPair::generate()?;
+    let cert = ca_params().self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// Serving TLS for `sans`, signed by the CA given as PEM.
+pub fn from_ca(ca_pem: &str, ca_key_pem: &str, sans: &[String]) -> Result<TlsMaterial, TlsError> {
+    let key = KeyPair::from_pem(ca_key_pem)?;
+    Ok(TlsMaterial {
+        ca_pem: ca_pem.to_string(),
+        server_config: serving_config(&key, sans)?,
+    })
+}
+
+fn serving_config(
+    ca_key: &KeyPair,
+    sans: &[String],
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let issuer = Issuer::new(ca_params(), ca_key);
     let server_key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(sans)?;
+    let mut params = CertificateParams::new(sans.to_vec())?;
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, "capw-apiserver");
     params.distinguished_name = dn;
@@ -91,8 +118,5 @@ pub fn load_or_create(dir: &Path, sans: Vec<String>) -> Result<TlsMaterial, TlsE
         .with_no_client_auth()
         .with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsMaterial {
-        ca_pem,
-        server_config: Arc::new(config),
-    })
+    Ok(Arc::new(config))
 }

@@ -50,6 +50,8 @@ fn ctx() -> Context {
         machine: None,
         infrastructure_cluster: None,
         bootstrap_data: None,
+        secrets: vec![],
+        owned_machines: vec![],
     }
 }
 

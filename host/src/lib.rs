@@ -1,7 +1,9 @@
-//! The capw host: the plugin runtime that loads Cluster API providers as sandboxed
-//! WebAssembly components, the API types it owns, and its controllers (the core Cluster and
-//! Machine controllers and the provider driver come in later issues).
+//! The capw host: the core Cluster and Machine controllers, the provider driver that turns every
+//! loaded plugin into the controller of its kinds, the plugin runtime that loads Cluster API
+//! providers as sandboxed WebAssembly components, and the host capabilities plugins can be
+//! granted.
 
 pub mod api;
+pub mod capabilities;
 pub mod controllers;
 pub mod runtime;

@@ -66,6 +66,8 @@ fn ctx(name: &str) -> Context {
         machine: None,
         infrastructure_cluster: None,
         bootstrap_data: None,
+        secrets: vec![],
+        owned_machines: vec![],
     }
 }
 

@@ -120,6 +120,8 @@ fn sample(group: &str, version: &str, kind: &str) -> Context {
         machine: None,
         infrastructure_cluster: None,
         bootstrap_data: None,
+        secrets: vec![],
+        owned_machines: vec![],
     }
 }
 

@@ -289,7 +289,7 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
             let reason = match &e {
                 crate::runtime::PluginError::DigestMismatch { .. } => "DigestMismatch",
                 crate::runtime::PluginError::UngrantedImport { .. } => "UngrantedImport",
-                crate::runtime::PluginError::MissingExport(_) => "MissingExport",
+                crate::runtime::PluginError::MissingExport(..) => "MissingExport",
                 crate::runtime::PluginError::Smoke(_) => "MetadataFailed",
                 _ => "Invalid",
             };

@@ -60,6 +60,8 @@ fn pooling() -> PoolingAllocationConfig {
 pub struct RuntimeEngine {
     pub engine: Engine,
     pub allocator: Allocator,
+    /// What granted host interfaces call into.
+    pub services: Arc<super::Services>,
     _ticker: Arc<Ticker>,
 }
 
@@ -109,6 +111,7 @@ pub fn build() -> Result<RuntimeEngine, EngineError> {
     Ok(RuntimeEngine {
         engine,
         allocator,
+        services: Arc::default(),
         _ticker: ticker,
     })
 }

@@ -13,6 +13,7 @@ pub struct HostState {
     table: ResourceTable,
     pub(crate) limits: StoreLimits,
     pub log: LogSink,
+    services: std::sync::Arc<super::Services>,
 }
 
 /// Log lines of one call, capped in bytes.
@@ -29,7 +30,13 @@ pub struct LogSink {
 }
 
 impl HostState {
-    pub fn new(limits: &Limits, plugin: &str, version: &str, object_json: &str) -> Self {
+    pub fn new(
+        limits: &Limits,
+        plugin: &str,
+        version: &str,
+        object_json: &str,
+        services: std::sync::Arc<super::Services>,
+    ) -> Self {
         // No preopens, no env, no args, stdio discarded, no sockets or name lookups.
         let wasi = WasiCtx::builder()
             .allow_tcp(false)
@@ -56,6 +63,7 @@ impl HostState {
                 left: limits.log_bytes,
                 ..Default::default()
             },
+            services,
         }
     }
 }
@@ -165,16 +173,41 @@ impl container_runtime::Host for HostState {
 impl sim_cloud::Host for HostState {
     fn ensure_vm(
         &mut self,
-        _cluster: String,
-        _name: String,
-        _bootstrap_data: String,
+        cluster: String,
+        name: String,
+        bootstrap_data: String,
     ) -> Result<sim_cloud::Vm, String> {
-        Err("this host build has no simulated cloud yet".into())
+        let vm = self
+            .sim()?
+            .ensure_vm(&cluster, &name, &bootstrap_data)
+            .map_err(|e| e.to_string())?;
+        Ok(sim_cloud::Vm {
+            name: vm.name,
+            provider_id: vm.provider_id,
+            running: vm.running,
+            addresses: vm.addresses,
+        })
     }
-    fn delete_vm(&mut self, _cluster: String, _name: String) -> Result<bool, String> {
-        Err("this host build has no simulated cloud yet".into())
+    fn delete_vm(&mut self, cluster: String, name: String) -> Result<bool, String> {
+        Ok(self.sim()?.delete_vm(&cluster, &name))
     }
-    fn ensure_api_server(&mut self, _cluster: String) -> Result<String, String> {
-        Err("this host build has no simulated cloud yet".into())
+    fn ensure_api_server(&mut self, cluster: String) -> Result<sim_cloud::ApiServer, String> {
+        let (host, port) = self
+            .sim()?
+            .ensure_api_server(&cluster)
+            .map_err(|e| e.to_string())?;
+        Ok(sim_cloud::ApiServer { host, port })
+    }
+    fn delete_api_server(&mut self, cluster: String) -> Result<bool, String> {
+        Ok(self.sim()?.delete_api_server(&cluster))
+    }
+}
+
+impl HostState {
+    fn sim(&self) -> Result<&crate::capabilities::sim_cloud::SimCloud, String> {
+        self.services.sim_cloud.get().map(|s| &**s).ok_or_else(|| {
+            "the simulated cloud is not running in this host (capw up and capw run start it)"
+                .to_string()
+        })
     }
 }

@@ -59,6 +59,13 @@ impl Capability {
     }
 }
 
+/// The backends of the granted host interfaces, shared by every plugin of the process. One left
+/// unset answers `unavailable`.
+#[derive(Default)]
+pub struct Services {
+    pub sim_cloud: std::sync::OnceLock<std::sync::Arc<crate::capabilities::sim_cloud::SimCloud>>,
+}
+
 /// The engine and the artifact cache, shared by every plugin of the process.
 pub struct Runtime {
     pub engine: engine::RuntimeEngine,

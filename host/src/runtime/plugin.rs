@@ -2,8 +2,8 @@
 //! and called with a fresh, limited Store per call.
 
 use super::bindings::{
-    self, InfrastructureProvider, InfrastructureProviderPre, infrastructure_cluster,
-    infrastructure_machine, plugin_info, types,
+    self, bootstrap_config, control_plane, infrastructure_cluster, infrastructure_machine,
+    plugin_info, types,
 };
 use super::cache::{ArtifactCache, Source, sha256_hex};
 use super::engine::RuntimeEngine;
@@ -15,8 +15,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use wasmtime::Store;
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{HasSelf, Instance, InstancePre, Linker};
 
+pub use bootstrap_config::{BootstrapData, BootstrapStatus};
+pub use control_plane::{ControlPlaneStatus, MachineRequest, ReplicaCounts};
 pub use infrastructure_cluster::ClusterStatus;
 pub use infrastructure_machine::MachineStatus;
 pub use plugin_info::{PluginMetadata, ProviderType};
@@ -38,8 +40,8 @@ pub enum PluginError {
     )]
     UngrantedImport { import: String, granted: String },
     /// The component lacks an export the contract requires.
-    #[error("does not export {0}, which every infrastructure provider must")]
-    MissingExport(String),
+    #[error("does not export {0}, which every {1} provider must")]
+    MissingExport(String, &'static str),
     /// Linking failed (a type mismatch with the host's WIT).
     #[error("cannot be linked against the host: {0}")]
     Link(String),
@@ -130,15 +132,41 @@ pub struct Plugin {
     pub limits: Limits,
     pub source: Source,
     pub counters: Counters,
-    pre: InfrastructureProviderPre<HostState>,
+    pre: InstancePre<HostState>,
+    idx: Indices,
     engine: wasmtime::Engine,
+    services: Arc<super::Services>,
 }
 
-const REQUIRED_EXPORTS: &[&str] = &[
-    "capw:provider/plugin-info@0.1.0",
-    "capw:provider/infrastructure-cluster@0.1.0",
-    "capw:provider/infrastructure-machine@0.1.0",
-];
+/// Where each contract interface sits in the component; `None` for what it does not export.
+struct Indices {
+    info: plugin_info::GuestIndices,
+    infra_cluster: Option<infrastructure_cluster::GuestIndices>,
+    infra_machine: Option<infrastructure_machine::GuestIndices>,
+    bootstrap: Option<bootstrap_config::GuestIndices>,
+    control_plane: Option<control_plane::GuestIndices>,
+}
+
+const INFO: &str = "capw:provider/plugin-info@0.1.0";
+
+/// The interfaces a provider type must export besides `plugin-info`.
+fn required_exports(t: ProviderType) -> (&'static str, &'static [&'static str]) {
+    match t {
+        ProviderType::Infrastructure => (
+            "infrastructure",
+            &[
+                "capw:provider/infrastructure-cluster@0.1.0",
+                "capw:provider/infrastructure-machine@0.1.0",
+            ],
+        ),
+        ProviderType::Bootstrap => ("bootstrap", &["capw:provider/bootstrap-config@0.1.0"]),
+        ProviderType::ControlPlane => ("control-plane", &["capw:provider/control-plane@0.1.0"]),
+    }
+}
+
+fn unsupported(what: &str) -> wasmtime::Error {
+    wasmtime::format_err!("this component does not export {what}")
+}
 
 /// Interfaces linked for every plugin: the inert WASI set and the type-only contract interface.
 fn always_linked(name: &str) -> bool {
@@ -265,17 +293,21 @@ impl Plugin {
                 granted: granted.join(", "),
             });
         }
-        for want in REQUIRED_EXPORTS {
-            if !info.exports.iter().any(|e| e == want) {
-                return Err(PluginError::MissingExport(want.to_string()));
-            }
+        if !info.exports.iter().any(|e| e == INFO) {
+            return Err(PluginError::MissingExport(INFO.to_string(), "capw"));
         }
         let l = linker(&rt.engine, &grants)?;
         let pre = l
             .instantiate_pre(&component)
             .map_err(|e| PluginError::Link(format!("{e:#}")))?;
-        let pre =
-            InfrastructureProviderPre::new(pre).map_err(|e| PluginError::Link(format!("{e:#}")))?;
+        let link = |e: wasmtime::Error| PluginError::Link(format!("{e:#}"));
+        let idx = Indices {
+            info: plugin_info::GuestIndices::new(&pre).map_err(link)?,
+            infra_cluster: infrastructure_cluster::GuestIndices::new(&pre).ok(),
+            infra_machine: infrastructure_machine::GuestIndices::new(&pre).ok(),
+            bootstrap: bootstrap_config::GuestIndices::new(&pre).ok(),
+            control_plane: control_plane::GuestIndices::new(&pre).ok(),
+        };
         let mut plugin = Plugin {
             digest: info.digest,
             metadata: PluginMetadata {
@@ -293,13 +325,21 @@ impl Plugin {
             source: info.source,
             counters: Counters::default(),
             pre,
+            idx,
             engine: rt.engine.clone(),
+            services: rt.services.clone(),
         };
         let meta = plugin
             .call_metadata()
             .await
             .map_err(|e| PluginError::Smoke(e.to_string()))?;
         validate_metadata(&meta).map_err(PluginError::Smoke)?;
+        let (type_name, required) = required_exports(meta.provider_type);
+        for want in required {
+            if !plugin.exports.iter().any(|e| e == want) {
+                return Err(PluginError::MissingExport(want.to_string(), type_name));
+            }
+        }
         plugin.metadata = meta;
         Ok(plugin)
     }
@@ -310,6 +350,7 @@ impl Plugin {
             &self.metadata.name,
             &self.metadata.version,
             object,
+            self.services.clone(),
         );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
@@ -329,7 +370,8 @@ impl Plugin {
         timeout: Duration,
         counted: bool,
         f: impl for<'a> FnOnce(
-            &'a InfrastructureProvider,
+            &'a Indices,
+            Instance,
             &'a mut Store<HostState>,
         ) -> BoxFuture<'a, wasmtime::Result<R>>,
     ) -> Result<R, CallError> {
@@ -348,7 +390,7 @@ impl Plugin {
         };
         let run = async {
             let instance = self.pre.instantiate_async(&mut store).await?;
-            f(&instance, &mut store).await
+            f(&self.idx, instance, &mut store).await
         };
         let out =
             match tracing::Instrument::instrument(tokio::time::timeout(timeout, run), span).await {
@@ -385,7 +427,9 @@ impl Plugin {
                 "plugin-info",
                 self.limits.metadata_timeout,
                 false,
-                |i, s| Box::pin(i.capw_provider_plugin_info().call_metadata(s)),
+                |idx, i, s| {
+                    Box::pin(async move { idx.info.load(&mut *s, &i)?.call_metadata(s).await })
+                },
             )
             .await?;
         let total: usize = meta.crds.iter().map(String::len).sum();
@@ -406,7 +450,8 @@ impl Plugin {
         &self,
         ctx: &Context,
         f: impl for<'a> FnOnce(
-            &'a InfrastructureProvider,
+            &'a Indices,
+            Instance,
             &'a mut Store<HostState>,
             Context,
         )
@@ -415,9 +460,12 @@ impl Plugin {
     ) -> Result<T, CallError> {
         let owned = ctx.clone();
         let r = self
-            .call(&ctx.object, self.limits.reconcile_timeout, true, |i, s| {
-                f(i, s, owned)
-            })
+            .call(
+                &ctx.object,
+                self.limits.reconcile_timeout,
+                true,
+                |idx, i, s| f(idx, i, s, owned),
+            )
             .await
             .and_then(|r| r.map_err(|e| CallError::Provider(e.into())))
             .and_then(|st| check(&st).map(|_| st));
@@ -428,9 +476,12 @@ impl Plugin {
     pub async fn reconcile_machine(&self, ctx: &Context) -> Result<MachineStatus, CallError> {
         self.contract_call(
             ctx,
-            |i, s, c| {
+            |idx, i, s, c| {
                 Box::pin(async move {
-                    i.capw_provider_infrastructure_machine()
+                    idx.infra_machine
+                        .as_ref()
+                        .ok_or_else(|| unsupported("infrastructure-machine"))?
+                        .load(&mut *s, &i)?
                         .call_reconcile(s, &c)
                         .await
                 })
@@ -451,9 +502,12 @@ impl Plugin {
     pub async fn delete_machine(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
         self.contract_call(
             ctx,
-            |i, s, c| {
+            |idx, i, s, c| {
                 Box::pin(async move {
-                    i.capw_provider_infrastructure_machine()
+                    idx.infra_machine
+                        .as_ref()
+                        .ok_or_else(|| unsupported("infrastructure-machine"))?
+                        .load(&mut *s, &i)?
                         .call_delete(s, &c)
                         .await
                 })
@@ -466,9 +520,12 @@ impl Plugin {
     pub async fn reconcile_cluster(&self, ctx: &Context) -> Result<ClusterStatus, CallError> {
         self.contract_call(
             ctx,
-            |i, s, c| {
+            |idx, i, s, c| {
                 Box::pin(async move {
-                    i.capw_provider_infrastructure_cluster()
+                    idx.infra_cluster
+                        .as_ref()
+                        .ok_or_else(|| unsupported("infrastructure-cluster"))?
+                        .load(&mut *s, &i)?
                         .call_reconcile(s, &c)
                         .await
                 })
@@ -489,9 +546,115 @@ impl Plugin {
     pub async fn delete_cluster(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
         self.contract_call(
             ctx,
-            |i, s, c| {
+            |idx, i, s, c| {
                 Box::pin(async move {
-                    i.capw_provider_infrastructure_cluster()
+                    idx.infra_cluster
+                        .as_ref()
+                        .ok_or_else(|| unsupported("infrastructure-cluster"))?
+                        .load(&mut *s, &i)?
+                        .call_delete(s, &c)
+                        .await
+                })
+            },
+            |st| check_patch(&self.limits, &st.common.status_patch),
+        )
+        .await
+    }
+
+    pub async fn reconcile_bootstrap(&self, ctx: &Context) -> Result<BootstrapStatus, CallError> {
+        self.contract_call(
+            ctx,
+            |idx, i, s, c| {
+                Box::pin(async move {
+                    idx.bootstrap
+                        .as_ref()
+                        .ok_or_else(|| unsupported("bootstrap-config"))?
+                        .load(&mut *s, &i)?
+                        .call_reconcile(s, &c)
+                        .await
+                })
+            },
+            |st| {
+                check_patch(&self.limits, &st.common.status_patch)?;
+                if let Some(d) = &st.data {
+                    check_result_size(&self.limits, "bootstrap data", d.value.len())?;
+                    if d.format != "cloud-config" && d.format != "ignition" {
+                        return Err(CallError::InvalidResult(format!(
+                            "bootstrap data format {:?} is neither cloud-config nor ignition",
+                            d.format
+                        )));
+                    }
+                }
+                Ok(())
+            },
+        )
+        .await
+    }
+
+    pub async fn delete_bootstrap(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
+        self.contract_call(
+            ctx,
+            |idx, i, s, c| {
+                Box::pin(async move {
+                    idx.bootstrap
+                        .as_ref()
+                        .ok_or_else(|| unsupported("bootstrap-config"))?
+                        .load(&mut *s, &i)?
+                        .call_delete(s, &c)
+                        .await
+                })
+            },
+            |st| check_patch(&self.limits, &st.common.status_patch),
+        )
+        .await
+    }
+
+    pub async fn reconcile_control_plane(
+        &self,
+        ctx: &Context,
+    ) -> Result<ControlPlaneStatus, CallError> {
+        self.contract_call(
+            ctx,
+            |idx, i, s, c| {
+                Box::pin(async move {
+                    idx.control_plane
+                        .as_ref()
+                        .ok_or_else(|| unsupported("control-plane"))?
+                        .load(&mut *s, &i)?
+                        .call_reconcile(s, &c)
+                        .await
+                })
+            },
+            |st| {
+                check_patch(&self.limits, &st.common.status_patch)?;
+                let dns = |n: &str| {
+                    !n.is_empty()
+                        && n.len() <= 253
+                        && n.bytes().all(|b| {
+                            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
+                        })
+                };
+                if let Some(bad) = st.machines_to_create.iter().find(|m| !dns(&m.name)) {
+                    return Err(CallError::InvalidResult(format!(
+                        "machines-to-create names {:?}, which is not a valid object name",
+                        bad.name
+                    )));
+                }
+                Ok(())
+            },
+        )
+        .await
+    }
+
+    pub async fn delete_control_plane(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
+        self.contract_call(
+            ctx,
+            |idx, i, s, c| {
+                Box::pin(async move {
+                    idx.control_plane
+                        .as_ref()
+                        .ok_or_else(|| unsupported("control-plane"))?
+                        .load(&mut *s, &i)?
                         .call_delete(s, &c)
                         .await
                 })

@@ -1,21 +1,22 @@
 //! Guest-side helpers for capw provider components.
 //!
-//! A provider implements [`InfrastructureProvider`] and exports it with
-//! [`infrastructure_provider!`]; the SDK owns the generated WIT bindings, decodes the JSON
-//! context into [`View`]s and builds results.
+//! A provider implements [`Provider`] and exports it with [`export_provider!`]; the SDK owns
+//! the generated WIT bindings (the `any-provider` world, so one crate can serve any provider
+//! type), decodes the JSON context into [`View`]s and builds results. The host requires only the
+//! interfaces of the type `metadata()` declares; the others answer `terminal`.
 //!
 //! ```ignore
 //! struct Echo;
-//! impl capw_sdk::InfrastructureProvider for Echo { /* ... */ }
-//! capw_sdk::infrastructure_provider!(Echo);
+//! impl capw_sdk::Provider for Echo { /* ... */ }
+//! capw_sdk::export_provider!(Echo);
 //! ```
 
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "capw:provider/infrastructure-provider",
+        world: "capw:provider/any-provider",
         pub_export_macro: true,
-        export_macro_name: "export_infrastructure",
+        export_macro_name: "export_any",
         default_bindings_module: "capw_sdk::bindings",
         generate_all,
     });
@@ -25,10 +26,13 @@ pub use bindings::capw::host::log::Level;
 pub use bindings::capw::provider::types::{
     Address, ApiEndpoint, Common, Condition, Context, DeleteStatus, FailureDomain, ProviderError, Retry,
 };
+pub use bindings::capw::host::sim_cloud;
+pub use bindings::exports::capw::provider::bootstrap_config::{BootstrapData, BootstrapStatus};
+pub use bindings::exports::capw::provider::control_plane::{ControlPlaneStatus, MachineRequest, ReplicaCounts};
 pub use bindings::exports::capw::provider::infrastructure_cluster::ClusterStatus;
 pub use bindings::exports::capw::provider::infrastructure_machine::MachineStatus;
 pub use bindings::exports::capw::provider::plugin_info::{PluginMetadata as Metadata, ProviderType, ServedKind};
-pub use serde_json::{Value, json};
+pub use serde_json::{self, Value, json};
 
 /// Writes to the host log (which caps what one call may log).
 pub fn log(level: Level, message: &str) {
@@ -78,6 +82,26 @@ impl Context {
     pub fn cluster_view(&self) -> Result<Option<View>, ProviderError> {
         self.cluster.as_deref().map(View::parse).transpose()
     }
+
+    /// The owning Machine, when the host sent one.
+    pub fn machine_view(&self) -> Result<Option<View>, ProviderError> {
+        self.machine.as_deref().map(View::parse).transpose()
+    }
+
+    /// The infrastructure cluster of the owning Cluster, when the host sent one.
+    pub fn infrastructure_cluster_view(&self) -> Result<Option<View>, ProviderError> {
+        self.infrastructure_cluster.as_deref().map(View::parse).transpose()
+    }
+
+    /// A secret the host handed over (`ca.crt`, `ca.key`, `token`).
+    pub fn secret(&self, key: &str) -> Option<&str> {
+        self.secrets.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+}
+
+/// A transient error asking to be called again after `seconds`.
+pub fn wait(message: impl Into<String>, seconds: u32) -> ProviderError {
+    ProviderError::Transient(Retry { message: message.into(), retry_after_seconds: Some(seconds) })
 }
 
 /// A v1beta2 condition.
@@ -104,14 +128,18 @@ pub fn deleted() -> DeleteStatus {
     DeleteStatus { done: true, common: common(vec![], None) }
 }
 
-/// An infrastructure provider. Every method has a default so test providers override only
-/// what they exercise.
-pub trait InfrastructureProvider {
+fn not_served(what: &str) -> ProviderError {
+    ProviderError::Terminal(format!("this provider does not serve {what}"))
+}
+
+/// A provider of any type. Every method has a default, so a provider overrides what its type
+/// serves (and test providers only what they exercise).
+pub trait Provider {
     fn metadata() -> Metadata;
 
     fn reconcile_cluster(ctx: Context) -> Result<ClusterStatus, ProviderError> {
         let _ = ctx;
-        Err(ProviderError::Terminal("this provider does not serve infrastructure clusters".into()))
+        Err(not_served("infrastructure clusters"))
     }
 
     fn delete_cluster(ctx: Context) -> Result<DeleteStatus, ProviderError> {
@@ -121,45 +149,120 @@ pub trait InfrastructureProvider {
 
     fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
         let _ = ctx;
-        Err(ProviderError::Terminal("this provider does not serve infrastructure machines".into()))
+        Err(not_served("infrastructure machines"))
     }
 
     fn delete_machine(ctx: Context) -> Result<DeleteStatus, ProviderError> {
         let _ = ctx;
         Ok(deleted())
     }
+
+    fn reconcile_bootstrap(ctx: Context) -> Result<BootstrapStatus, ProviderError> {
+        let _ = ctx;
+        Err(not_served("bootstrap configs"))
+    }
+
+    fn delete_bootstrap(ctx: Context) -> Result<DeleteStatus, ProviderError> {
+        let _ = ctx;
+        Ok(deleted())
+    }
+
+    fn reconcile_control_plane(ctx: Context) -> Result<ControlPlaneStatus, ProviderError> {
+        let _ = ctx;
+        Err(not_served("control planes"))
+    }
+
+    fn delete_control_plane(ctx: Context) -> Result<DeleteStatus, ProviderError> {
+        let _ = ctx;
+        Ok(deleted())
+    }
 }
 
-/// Exports a type implementing [`InfrastructureProvider`] as the component's exports.
+/// Exports a type implementing [`Provider`] as the component's exports.
 #[macro_export]
-macro_rules! infrastructure_provider {
+macro_rules! export_provider {
     ($t:ty) => {
         struct __CapwExport;
 
         impl $crate::bindings::exports::capw::provider::plugin_info::Guest for __CapwExport {
             fn metadata() -> $crate::Metadata {
-                <$t as $crate::InfrastructureProvider>::metadata()
+                <$t as $crate::Provider>::metadata()
             }
         }
 
         impl $crate::bindings::exports::capw::provider::infrastructure_cluster::Guest for __CapwExport {
             fn reconcile(ctx: $crate::Context) -> Result<$crate::ClusterStatus, $crate::ProviderError> {
-                <$t as $crate::InfrastructureProvider>::reconcile_cluster(ctx)
+                <$t as $crate::Provider>::reconcile_cluster(ctx)
             }
             fn delete(ctx: $crate::Context) -> Result<$crate::DeleteStatus, $crate::ProviderError> {
-                <$t as $crate::InfrastructureProvider>::delete_cluster(ctx)
+                <$t as $crate::Provider>::delete_cluster(ctx)
             }
         }
 
         impl $crate::bindings::exports::capw::provider::infrastructure_machine::Guest for __CapwExport {
             fn reconcile(ctx: $crate::Context) -> Result<$crate::MachineStatus, $crate::ProviderError> {
-                <$t as $crate::InfrastructureProvider>::reconcile_machine(ctx)
+                <$t as $crate::Provider>::reconcile_machine(ctx)
             }
             fn delete(ctx: $crate::Context) -> Result<$crate::DeleteStatus, $crate::ProviderError> {
-                <$t as $crate::InfrastructureProvider>::delete_machine(ctx)
+                <$t as $crate::Provider>::delete_machine(ctx)
             }
         }
 
-        $crate::bindings::export_infrastructure!(__CapwExport with_types_in $crate::bindings);
+        impl $crate::bindings::exports::capw::provider::bootstrap_config::Guest for __CapwExport {
+            fn reconcile(ctx: $crate::Context) -> Result<$crate::BootstrapStatus, $crate::ProviderError> {
+                <$t as $crate::Provider>::reconcile_bootstrap(ctx)
+            }
+            fn delete(ctx: $crate::Context) -> Result<$crate::DeleteStatus, $crate::ProviderError> {
+                <$t as $crate::Provider>::delete_bootstrap(ctx)
+            }
+        }
+
+        impl $crate::bindings::exports::capw::provider::control_plane::Guest for __CapwExport {
+            fn reconcile(ctx: $crate::Context) -> Result<$crate::ControlPlaneStatus, $crate::ProviderError> {
+                <$t as $crate::Provider>::reconcile_control_plane(ctx)
+            }
+            fn delete(ctx: $crate::Context) -> Result<$crate::DeleteStatus, $crate::ProviderError> {
+                <$t as $crate::Provider>::delete_control_plane(ctx)
+            }
+        }
+
+        $crate::bindings::export_any!(__CapwExport with_types_in $crate::bindings);
     };
+}
+
+/// A CustomResourceDefinition for a provider kind in `group`/v1beta2, with the contract label,
+/// a status subresource, the `cluster-api` category and the given printer columns
+/// (`(name, type, jsonPath)`). The schema keeps `spec` and `status` open; the plugin validates
+/// the fields it reads and names them in `invalid-spec` errors.
+pub fn crd(group: &str, kind: &str, plural: &str, columns: &[(&str, &str, &str)]) -> String {
+    let mut cols: Vec<Value> = columns
+        .iter()
+        .map(|(n, t, p)| json!({"name": n, "type": t, "jsonPath": p}))
+        .collect();
+    cols.push(json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}));
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}"), "labels": {"cluster.x-k8s.io/v1beta2": "v1beta2"}},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural, "singular": kind.to_lowercase(), "categories": ["cluster-api"]},
+            "versions": [{
+                "name": "v1beta2", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": cols,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                }}}
+            }]
+        }
+    })
+    .to_string()
+}
+
+/// A served kind in `group`/v1beta2.
+pub fn kind(group: &str, kind: &str) -> ServedKind {
+    ServedKind { group: group.into(), version: "v1beta2".into(), kind: kind.into() }
 }

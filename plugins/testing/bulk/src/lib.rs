@@ -5,7 +5,7 @@ use capw_sdk::*;
 
 struct Bulk;
 
-impl InfrastructureProvider for Bulk {
+impl Provider for Bulk {
     fn metadata() -> Metadata {
         Metadata {
             name: "bulk".into(),
@@ -34,4 +34,4 @@ impl InfrastructureProvider for Bulk {
     }
 }
 
-capw_sdk::infrastructure_provider!(Bulk);
+capw_sdk::export_provider!(Bulk);

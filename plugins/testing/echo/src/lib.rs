@@ -37,7 +37,7 @@ fn crd(kind: &str, plural: &str) -> String {
 
 struct Echo;
 
-impl InfrastructureProvider for Echo {
+impl Provider for Echo {
     fn metadata() -> Metadata {
         Metadata {
             name: "echo".into(),
@@ -85,4 +85,4 @@ fn reason() -> String {
     format!("EchoedV{}", &VERSION[..1])
 }
 
-capw_sdk::infrastructure_provider!(Echo);
+capw_sdk::export_provider!(Echo);

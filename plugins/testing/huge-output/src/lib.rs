@@ -3,7 +3,7 @@ use capw_sdk::*;
 
 struct Flood;
 
-impl InfrastructureProvider for Flood {
+impl Provider for Flood {
     fn metadata() -> Metadata {
         Metadata { name: "huge-output".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
     }
@@ -21,4 +21,4 @@ impl InfrastructureProvider for Flood {
     }
 }
 
-capw_sdk::infrastructure_provider!(Flood);
+capw_sdk::export_provider!(Flood);

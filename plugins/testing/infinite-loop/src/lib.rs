@@ -3,7 +3,7 @@ use capw_sdk::*;
 
 struct Spin;
 
-impl InfrastructureProvider for Spin {
+impl Provider for Spin {
     fn metadata() -> Metadata {
         Metadata { name: "infinite-loop".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
     }
@@ -16,4 +16,4 @@ impl InfrastructureProvider for Spin {
     }
 }
 
-capw_sdk::infrastructure_provider!(Spin);
+capw_sdk::export_provider!(Spin);

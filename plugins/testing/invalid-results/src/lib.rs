@@ -4,7 +4,7 @@ use capw_sdk::*;
 
 struct Liar;
 
-impl InfrastructureProvider for Liar {
+impl Provider for Liar {
     fn metadata() -> Metadata {
         Metadata { name: "invalid-results".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
     }
@@ -21,4 +21,4 @@ impl InfrastructureProvider for Liar {
     }
 }
 
-capw_sdk::infrastructure_provider!(Liar);
+capw_sdk::export_provider!(Liar);

@@ -3,7 +3,7 @@ use capw_sdk::*;
 
 struct Bomb;
 
-impl InfrastructureProvider for Bomb {
+impl Provider for Bomb {
     fn metadata() -> Metadata {
         Metadata { name: "memory-bomb".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
     }
@@ -16,4 +16,4 @@ impl InfrastructureProvider for Bomb {
     }
 }
 
-capw_sdk::infrastructure_provider!(Bomb);
+capw_sdk::export_provider!(Bomb);

@@ -3,7 +3,7 @@ use capw_sdk::*;
 
 struct Boom;
 
-impl InfrastructureProvider for Boom {
+impl Provider for Boom {
     fn metadata() -> Metadata {
         Metadata { name: "panic".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
     }
@@ -13,4 +13,4 @@ impl InfrastructureProvider for Boom {
     }
 }
 
-capw_sdk::infrastructure_provider!(Boom);
+capw_sdk::export_provider!(Boom);

@@ -8,7 +8,7 @@ fn dive(n: u64) -> u64 {
     if n == u64::MAX { 0 } else { dive(std::hint::black_box(n + 1)).wrapping_add(n) }
 }
 
-impl InfrastructureProvider for Deep {
+impl Provider for Deep {
     fn metadata() -> Metadata {
         Metadata { name: "recursion".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
     }
@@ -19,4 +19,4 @@ impl InfrastructureProvider for Deep {
     }
 }
 
-capw_sdk::infrastructure_provider!(Deep);
+capw_sdk::export_provider!(Deep);

@@ -4,7 +4,7 @@ use capw_sdk::*;
 
 struct Escape;
 
-impl InfrastructureProvider for Escape {
+impl Provider for Escape {
     fn metadata() -> Metadata {
         Metadata { name: "sandbox-escape".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
     }
@@ -24,4 +24,4 @@ impl InfrastructureProvider for Escape {
     }
 }
 
-capw_sdk::infrastructure_provider!(Escape);
+capw_sdk::export_provider!(Escape);

@@ -4,7 +4,7 @@ use capw_sdk::*;
 
 struct Sneaky;
 
-impl InfrastructureProvider for Sneaky {
+impl Provider for Sneaky {
     fn metadata() -> Metadata {
         Metadata { name: "ungranted-import".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
     }
@@ -15,4 +15,4 @@ impl InfrastructureProvider for Sneaky {
     }
 }
 
-capw_sdk::infrastructure_provider!(Sneaky);
+capw_sdk::export_provider!(Sneaky);

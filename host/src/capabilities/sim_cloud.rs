@@ -1,0 +1,352 @@
+//! `capw:host/sim-cloud`: simulated VMs for the in-memory provider.
+//!
+//! A VM boots from its bootstrap data the way a real machine runs cloud-config: after a
+//! configurable delay it runs `runcmd`. `capw apiserver` starts the cluster's workload API (an
+//! in-memory `capw-apiserver` on the loopback port reserved by `ensure-api-server`, with the CA
+//! and token from `write_files`); `capw node-agent` registers the Node with the VM's provider ID
+//! once that API answers; touching the sentinel file marks the VM running. Every workload API
+//! runs in this process, so a thousand clusters cost a thousand in-memory stores, not a thousand
+//! processes.
+
+use super::cloud_config::{CloudConfig, flag};
+use capw_apiserver::core::{DeleteOptions, Op, PatchBody, WriteOptions};
+use capw_apiserver::{Core, InMemoryServer};
+use serde_json::json;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The file the bootstrap data touches last; the VM is running once it exists.
+pub const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
+
+/// Why a sim-cloud call failed; the message reaches the plugin as the error string.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot reserve a loopback port for the workload API of {cluster}: {source}")]
+    Bind {
+        cluster: String,
+        source: std::io::Error,
+    },
+    #[error("cluster {0:?} is not \"namespace/name\"")]
+    BadCluster(String),
+    #[error("VM {vm}: {source}")]
+    Bootstrap {
+        vm: String,
+        source: super::cloud_config::CloudConfigError,
+    },
+}
+
+/// Settings of the simulation.
+#[derive(Debug, Clone)]
+pub struct SimSettings {
+    /// How long a VM takes from creation to running its bootstrap commands.
+    pub boot_delay: Duration,
+    /// How long `capw node-agent` takes to register the Node after it starts.
+    pub node_delay: Duration,
+}
+
+impl Default for SimSettings {
+    fn default() -> Self {
+        SimSettings {
+            boot_delay: Duration::from_millis(200),
+            node_delay: Duration::from_millis(500),
+        }
+    }
+}
+
+pub struct SimCloud {
+    settings: SimSettings,
+    clusters: Mutex<HashMap<String, Arc<SimCluster>>>,
+    next_ip: AtomicU32,
+}
+
+struct SimCluster {
+    port: u16,
+    listener: Mutex<Option<std::net::TcpListener>>,
+    server: tokio::sync::OnceCell<InMemoryServer>,
+    vms: Mutex<BTreeMap<String, Vm>>,
+}
+
+struct Vm {
+    provider_id: String,
+    address: String,
+    running: Arc<AtomicBool>,
+    boot: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        self.boot.abort();
+    }
+}
+
+/// What `ensure-vm` reports.
+pub struct VmInfo {
+    pub name: String,
+    pub provider_id: String,
+    pub running: bool,
+    pub addresses: Vec<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SimCloud {
+    pub fn new(settings: SimSettings) -> Arc<SimCloud> {
+        Arc::new(SimCloud {
+            settings,
+            clusters: Mutex::new(HashMap::new()),
+            next_ip: AtomicU32::new(1),
+        })
+    }
+
+    fn cluster(&self, key: &str) -> Result<Arc<SimCluster>, SimError> {
+        if key.split('/').count() != 2 || key.split('/').any(str::is_empty) {
+            return Err(SimError::BadCluster(key.to_string()));
+        }
+        let mut all = lock(&self.clusters);
+        if let Some(c) = all.get(key) {
+            return Ok(c.clone());
+        }
+        let bind = |source| SimError::Bind {
+            cluster: key.to_string(),
+            source,
+        };
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(bind)?;
+        listener.set_nonblocking(true).map_err(bind)?;
+        let port = listener.local_addr().map_err(bind)?.port();
+        let c = Arc::new(SimCluster {
+            port,
+            listener: Mutex::new(Some(listener)),
+            server: tokio::sync::OnceCell::new(),
+            vms: Mutex::new(BTreeMap::new()),
+        });
+        all.insert(key.to_string(), c.clone());
+        Ok(c)
+    }
+
+    /// Reserves the workload API endpoint of `cluster` ("namespace/name").
+    pub fn ensure_api_server(&self, cluster: &str) -> Result<(String, u16), SimError> {
+        Ok(("127.0.0.1".to_string(), self.cluster(cluster)?.port))
+    }
+
+    pub fn delete_api_server(&self, cluster: &str) -> bool {
+        lock(&self.clusters).remove(cluster);
+        true
+    }
+
+    /// Creates the VM `name` (or reports the existing one) and boots it from `data`.
+    pub fn ensure_vm(&self, cluster: &str, name: &str, data: &str) -> Result<VmInfo, SimError> {
+        let c = self.cluster(cluster)?;
+        let mut vms = lock(&c.vms);
+        if let Some(vm) = vms.get(name) {
+            return Ok(VmInfo {
+                name: name.to_string(),
+                provider_id: vm.provider_id.clone(),
+                running: vm.running.load(Ordering::Acquire),
+                addresses: vec![vm.address.clone()],
+            });
+        }
+        let cc = CloudConfig::parse(data).map_err(|source| SimError::Bootstrap {
+            vm: name.to_string(),
+            source,
+        })?;
+        let provider_id = format!("inmemory:///{cluster}/{name}");
+        let n = self.next_ip.fetch_add(1, Ordering::Relaxed);
+        let address = format!("10.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255);
+        let running = Arc::new(AtomicBool::new(false));
+        let boot = tokio::spawn(boot(
+            c.clone(),
+            self.settings.clone(),
+            name.to_string(),
+            provider_id.clone(),
+            address.clone(),
+            cc,
+            running.clone(),
+        ));
+        vms.insert(
+            name.to_string(),
+            Vm {
+                provider_id: provider_id.clone(),
+                address: address.clone(),
+                running,
+                boot,
+            },
+        );
+        Ok(VmInfo {
+            name: name.to_string(),
+            provider_id,
+            running: false,
+            addresses: vec![address],
+        })
+    }
+
+    /// Deletes the VM and its Node (the Node stays if the workload API is not up).
+    pub fn delete_vm(&self, cluster: &str, name: &str) -> bool {
+        let Some(c) = lock(&self.clusters).get(cluster).cloned() else {
+            return true;
+        };
+        let vm = lock(&c.vms).remove(name);
+        drop(vm);
+        if let Some(server) = c.server.get() {
+            let core = server.core.clone();
+            let name = name.to_string();
+            tokio::spawn(async move {
+                if let Some(rt) = core.registry.get("", "v1", "nodes") {
+                    let _ = core.delete(&rt, "", &name, &DeleteOptions::default()).await;
+                }
+            });
+        }
+        true
+    }
+
+    /// How many VMs exist, over all clusters.
+    pub fn vm_count(&self) -> usize {
+        lock(&self.clusters)
+            .values()
+            .map(|c| lock(&c.vms).len())
+            .sum()
+    }
+}
+
+/// Runs a VM's bootstrap commands.
+async fn boot(
+    c: Arc<SimCluster>,
+    settings: SimSettings,
+    name: String,
+    provider_id: String,
+    address: String,
+    cc: CloudConfig,
+    running: Arc<AtomicBool>,
+) {
+    tokio::time::sleep(settings.boot_delay).await;
+    for argv in cc.argvs() {
+        let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+        match args.as_slice() {
+            ["capw", "apiserver", ..] => {
+                let file = |flag_name: &str| {
+                    flag(&argv, flag_name)
+                        .and_then(|p| cc.file(p))
+                        .map(str::to_string)
+                };
+                let (Some(ca), Some(key), Some(token)) =
+                    (file("ca-cert"), file("ca-key"), file("token-file"))
+                else {
+                    tracing::warn!(vm = %name, "capw apiserver needs --ca-cert, --ca-key and --token-file naming written files; the workload API stays down");
+                    return;
+                };
+                if let Err(e) = c.start_server(&ca, &key, token.trim()).await {
+                    tracing::warn!(vm = %name, error = %e, "the workload API did not start");
+                    return;
+                }
+            }
+            ["capw", "node-agent", ..] => {
+                let node = flag(&argv, "node-name").unwrap_or(&name).to_string();
+                tokio::spawn(node_agent(
+                    c.clone(),
+                    settings.node_delay,
+                    node,
+                    provider_id.clone(),
+                    address.clone(),
+                ));
+            }
+            ["touch", path] if *path == SENTINEL => running.store(true, Ordering::Release),
+            _ => tracing::debug!(vm = %name, command = ?argv, "simulated"),
+        }
+    }
+}
+
+impl SimCluster {
+    async fn start_server(
+        &self,
+        ca: &str,
+        key: &str,
+        token: &str,
+    ) -> Result<&InMemoryServer, capw_apiserver::ServerError> {
+        self.server
+            .get_or_try_init(|| async {
+                let std_listener = lock(&self.listener).take();
+                let listener = match std_listener {
+                    Some(l) => tokio::net::TcpListener::from_std(l),
+                    None => tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await,
+                }
+                .map_err(|source| capw_apiserver::ServerError::Bind {
+                    addr: std::net::SocketAddr::from(([127, 0, 0, 1], self.port)),
+                    source,
+                })?;
+                InMemoryServer::start(listener, ca, key, token.to_string()).await
+            })
+            .await
+    }
+}
+
+/// Registers the Node once the workload API is up, as a kubelet would, and keeps it Ready.
+async fn node_agent(
+    c: Arc<SimCluster>,
+    delay: Duration,
+    node: String,
+    provider_id: String,
+    address: String,
+) {
+    tokio::time::sleep(delay).await;
+    loop {
+        if let Some(server) = c.server.get() {
+            match register(&server.core, &node, &provider_id, &address).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::debug!(%node, error = %e, "registering the node failed; retrying")
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn register(
+    core: &Core,
+    node: &str,
+    provider_id: &str,
+    address: &str,
+) -> Result<(), capw_apiserver::status::ApiError> {
+    let Some(rt) = core.registry.get("", "v1", "nodes") else {
+        return Ok(());
+    };
+    let opts = WriteOptions {
+        field_manager: "capw-node-agent".into(),
+        ..Default::default()
+    };
+    let now = jiff::Timestamp::now().to_string();
+    let obj = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node, "labels": {
+            "kubernetes.io/hostname": node, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            "node.cluster.x-k8s.io/uninitialized": ""}},
+        "spec": {"providerID": provider_id},
+    });
+    if let Err(e) = core.write(&rt, "", node, "", Op::Create(obj), &opts).await
+        && e.code != 409
+    {
+        return Err(e);
+    }
+    let status = json!({"status": {
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "capw node-agent is posting ready status",
+            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+        "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": node}],
+        "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "osImage": "capw simulated VM",
+            "kubeletVersion": "v1.33.0", "kubeProxyVersion": "v1.33.0", "containerRuntimeVersion": "sim://1",
+            "kernelVersion": "0", "machineID": node, "systemUUID": node, "bootID": node},
+    }});
+    core.write(
+        &rt,
+        "",
+        node,
+        "status",
+        Op::Patch(PatchBody::Merge(status)),
+        &opts,
+    )
+    .await?;
+    Ok(())
+}
