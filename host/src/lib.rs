@@ -6,4 +6,5 @@
 pub mod api;
 pub mod capabilities;
 pub mod controllers;
+pub mod metrics;
 pub mod runtime;

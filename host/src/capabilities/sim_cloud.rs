@@ -61,11 +61,39 @@ pub struct SimCloud {
     next_ip: AtomicU32,
 }
 
+impl Drop for SimCluster {
+    fn drop(&mut self) {
+        if let Some(p) = lock(&self.listener).take() {
+            p.task.abort();
+        }
+    }
+}
+
 struct SimCluster {
     port: u16,
-    listener: Mutex<Option<std::net::TcpListener>>,
+    /// Until a control-plane VM boots, a task holds the listener and closes every connection,
+    /// so clients fail fast instead of waiting on a handshake nobody answers.
+    listener: Mutex<Option<Parked>>,
     server: tokio::sync::OnceCell<InMemoryServer>,
     vms: Mutex<BTreeMap<String, Vm>>,
+}
+
+struct Parked {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Option<tokio::net::TcpListener>>,
+}
+
+fn park(listener: tokio::net::TcpListener) -> Parked {
+    let (stop, mut rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => drop(accepted),
+                r = &mut rx => return r.ok().map(|_| listener),
+            }
+        }
+    });
+    Parked { stop, task }
 }
 
 struct Vm {
@@ -117,9 +145,10 @@ impl SimCloud {
         let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(bind)?;
         listener.set_nonblocking(true).map_err(bind)?;
         let port = listener.local_addr().map_err(bind)?.port();
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(bind)?;
         let c = Arc::new(SimCluster {
             port,
-            listener: Mutex::new(Some(listener)),
+            listener: Mutex::new(Some(park(listener))),
             server: tokio::sync::OnceCell::new(),
             vms: Mutex::new(BTreeMap::new()),
         });
@@ -267,9 +296,15 @@ impl SimCluster {
     ) -> Result<&InMemoryServer, capw_apiserver::ServerError> {
         self.server
             .get_or_try_init(|| async {
-                let std_listener = lock(&self.listener).take();
-                let listener = match std_listener {
-                    Some(l) => tokio::net::TcpListener::from_std(l),
+                let parked = lock(&self.listener).take();
+                let listener = match parked {
+                    Some(p) => {
+                        let _ = p.stop.send(());
+                        match p.task.await {
+                            Ok(Some(l)) => Ok(l),
+                            _ => tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await,
+                        }
+                    }
                     None => tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await,
                 }
                 .map_err(|source| capw_apiserver::ServerError::Bind {
@@ -321,9 +356,9 @@ async fn register(
     let obj = json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": node, "labels": {
-            "kubernetes.io/hostname": node, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-            "node.cluster.x-k8s.io/uninitialized": ""}},
-        "spec": {"providerID": provider_id},
+            "kubernetes.io/hostname": node, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}},
+        "spec": {"providerID": provider_id,
+            "taints": [{"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"}]},
     });
     if let Err(e) = core.write(&rt, "", node, "", Op::Create(obj), &opts).await
         && e.code != 409

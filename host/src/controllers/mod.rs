@@ -1,5 +1,15 @@
-//! Controllers the host runs: today the WasmProvider controller and the plugin-directory
-//! drop-in watcher (the core Cluster and Machine controllers come next).
+//! The host's controllers: the core Cluster and Machine controllers, the provider driver that
+//! runs every loaded plugin as the controller of its kinds, the WasmProvider controller and the
+//! plugin drop-in directory.
 
+pub mod adopt;
+pub mod cluster;
+pub mod conditions;
+pub mod context;
 pub mod dropin;
+pub mod driver;
+pub mod error;
+pub mod external;
+pub mod machine;
+pub mod remote;
 pub mod wasmprovider;

@@ -22,7 +22,7 @@ pub use control_plane::{ControlPlaneStatus, MachineRequest, ReplicaCounts};
 pub use infrastructure_cluster::ClusterStatus;
 pub use infrastructure_machine::MachineStatus;
 pub use plugin_info::{PluginMetadata, ProviderType};
-pub use types::DeleteStatus;
+pub use types::{Common, DeleteStatus};
 
 /// Why a component was not loaded. Nothing of the component has run when these occur, except
 /// for `Smoke` (its `metadata()` was called).

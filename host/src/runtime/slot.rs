@@ -232,4 +232,48 @@ impl Slot {
         self.observe();
         (p.metadata.version.clone(), r)
     }
+
+    pub async fn delete_cluster(&self, ctx: &Context) -> (String, Result<DeleteStatus, CallError>) {
+        let p = self.current();
+        let r = p.delete_cluster(ctx).await;
+        self.observe();
+        (p.metadata.version.clone(), r)
+    }
+
+    pub async fn reconcile_bootstrap(
+        &self,
+        ctx: &Context,
+    ) -> (String, Result<super::plugin::BootstrapStatus, CallError>) {
+        let p = self.current();
+        let r = p.reconcile_bootstrap(ctx).await;
+        self.observe();
+        (p.metadata.version.clone(), r)
+    }
+
+    pub async fn delete_bootstrap(&self, ctx: &Context) -> (String, Result<DeleteStatus, CallError>) {
+        let p = self.current();
+        let r = p.delete_bootstrap(ctx).await;
+        self.observe();
+        (p.metadata.version.clone(), r)
+    }
+
+    pub async fn reconcile_control_plane(
+        &self,
+        ctx: &Context,
+    ) -> (String, Result<super::plugin::ControlPlaneStatus, CallError>) {
+        let p = self.current();
+        let r = p.reconcile_control_plane(ctx).await;
+        self.observe();
+        (p.metadata.version.clone(), r)
+    }
+
+    pub async fn delete_control_plane(
+        &self,
+        ctx: &Context,
+    ) -> (String, Result<DeleteStatus, CallError>) {
+        let p = self.current();
+        let r = p.delete_control_plane(ctx).await;
+        self.observe();
+        (p.metadata.version.clone(), r)
+    }
 }

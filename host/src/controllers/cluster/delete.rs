@@ -1,0 +1,150 @@
+//! `reconcileDelete`: workers first, then the control plane, then the infrastructure cluster,
+//! then the finalizer. Each step waits for the previous one to be gone.
+
+use super::{Scope, write_back};
+use crate::api::cluster::Cluster;
+use crate::api::common::ContractVersionedObjectReference;
+use crate::api::common::names::CONTROL_PLANE_LABEL;
+use crate::api::machine::Machine;
+use crate::controllers::conditions;
+use crate::controllers::context::CoreCtx;
+use crate::controllers::error::ReconcileError;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::controller::Action;
+use std::sync::Arc;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Deletes a referenced object unless it is gone or going; returns whether it still exists.
+async fn delete_external(
+    ctx: &CoreCtx,
+    ns: &str,
+    reference: &Option<ContractVersionedObjectReference>,
+) -> Result<bool, ReconcileError> {
+    let Some(r) = reference.as_ref().filter(|r| r.is_set()) else {
+        return Ok(false);
+    };
+    let Some((obj, resolved)) = ctx.resolver.get(ns, r).await? else {
+        return Ok(false);
+    };
+    ctx.cluster_tracker.ensure(&resolved);
+    if obj.metadata.deletion_timestamp.is_none() {
+        match ctx
+            .resolver
+            .api(ns, &resolved)
+            .delete(&r.name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(true)
+}
+
+async fn step(
+    scope: &mut Scope,
+    ctx: &CoreCtx,
+    reason: &'static str,
+    message: String,
+) -> Result<Action, ReconcileError> {
+    let generation = scope.generation();
+    conditions::set(
+        &mut scope.status.conditions,
+        "Deleting",
+        "True",
+        reason,
+        &message,
+        generation,
+    );
+    scope.status.phase = Some("Deleting".into());
+    write_back(scope, ctx).await?;
+    Err(ReconcileError::waiting(reason, message, WAIT))
+}
+
+pub(super) async fn reconcile_delete(
+    cluster: Arc<Cluster>,
+    ctx: &CoreCtx,
+) -> Result<Action, ReconcileError> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let mut scope = Scope {
+        status: cluster.status.clone().unwrap_or_default(),
+        cluster: cluster.clone(),
+        endpoint: None,
+        requeue: None,
+    };
+    // Machines are read live here: the cache may lag behind deletions this step waits for.
+    let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
+    let lp = kube::api::ListParams::default().labels(&format!(
+        "{}={name}",
+        crate::api::common::names::CLUSTER_NAME_LABEL
+    ));
+    let all = machines.list(&lp).await?.items;
+    let has_cp_provider = cluster
+        .spec
+        .control_plane_ref
+        .as_ref()
+        .is_some_and(|r| r.is_set());
+    let direct: Vec<&Machine> = all
+        .iter()
+        .filter(|m| !has_cp_provider || !m.labels().contains_key(CONTROL_PLANE_LABEL))
+        .collect();
+    if !direct.is_empty() {
+        for m in &direct {
+            let owned_by_cluster = m
+                .owner_references()
+                .iter()
+                .any(|o| o.kind == "Cluster" && o.name == name)
+                || m.owner_references().is_empty();
+            if m.metadata.deletion_timestamp.is_none() && owned_by_cluster {
+                match machines
+                    .delete(&m.name_any(), &DeleteParams::background())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        let names: Vec<String> = direct.iter().map(|m| m.name_any()).collect();
+        return step(
+            &mut scope,
+            ctx,
+            "WaitingForWorkersDeletion",
+            format!("Machines {} are being deleted", names.join(", ")),
+        )
+        .await;
+    }
+    if delete_external(ctx, &ns, &cluster.spec.control_plane_ref).await? {
+        return step(
+            &mut scope,
+            ctx,
+            "WaitingForControlPlaneDeletion",
+            "the control plane is being deleted".into(),
+        )
+        .await;
+    }
+    if delete_external(ctx, &ns, &cluster.spec.infrastructure_ref).await? {
+        return step(
+            &mut scope,
+            ctx,
+            "WaitingForInfrastructureDeletion",
+            "the infrastructure cluster is being deleted".into(),
+        )
+        .await;
+    }
+    ctx.remotes.forget(&ns, &name);
+    ctx.event(
+        &super::object_ref(&cluster),
+        false,
+        "Deleted",
+        format!("Cluster {name} has been deleted"),
+    )
+    .await;
+    Ok(Action::await_change())
+}

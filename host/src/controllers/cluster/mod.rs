@@ -1,0 +1,170 @@
+//! The Cluster controller (`capi-contract.md` §3): finalizer, pause, the infrastructure and
+//! control-plane phases read through the contract, phase and conditions, and the ordered
+//! deletion. Phases live in `phases.rs`, deletion in `delete.rs`, status in `status.rs`.
+
+mod delete;
+pub(crate) mod phases;
+mod status;
+
+use super::context::CoreCtx;
+use super::error::ReconcileError;
+use crate::api::cluster::{Cluster, ClusterStatus};
+use crate::api::common::names::{CLUSTER_FINALIZER, PAUSED_ANNOTATION};
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::Instrument;
+
+/// How often a settled Cluster is looked at again (upstream's sync period).
+const SYNC: Duration = Duration::from_secs(600);
+/// Upstream's `externalReadyWait`.
+pub(crate) const EXTERNAL_READY_WAIT: Duration = Duration::from_secs(30);
+
+/// What the phases of one reconcile work on; written back once at the end.
+pub(crate) struct Scope {
+    pub cluster: Arc<Cluster>,
+    pub status: ClusterStatus,
+    /// `spec.controlPlaneEndpoint` to set, when core copies it.
+    pub endpoint: Option<crate::api::common::ApiEndpoint>,
+    pub requeue: Option<Duration>,
+}
+
+impl Scope {
+    pub fn requeue_after(&mut self, d: Duration) {
+        self.requeue = Some(self.requeue.map_or(d, |r| r.min(d)));
+    }
+
+    pub fn ns(&self) -> String {
+        self.cluster.namespace().unwrap_or_default()
+    }
+
+    pub fn generation(&self) -> Option<i64> {
+        self.cluster.metadata.generation
+    }
+}
+
+pub(crate) fn is_paused(c: &Cluster) -> bool {
+    c.spec.paused == Some(true) || c.annotations().contains_key(PAUSED_ANNOTATION)
+}
+
+/// Writes what changed: the endpoint into spec, then status. Nothing when nothing changed.
+pub(crate) async fn write_back(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    let name = scope.cluster.name_any();
+    if let Some(ep) = &scope.endpoint
+        && scope.cluster.spec.control_plane_endpoint.as_ref() != Some(ep)
+    {
+        let patch = serde_json::json!({"spec": {"controlPlaneEndpoint": ep}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    if scope.cluster.status.as_ref() != Some(&scope.status) {
+        let patch = serde_json::json!({"status": scope.status});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(())
+}
+
+async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, ReconcileError> {
+    let mut scope = Scope {
+        status: cluster.status.clone().unwrap_or_default(),
+        cluster,
+        endpoint: None,
+        requeue: None,
+    };
+    let generation = scope.generation();
+    if is_paused(&scope.cluster) {
+        super::conditions::set(
+            &mut scope.status.conditions,
+            "Paused",
+            "True",
+            "Paused",
+            "the Cluster is paused",
+            generation,
+        );
+        write_back(&scope, ctx).await?;
+        return Ok(Action::await_change());
+    }
+    super::conditions::set(
+        &mut scope.status.conditions,
+        "Paused",
+        "False",
+        "NotPaused",
+        "",
+        generation,
+    );
+    // Every phase runs; the first error wins, but the status still gets written.
+    let mut first_err = None;
+    if let Err(e) = phases::reconcile_infrastructure(&mut scope, ctx).await {
+        first_err.get_or_insert(e);
+    }
+    if let Err(e) = phases::reconcile_control_plane(&mut scope, ctx).await {
+        first_err.get_or_insert(e);
+    }
+    status::update(&mut scope, ctx, first_err.is_none());
+    write_back(&scope, ctx).await?;
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
+}
+
+async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<CoreCtx>) -> Result<Action, ReconcileError> {
+    let span = tracing::info_span!("reconcile", controller = "cluster", object.ref = %format!("{}/{}", cluster.namespace().unwrap_or_default(), cluster.name_any()));
+    let start = Instant::now();
+    let api: Api<Cluster> = Api::namespaced(
+        ctx.client.clone(),
+        &cluster.namespace().unwrap_or_default(),
+    );
+    let r = finalizer(&api, CLUSTER_FINALIZER, cluster, |ev| async {
+        match ev {
+            Finalizer::Apply(c) => apply(c, &ctx).await,
+            Finalizer::Cleanup(c) => delete::reconcile_delete(c, &ctx).await,
+        }
+    })
+    .instrument(span)
+    .await
+    .map_err(|e| ReconcileError::Finalizer(Box::new(e)));
+    ctx.metrics.reconcile(
+        "cluster",
+        start.elapsed(),
+        r.is_ok() || r.as_ref().err().and_then(ReconcileError::wait_time).is_some(),
+    );
+    r
+}
+
+fn error_policy(cluster: Arc<Cluster>, err: &ReconcileError, _ctx: Arc<CoreCtx>) -> Action {
+    if let Some(after) = err.wait_time() {
+        return Action::requeue(after);
+    }
+    tracing::warn!(cluster = %cluster.name_any(), error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the Cluster controller until the process ends. `triggers` carries reconcile requests
+/// from Machines and from the dynamic watches on provider kinds.
+pub async fn run(
+    ctx: Arc<CoreCtx>,
+    triggers: impl futures::Stream<Item = ObjectRef<Cluster>> + Send + 'static,
+    concurrency: u16,
+) {
+    let api: Api<Cluster> = Api::all(ctx.client.clone());
+    Controller::new(api, watcher::Config::default())
+        .with_config(Config::default().concurrency(concurrency))
+        .reconcile_on(triggers)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+/// The reference an Event about `c` is attached to.
+pub(crate) fn object_ref(c: &Cluster) -> k8s_openapi::api::core::v1::ObjectReference {
+    c.object_ref(&())
+}

@@ -1,0 +1,217 @@
+//! Gathering what a call needs: the owning Machine and Cluster, the Cluster's infrastructure
+//! cluster, the Machine's bootstrap data, the cluster's CA and token (made here on first use),
+//! and a control plane's Machines.
+
+use super::{DriverError, KindCtx, Role};
+use crate::api::cluster::Cluster;
+use crate::api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, PAUSED_ANNOTATION};
+use crate::api::machine::Machine;
+use crate::runtime::Context;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::{Resource, ResourceExt};
+use std::collections::BTreeMap;
+
+/// The context of one call and what the write-back needs of it.
+pub(super) struct Around {
+    pub context: Context,
+    pub cluster: Option<Cluster>,
+    pub paused: bool,
+    pub owned_machines: Vec<Machine>,
+}
+
+fn owner_name<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a str> {
+    obj.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))
+        .map(|o| o.name.as_str())
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Option<String> {
+    serde_json::to_string(v).ok()
+}
+
+pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around, DriverError> {
+    let client = &kctx.driver.client;
+    let ns = obj.namespace().unwrap_or_default();
+    let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
+    let machine = match owner_name(obj, "Machine").filter(|_| kctx.role.machine_scoped()) {
+        Some(name) => machines.get_opt(name).await?,
+        None => None,
+    };
+    let cluster_name = machine
+        .as_ref()
+        .map(|m| m.spec.cluster_name.clone())
+        .or_else(|| owner_name(obj, "Cluster").map(str::to_string))
+        .or_else(|| obj.labels().get(CLUSTER_NAME_LABEL).cloned());
+    let cluster = match &cluster_name {
+        Some(name) => clusters.get_opt(name).await?,
+        None => None,
+    };
+    let paused = obj.annotations().contains_key(PAUSED_ANNOTATION)
+        || cluster
+            .as_ref()
+            .is_some_and(crate::controllers::cluster::is_paused);
+    let mut context = Context {
+        object: serde_json::to_string(obj).unwrap_or_default(),
+        cluster: cluster.as_ref().and_then(json),
+        machine: machine.as_ref().and_then(json),
+        infrastructure_cluster: None,
+        bootstrap_data: None,
+        secrets: vec![],
+        owned_machines: vec![],
+    };
+    let mut around = Around {
+        context: Context {
+            object: String::new(),
+            cluster: None,
+            machine: None,
+            infrastructure_cluster: None,
+            bootstrap_data: None,
+            secrets: vec![],
+            owned_machines: vec![],
+        },
+        cluster: cluster.clone(),
+        paused,
+        owned_machines: vec![],
+    };
+    if paused {
+        around.context = context;
+        return Ok(around);
+    }
+    if kctx.role != Role::InfraCluster
+        && let Some(r) = cluster
+            .as_ref()
+            .and_then(|c| c.spec.infrastructure_ref.as_ref())
+            .filter(|r| r.is_set())
+        && let Ok(Some((infra, _))) = kctx.driver.resolver.get(&ns, r).await
+    {
+        context.infrastructure_cluster = json(&infra);
+    }
+    if kctx.role == Role::InfraMachine
+        && let Some(secret) = machine
+            .as_ref()
+            .and_then(|m| m.spec.bootstrap.data_secret_name.clone())
+        && let Some(s) = Api::<Secret>::namespaced(client.clone(), &ns)
+            .get_opt(&secret)
+            .await?
+        && let Some(value) = s.data.as_ref().and_then(|d| d.get("value"))
+    {
+        context.bootstrap_data = Some(String::from_utf8_lossy(&value.0).into_owned());
+    }
+    if matches!(kctx.role, Role::ControlPlane | Role::BootstrapConfig)
+        && let Some(c) = &cluster
+        && c.metadata.deletion_timestamp.is_none()
+        && obj.metadata.deletion_timestamp.is_none()
+    {
+        context.secrets = cluster_secrets(kctx, c).await?;
+    }
+    if kctx.role == Role::ControlPlane
+        && let Some(c) = &cluster
+    {
+        let uid = obj.metadata.uid.clone().unwrap_or_default();
+        let lp = ListParams::default().labels(&format!(
+            "{CLUSTER_NAME_LABEL}={},{CONTROL_PLANE_LABEL}",
+            c.name_any()
+        ));
+        around.owned_machines = machines
+            .list(&lp)
+            .await?
+            .items
+            .into_iter()
+            .filter(|m| {
+                m.owner_references()
+                    .iter()
+                    .any(|o| o.uid == uid && o.controller == Some(true))
+            })
+            .collect();
+        context.owned_machines = around.owned_machines.iter().filter_map(json).collect();
+    }
+    around.context = context;
+    Ok(around)
+}
+
+/// `<cluster>-ca` and `<cluster>-token`, made on first use and owned by the Cluster so they go
+/// with it.
+async fn cluster_secrets(
+    kctx: &KindCtx,
+    cluster: &Cluster,
+) -> Result<Vec<(String, String)>, DriverError> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let api: Api<Secret> = Api::namespaced(kctx.driver.client.clone(), &ns);
+    let owner = cluster.controller_owner_ref(&()).map(|mut o| {
+        o.controller = None;
+        o
+    });
+    let ensure = async |suffix: &str,
+                        make: fn() -> Result<BTreeMap<String, String>, DriverError>|
+           -> Result<BTreeMap<String, String>, DriverError> {
+        let secret_name = format!("{name}-{suffix}");
+        let existing = match api.get_opt(&secret_name).await? {
+            Some(s) => Some(s),
+            None => {
+                let data = make()?;
+                let mut s = Secret {
+                    data: Some(
+                        data.iter()
+                            .map(|(k, v)| (k.clone(), ByteString(v.clone().into_bytes())))
+                            .collect(),
+                    ),
+                    type_: Some("cluster.x-k8s.io/secret".into()),
+                    ..Default::default()
+                };
+                s.metadata.name = Some(secret_name.clone());
+                s.metadata.labels = Some(BTreeMap::from([(
+                    CLUSTER_NAME_LABEL.to_string(),
+                    name.clone(),
+                )]));
+                s.metadata.owner_references = owner.clone().map(|o| vec![o]);
+                match api.create(&PostParams::default(), &s).await {
+                    Ok(s) => Some(s),
+                    Err(kube::Error::Api(e)) if e.code == 409 => api.get_opt(&secret_name).await?,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        Ok(existing
+            .and_then(|s| s.data)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+            .collect())
+    };
+    let ca = ensure("ca", || {
+        let (crt, key) = capw_apiserver::tls::generate_ca()
+            .map_err(|e| DriverError::Invalid(format!("generating the cluster CA failed: {e}")))?;
+        Ok(BTreeMap::from([
+            ("tls.crt".to_string(), crt),
+            ("tls.key".to_string(), key),
+        ]))
+    })
+    .await?;
+    let token = ensure("token", || {
+        Ok(BTreeMap::from([(
+            "value".to_string(),
+            format!(
+                "{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            ),
+        )]))
+    })
+    .await?;
+    let mut out = vec![];
+    if let (Some(crt), Some(key)) = (ca.get("tls.crt"), ca.get("tls.key")) {
+        out.push(("ca.crt".to_string(), crt.clone()));
+        out.push(("ca.key".to_string(), key.clone()));
+    }
+    if let Some(t) = token.get("value") {
+        out.push(("token".to_string(), t.clone()));
+    }
+    Ok(out)
+}

@@ -1,0 +1,177 @@
+//! Control-plane Machines: the host creates each Machine a control plane asks for, with an
+//! infrastructure machine cloned from `spec.machineTemplate.spec.infrastructureRef` and a
+//! CapwConfig from `spec.capwConfigSpec`, all owned by the control plane (the Machine controller
+//! then takes over the clones). On deletion it deletes them before the control plane goes.
+
+use super::context::Around;
+use super::{DriverError, KindCtx};
+use crate::api::common::names::{
+    API_VERSION, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, CONTROL_PLANE_NAME_LABEL,
+};
+use crate::api::common::ContractVersionedObjectReference;
+use crate::api::machine::Machine;
+use crate::runtime::plugin::MachineRequest;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+
+const BOOTSTRAP_GROUP: &str = "bootstrap.cluster.x-k8s.io";
+const BOOTSTRAP_KIND: &str = "CapwConfig";
+
+async fn create_ignoring_conflict(
+    api: &Api<DynamicObject>,
+    obj: Value,
+) -> Result<(), DriverError> {
+    let obj: DynamicObject =
+        serde_json::from_value(obj).map_err(|e| DriverError::Invalid(e.to_string()))?;
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub(super) async fn create(
+    kctx: &KindCtx,
+    cp: &DynamicObject,
+    around: &Around,
+    requests: &[MachineRequest],
+) -> Result<(), DriverError> {
+    if requests.is_empty() || cp.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let Some(cluster) = &around.cluster else {
+        return Ok(());
+    };
+    let ns = cp.namespace().unwrap_or_default();
+    let cp_name = cp.name_any();
+    let template_ref: ContractVersionedObjectReference = cp
+        .data
+        .pointer("/spec/machineTemplate/spec/infrastructureRef")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .ok_or_else(|| {
+            DriverError::Invalid(format!(
+                "{} {cp_name}: spec.machineTemplate.spec.infrastructureRef must be {{apiGroup, kind, name}}",
+                kctx.ar.kind
+            ))
+        })?;
+    let resolver = &kctx.driver.resolver;
+    let Some((template, _)) = resolver.get(&ns, &template_ref).await? else {
+        return Err(DriverError::Invalid(format!(
+            "{} {cp_name}: spec.machineTemplate.spec.infrastructureRef names {} {}, which does not exist",
+            kctx.ar.kind, template_ref.kind, template_ref.name
+        )));
+    };
+    let infra_kind = template_ref
+        .kind
+        .strip_suffix("Template")
+        .unwrap_or(&template_ref.kind)
+        .to_string();
+    let infra = resolver.resolve(&template_ref.api_group, &infra_kind).await?;
+    let boot = resolver.resolve(BOOTSTRAP_GROUP, BOOTSTRAP_KIND).await?;
+    let owner = json!([{
+        "apiVersion": kctx.ar.api_version, "kind": kctx.ar.kind, "name": cp_name,
+        "uid": cp.metadata.uid, "controller": true, "blockOwnerDeletion": true,
+    }]);
+    let cluster_name = cluster.name_any();
+    let labels = json!({
+        CLUSTER_NAME_LABEL: cluster_name,
+        CONTROL_PLANE_LABEL: "",
+        CONTROL_PLANE_NAME_LABEL: cp_name,
+    });
+    let machines: Api<Machine> = Api::namespaced(kctx.driver.client.clone(), &ns);
+    for req in requests {
+        create_ignoring_conflict(
+            &resolver.api(&ns, &infra),
+            json!({
+                "apiVersion": infra.ar.api_version, "kind": infra.ar.kind,
+                "metadata": {"name": req.name, "namespace": ns, "labels": labels, "ownerReferences": owner,
+                    "annotations": {
+                        "cluster.x-k8s.io/cloned-from-name": template_ref.name,
+                        "cluster.x-k8s.io/cloned-from-groupkind": format!("{}.{}", template_ref.kind, template_ref.api_group),
+                    }},
+                "spec": template.data.pointer("/spec/template/spec").cloned().unwrap_or(json!({})),
+            }),
+        )
+        .await?;
+        create_ignoring_conflict(
+            &resolver.api(&ns, &boot),
+            json!({
+                "apiVersion": boot.ar.api_version, "kind": boot.ar.kind,
+                "metadata": {"name": req.name, "namespace": ns, "labels": labels, "ownerReferences": owner},
+                "spec": cp.data.pointer("/spec/capwConfigSpec").cloned().unwrap_or(json!({})),
+            }),
+        )
+        .await?;
+        let machine = json!({
+            "apiVersion": API_VERSION, "kind": "Machine",
+            "metadata": {"name": req.name, "namespace": ns, "labels": labels, "ownerReferences": owner},
+            "spec": {
+                "clusterName": cluster_name,
+                "version": req.version,
+                "failureDomain": req.failure_domain,
+                "bootstrap": {"configRef": {"apiGroup": BOOTSTRAP_GROUP, "kind": BOOTSTRAP_KIND, "name": req.name}},
+                "infrastructureRef": {"apiGroup": template_ref.api_group, "kind": infra_kind, "name": req.name},
+            },
+        });
+        let machine: Machine =
+            serde_json::from_value(machine).map_err(|e| DriverError::Invalid(e.to_string()))?;
+        match machines.create(&PostParams::default(), &machine).await {
+            Ok(_) => {
+                kctx.event(
+                    cp,
+                    false,
+                    "SuccessfulCreate",
+                    format!("Created control-plane Machine {}", req.name),
+                )
+                .await
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+pub(super) async fn delete(
+    kctx: &KindCtx,
+    cp: &DynamicObject,
+    around: &Around,
+    names: &[String],
+) -> Result<(), DriverError> {
+    let ns = cp.namespace().unwrap_or_default();
+    let machines: Api<Machine> = Api::namespaced(kctx.driver.client.clone(), &ns);
+    for m in around
+        .owned_machines
+        .iter()
+        .filter(|m| names.contains(&m.name_any()) && m.meta().deletion_timestamp.is_none())
+    {
+        match machines
+            .delete(&m.name_any(), &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {
+                kctx.event(
+                    cp,
+                    false,
+                    "SuccessfulDelete",
+                    format!("Deleted control-plane Machine {}", m.name_any()),
+                )
+                .await
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Deletes every Machine the control plane owns (deletion of the control plane itself).
+pub(super) async fn delete_owned(
+    kctx: &KindCtx,
+    cp: &DynamicObject,
+    around: &Around,
+) -> Result<(), DriverError> {
+    let names: Vec<String> = around.owned_machines.iter().map(|m| m.name_any()).collect();
+    delete(kctx, cp, around, &names).await
+}

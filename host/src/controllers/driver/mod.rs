@@ -1,0 +1,555 @@
+//! The provider driver: every kind an Active plugin serves gets a controller here. For each
+//! object it gathers the context the WIT asks for (`context.rs`), calls the plugin's current
+//! version, and writes the typed result back as contract fields, status, Secrets and Machines
+//! (`writeback.rs`, `machines.rs`). It owns the provider finalizer, calls `delete` until the
+//! plugin reports done, respects pause, records the plugin version that last reconciled an
+//! object, and turns a failed call into a condition with backoff.
+
+mod context;
+mod machines;
+mod writeback;
+
+use crate::api::cluster::Cluster;
+use crate::api::common::names::PLUGIN_VERSION_ANNOTATION;
+use crate::api::machine::Machine;
+use crate::controllers::external::Resolver;
+use crate::metrics::{CallOutcome, Metrics};
+use crate::runtime::plugin::{CallError, ProviderFailure, ProviderType};
+use crate::runtime::{Context, Registry};
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::Instrument;
+
+/// Why one driver reconcile did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    External(#[from] crate::controllers::external::ExternalError),
+    /// The object or one it needs is not in a state the plugin can be called with.
+    #[error("{0}")]
+    Invalid(String),
+    /// The plugin is no longer loaded.
+    #[error("plugin {0} is not loaded")]
+    Unloaded(String),
+    /// Not a failure: deletion waits for the plugin or for owned Machines.
+    #[error("{0}")]
+    Waiting(String, Duration),
+    #[error("finalizer: {0}")]
+    Finalizer(Box<kube::runtime::finalizer::Error<DriverError>>),
+}
+
+impl DriverError {
+    fn wait_time(&self) -> Option<Duration> {
+        match self {
+            DriverError::Waiting(_, d) => Some(*d),
+            DriverError::Finalizer(f) => match &**f {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.wait_time(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// The contract role of a served kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    InfraCluster,
+    InfraMachine,
+    BootstrapConfig,
+    ControlPlane,
+}
+
+impl Role {
+    fn of(t: ProviderType, kind: &str) -> Option<Role> {
+        if kind.ends_with("Template") {
+            return None;
+        }
+        Some(match t {
+            ProviderType::Infrastructure if kind.ends_with("Cluster") => Role::InfraCluster,
+            ProviderType::Infrastructure => Role::InfraMachine,
+            ProviderType::Bootstrap => Role::BootstrapConfig,
+            ProviderType::ControlPlane => Role::ControlPlane,
+        })
+    }
+
+    /// Whether the object belongs to a Machine (rather than directly to a Cluster).
+    fn machine_scoped(self) -> bool {
+        matches!(self, Role::InfraMachine | Role::BootstrapConfig)
+    }
+}
+
+pub struct Driver {
+    pub client: Client,
+    pub registry: Arc<Registry>,
+    pub resolver: Arc<Resolver>,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    running: Mutex<HashMap<String, (String, tokio::task::JoinHandle<()>)>>,
+}
+
+/// One served kind.
+struct KindCtx {
+    driver: Arc<Driver>,
+    plugin: String,
+    ar: ApiResource,
+    role: Role,
+    finalizer: String,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+fn plural_of(crds: &[String], group: &str, kind: &str) -> Option<String> {
+    crds.iter().find_map(|text| {
+        let v: Value = serde_json::from_str(text)
+            .or_else(|_| serde_yaml::from_str(text))
+            .ok()?;
+        (v.pointer("/spec/group")?.as_str()? == group
+            && v.pointer("/spec/names/kind")?.as_str()? == kind)
+            .then(|| v.pointer("/spec/names/plural")?.as_str().map(str::to_string))?
+    })
+}
+
+impl Driver {
+    pub fn new(
+        client: Client,
+        registry: Arc<Registry>,
+        resolver: Arc<Resolver>,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Driver> {
+        Arc::new(Driver {
+            client,
+            registry,
+            resolver,
+            recorder,
+            metrics,
+            running: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Starts controllers for newly served kinds and stops those of unloaded plugins.
+    fn sync(self: &Arc<Self>) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let mut wanted = HashMap::new();
+        for name in self.registry.names() {
+            let Some(slot) = self.registry.get(&name) else {
+                continue;
+            };
+            let p = slot.current();
+            for k in &p.metadata.kinds {
+                let Some(role) = Role::of(p.metadata.provider_type, &k.kind) else {
+                    continue;
+                };
+                let Some(plural) = plural_of(&p.metadata.crds, &k.group, &k.kind) else {
+                    continue;
+                };
+                let ar = ApiResource {
+                    group: k.group.clone(),
+                    version: k.version.clone(),
+                    api_version: format!("{}/{}", k.group, k.version),
+                    kind: k.kind.clone(),
+                    plural,
+                };
+                wanted.insert(format!("{}.{}", k.kind, k.group), (name.clone(), ar, role));
+            }
+        }
+        running.retain(|key, (plugin, task)| {
+            let keep = wanted.get(key).is_some_and(|(p, ..)| p == plugin) && !task.is_finished();
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (key, (plugin, ar, role)) in wanted {
+            if running.contains_key(&key) {
+                continue;
+            }
+            tracing::info!(kind = %key, %plugin, "driving kind");
+            let kctx = Arc::new(KindCtx {
+                driver: self.clone(),
+                plugin: plugin.clone(),
+                finalizer: format!("{}.{}", ar.kind.to_lowercase(), ar.group),
+                ar,
+                role,
+                failures: Mutex::new(HashMap::new()),
+            });
+            running.insert(key, (plugin, tokio::spawn(run_kind(kctx))));
+        }
+    }
+
+    /// Keeps the set of driven kinds in step with the loaded plugins until the process ends.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            self.sync();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Kinds being driven, as `Kind.group`.
+    pub fn driven(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn same_kind(r: &crate::api::common::ContractVersionedObjectReference, ar: &ApiResource) -> bool {
+    r.kind == ar.kind && r.api_group == ar.group
+}
+
+async fn run_kind(kctx: Arc<KindCtx>) {
+    let client = kctx.driver.client.clone();
+    let ar = kctx.ar.clone();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let mut c = Controller::new_with(api, watcher::Config::default(), ar.clone())
+        .with_config(Config::default().concurrency(64));
+    let (ar1, ar2) = (ar.clone(), ar.clone());
+    match kctx.role {
+        Role::InfraMachine | Role::BootstrapConfig => {
+            let role = kctx.role;
+            c = c.watches(
+                Api::<Machine>::all(client.clone()),
+                watcher::Config::default(),
+                move |m: Machine| {
+                    let r = if role == Role::InfraMachine {
+                        Some(m.spec.infrastructure_ref.clone())
+                    } else {
+                        m.spec.bootstrap.config_ref.clone()
+                    };
+                    r.filter(|r| same_kind(r, &ar1)).map(|r| {
+                        ObjectRef::new_with(&r.name, ar1.clone())
+                            .within(&m.namespace().unwrap_or_default())
+                    })
+                },
+            );
+        }
+        Role::InfraCluster | Role::ControlPlane => {
+            let role = kctx.role;
+            c = c.watches(
+                Api::<Cluster>::all(client.clone()),
+                watcher::Config::default(),
+                move |cl: Cluster| {
+                    let r = if role == Role::InfraCluster {
+                        cl.spec.infrastructure_ref.clone()
+                    } else {
+                        cl.spec.control_plane_ref.clone()
+                    };
+                    r.filter(|r| same_kind(r, &ar1)).map(|r| {
+                        ObjectRef::new_with(&r.name, ar1.clone())
+                            .within(&cl.namespace().unwrap_or_default())
+                    })
+                },
+            );
+            if role == Role::ControlPlane {
+                c = c.watches(
+                    Api::<Machine>::all(client.clone()),
+                    watcher::Config::default(),
+                    move |m: Machine| {
+                        m.owner_references()
+                            .iter()
+                            .find(|o| o.controller == Some(true) && o.kind == ar2.kind)
+                            .map(|o| {
+                                ObjectRef::new_with(&o.name, ar2.clone())
+                                    .within(&m.namespace().unwrap_or_default())
+                            })
+                    },
+                );
+            }
+        }
+    }
+    c.run(reconcile, error_policy, kctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+async fn reconcile(obj: Arc<DynamicObject>, kctx: Arc<KindCtx>) -> Result<Action, DriverError> {
+    let ns = obj.namespace().unwrap_or_default();
+    let span = tracing::info_span!("reconcile", controller = %kctx.ar.kind, plugin = %kctx.plugin, object.ref = %format!("{ns}/{}", obj.name_any()));
+    let start = Instant::now();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(kctx.driver.client.clone(), &ns, &kctx.ar);
+    let r = finalizer(&api, &kctx.finalizer, obj, |ev| async {
+        match ev {
+            Finalizer::Apply(o) => apply(o, &kctx).await,
+            Finalizer::Cleanup(o) => cleanup(o, &kctx).await,
+        }
+    })
+    .instrument(span)
+    .await
+    .map_err(|e| DriverError::Finalizer(Box::new(e)));
+    kctx.driver.metrics.reconcile(
+        &kctx.ar.kind.to_lowercase(),
+        start.elapsed(),
+        r.is_ok() || r.as_ref().err().and_then(DriverError::wait_time).is_some(),
+    );
+    r
+}
+
+fn error_policy(obj: Arc<DynamicObject>, err: &DriverError, _kctx: Arc<KindCtx>) -> Action {
+    if let Some(d) = err.wait_time() {
+        return Action::requeue(d);
+    }
+    tracing::warn!(object = %obj.name_any(), error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The outcome of a plugin call, for metrics.
+fn outcome(e: &CallError) -> CallOutcome {
+    match e {
+        CallError::Trap(_) => CallOutcome::Trap,
+        CallError::Timeout(_) => CallOutcome::Timeout,
+        _ => CallOutcome::Error,
+    }
+}
+
+/// How long to wait after a failed call, and the condition reason naming the failure.
+fn backoff(e: &CallError, failures: u32) -> (Option<Duration>, &'static str) {
+    let exp = Duration::from_secs((1u64 << failures.min(8)).min(300));
+    match e {
+        CallError::Timeout(_) => (Some(exp), "PluginTimeout"),
+        CallError::Trap(_) => (Some(exp), "PluginTrapped"),
+        CallError::InvalidResult(_) => (Some(exp), "PluginInvalidResult"),
+        CallError::Provider(ProviderFailure::Transient {
+            retry_after_seconds,
+            ..
+        }) => (
+            Some(retry_after_seconds.map_or(exp, |s| Duration::from_secs(u64::from(s.max(1))))),
+            "TransientError",
+        ),
+        CallError::Provider(ProviderFailure::Terminal(_)) => (None, "TerminalError"),
+        CallError::Provider(ProviderFailure::InvalidSpec(_)) => (None, "InvalidSpec"),
+        CallError::Provider(ProviderFailure::Other(_)) => (Some(exp), "ProviderError"),
+    }
+}
+
+impl KindCtx {
+    fn api(&self, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.driver.client.clone(), ns, &self.ar)
+    }
+
+    fn key(obj: &DynamicObject) -> String {
+        format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+    }
+
+    async fn event(&self, obj: &DynamicObject, warning: bool, reason: &str, note: String) {
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self
+            .driver
+            .recorder
+            .publish(&ev, &obj.object_ref(&self.ar))
+            .await
+        {
+            tracing::debug!(error = %e, "publishing an Event failed");
+        }
+    }
+
+    /// Records a failed call as the `PluginCallSucceeded` condition and an Event; returns when
+    /// to try again (`None`: when the spec changes).
+    async fn failed(
+        &self,
+        obj: &DynamicObject,
+        version: &str,
+        e: &CallError,
+    ) -> Result<Option<Duration>, DriverError> {
+        let key = Self::key(obj);
+        let n = {
+            let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+            let n = f.entry(key).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let (after, reason) = backoff(e, n);
+        let message = format!("plugin {} {version}: {e}", self.plugin);
+        let mut status = obj.data.get("status").cloned().unwrap_or(json!({}));
+        writeback::set_condition(
+            &mut status,
+            "PluginCallSucceeded",
+            "False",
+            reason,
+            &message,
+            obj.metadata.generation,
+        );
+        writeback::patch_status(self, obj, status).await?;
+        if n == 1 || n.is_power_of_two() {
+            self.event(obj, true, reason, message).await;
+        }
+        Ok(after)
+    }
+
+    fn succeeded(&self, obj: &DynamicObject, status: &mut Value) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&Self::key(obj));
+        let had_failure = status
+            .pointer("/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "PluginCallSucceeded"));
+        if had_failure {
+            writeback::set_condition(
+                status,
+                "PluginCallSucceeded",
+                "True",
+                "Succeeded",
+                "",
+                obj.metadata.generation,
+            );
+        }
+    }
+
+    /// Notes which plugin version reconciled the object (written only when it changes).
+    async fn record_version(&self, obj: &DynamicObject, version: &str) -> Result<(), DriverError> {
+        let value = format!("{}/{version}", self.plugin);
+        if obj.annotations().get(PLUGIN_VERSION_ANNOTATION) == Some(&value) {
+            return Ok(());
+        }
+        let patch = json!({"metadata": {"annotations": {PLUGIN_VERSION_ANNOTATION: value}}});
+        self.api(&obj.namespace().unwrap_or_default())
+            .patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+}
+
+/// Runs `f` against the plugin's current version, with metrics.
+async fn call<T>(
+    kctx: &KindCtx,
+    f: impl AsyncFnOnce(&crate::runtime::slot::Slot) -> (String, Result<T, CallError>),
+) -> Result<(String, Result<T, CallError>), DriverError> {
+    let slot = kctx
+        .driver
+        .registry
+        .get(&kctx.plugin)
+        .ok_or_else(|| DriverError::Unloaded(kctx.plugin.clone()))?;
+    let start = Instant::now();
+    let (version, r) = f(&slot).await;
+    kctx.driver.metrics.plugin_call(
+        &slot.current().metadata.name,
+        &version,
+        start.elapsed(),
+        r.as_ref().err().map_or(CallOutcome::Ok, outcome),
+    );
+    Ok((version, r))
+}
+
+async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, DriverError> {
+    let around = context::gather(&obj, kctx).await?;
+    if around.paused {
+        let mut status = obj.data.get("status").cloned().unwrap_or(json!({}));
+        writeback::set_condition(
+            &mut status,
+            "Paused",
+            "True",
+            "Paused",
+            "the object or its Cluster is paused",
+            obj.metadata.generation,
+        );
+        writeback::patch_status(kctx, &obj, status).await?;
+        return Ok(Action::await_change());
+    }
+    let ctx = around.context.clone();
+    let result = match kctx.role {
+        Role::InfraCluster => call(kctx, async |s| s.reconcile_cluster(&ctx).await)
+            .await?
+            .map_ok(writeback::Result::InfraCluster),
+        Role::InfraMachine => call(kctx, async |s| s.reconcile_machine(&ctx).await)
+            .await?
+            .map_ok(writeback::Result::InfraMachine),
+        Role::BootstrapConfig => call(kctx, async |s| s.reconcile_bootstrap(&ctx).await)
+            .await?
+            .map_ok(writeback::Result::Bootstrap),
+        Role::ControlPlane => call(kctx, async |s| s.reconcile_control_plane(&ctx).await)
+            .await?
+            .map_ok(writeback::Result::ControlPlane),
+    };
+    let (version, result) = result;
+    kctx.record_version(&obj, &version).await?;
+    match result {
+        Ok(r) => writeback::write(&obj, kctx, &around, r).await,
+        Err(e) => Ok(match kctx.failed(&obj, &version, &e).await? {
+            Some(d) => Action::requeue(d),
+            None => Action::await_change(),
+        }),
+    }
+}
+
+async fn cleanup(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, DriverError> {
+    let around = context::gather(&obj, kctx).await?;
+    if around.paused {
+        return Err(DriverError::Waiting(
+            "paused: deletion waits until the Cluster is unpaused".into(),
+            Duration::from_secs(30),
+        ));
+    }
+    if kctx.role == Role::ControlPlane {
+        machines::delete_owned(kctx, &obj, &around).await?;
+    }
+    let ctx: Context = around.context.clone();
+    let (version, r) = match kctx.role {
+        Role::InfraCluster => call(kctx, async |s| s.delete_cluster(&ctx).await).await?,
+        Role::InfraMachine => call(kctx, async |s| s.delete_machine(&ctx).await).await?,
+        Role::BootstrapConfig => call(kctx, async |s| s.delete_bootstrap(&ctx).await).await?,
+        Role::ControlPlane => call(kctx, async |s| s.delete_control_plane(&ctx).await).await?,
+    };
+    match r {
+        Ok(d) if d.done => Ok(Action::await_change()),
+        Ok(d) => Err(DriverError::Waiting(
+            format!("plugin {} {version} is still deleting", kctx.plugin),
+            Duration::from_secs(u64::from(d.common.requeue_after_seconds.unwrap_or(2).max(1))),
+        )),
+        Err(e) => {
+            let after = kctx.failed(&obj, &version, &e).await?;
+            Err(DriverError::Waiting(
+                e.to_string(),
+                after.unwrap_or(Duration::from_secs(60)),
+            ))
+        }
+    }
+}
+
+trait MapOk<T> {
+    fn map_ok<U>(self, f: impl FnOnce(T) -> U) -> (String, Result<U, CallError>);
+}
+
+impl<T> MapOk<T> for (String, Result<T, CallError>) {
+    fn map_ok<U>(self, f: impl FnOnce(T) -> U) -> (String, Result<U, CallError>) {
+        (self.0, self.1.map(f))
+    }
+}
+
+pub(crate) fn condition_list(status: &Value) -> Vec<crate::api::common::Condition> {
+    status
+        .get("conditions")
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default()
+}
+

@@ -1,0 +1,327 @@
+//! Writing a plugin's typed result back (DESIGN.md §5): contract fields in spec and status,
+//! the status patch and conditions, the bootstrap data Secret, `<cluster>-kubeconfig`, and the
+//! control plane's Machines. Each write happens only when it changes something.
+
+use super::context::Around;
+use super::{DriverError, KindCtx};
+use crate::api::common::names::CLUSTER_NAME_LABEL;
+use crate::controllers::conditions;
+use crate::runtime::plugin::{BootstrapStatus, ClusterStatus, ControlPlaneStatus, MachineStatus};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::ResourceExt;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub(super) enum Result {
+    InfraCluster(ClusterStatus),
+    InfraMachine(MachineStatus),
+    Bootstrap(BootstrapStatus),
+    ControlPlane(ControlPlaneStatus),
+}
+
+/// RFC 7386 merge of `patch` into `target`.
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+pub(super) fn set_condition(
+    status: &mut Value,
+    type_: &str,
+    s: &str,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
+    let mut list = super::condition_list(status);
+    conditions::set(&mut list, type_, s, reason, message, generation);
+    if !status.is_object() {
+        *status = json!({});
+    }
+    status["conditions"] = serde_json::to_value(list).unwrap_or(Value::Null);
+}
+
+pub(super) async fn patch_status(
+    kctx: &KindCtx,
+    obj: &DynamicObject,
+    status: Value,
+) -> std::result::Result<(), DriverError> {
+    if obj.data.get("status") == Some(&status) {
+        return Ok(());
+    }
+    kctx.api(&obj.namespace().unwrap_or_default())
+        .patch_status(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": status})),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn patch_spec(
+    kctx: &KindCtx,
+    obj: &DynamicObject,
+    spec: Map<String, Value>,
+) -> std::result::Result<(), DriverError> {
+    let current = obj.data.get("spec");
+    let changed = spec
+        .iter()
+        .any(|(k, v)| current.and_then(|s| s.get(k)) != Some(v));
+    if !changed {
+        return Ok(());
+    }
+    kctx.api(&obj.namespace().unwrap_or_default())
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": spec})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Applies the common part of a result: the status patch (contract fields are set after it,
+/// so it cannot override them) and the conditions.
+fn common(
+    obj: &DynamicObject,
+    c: &crate::runtime::plugin::Common,
+) -> std::result::Result<Value, DriverError> {
+    let mut status = obj.data.get("status").cloned().unwrap_or(json!({}));
+    if let Some(p) = &c.status_patch {
+        let patch: Value = serde_json::from_str(p)
+            .map_err(|e| DriverError::Invalid(format!("status-patch: {e}")))?;
+        merge(&mut status, &patch);
+    }
+    for cond in &c.conditions {
+        set_condition(
+            &mut status,
+            &cond.type_,
+            &cond.status,
+            &cond.reason,
+            &cond.message,
+            obj.metadata.generation,
+        );
+    }
+    Ok(status)
+}
+
+fn sticky(status: &Value, field: &str, now: bool) -> bool {
+    now || status
+        .pointer(&format!("/initialization/{field}"))
+        .and_then(Value::as_bool)
+        == Some(true)
+}
+
+fn requeue(c: &crate::runtime::plugin::Common) -> Action {
+    match c.requeue_after_seconds {
+        Some(s) => Action::requeue(Duration::from_secs(u64::from(s.max(1)))),
+        None => Action::requeue(Duration::from_secs(600)),
+    }
+}
+
+fn controller_ref(kctx: &KindCtx, obj: &DynamicObject) -> OwnerReference {
+    OwnerReference {
+        api_version: kctx.ar.api_version.clone(),
+        kind: kctx.ar.kind.clone(),
+        name: obj.name_any(),
+        uid: obj.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// Creates the Secret, or replaces its data when `replace` and it differs.
+async fn ensure_secret(
+    kctx: &KindCtx,
+    obj: &DynamicObject,
+    name: &str,
+    cluster: &str,
+    data: BTreeMap<String, String>,
+    replace: bool,
+) -> std::result::Result<(), DriverError> {
+    let api: Api<Secret> =
+        Api::namespaced(kctx.driver.client.clone(), &obj.namespace().unwrap_or_default());
+    let bytes: BTreeMap<String, ByteString> = data
+        .into_iter()
+        .map(|(k, v)| (k, ByteString(v.into_bytes())))
+        .collect();
+    if let Some(existing) = api.get_opt(name).await? {
+        if replace && existing.data.as_ref() != Some(&bytes) {
+            let patch = json!({"data": bytes});
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        return Ok(());
+    }
+    let mut s = Secret {
+        data: Some(bytes),
+        type_: Some("cluster.x-k8s.io/secret".into()),
+        ..Default::default()
+    };
+    s.metadata.name = Some(name.into());
+    s.metadata.labels = Some(BTreeMap::from([(
+        CLUSTER_NAME_LABEL.to_string(),
+        cluster.to_string(),
+    )]));
+    s.metadata.owner_references = Some(vec![controller_ref(kctx, obj)]);
+    match api.create(&PostParams::default(), &s).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub(super) async fn write(
+    obj: &DynamicObject,
+    kctx: &KindCtx,
+    around: &Around,
+    result: Result,
+) -> std::result::Result<Action, DriverError> {
+    let old = obj.data.get("status").cloned().unwrap_or(json!({}));
+    let cluster = around
+        .cluster
+        .as_ref()
+        .map(|c| c.name_any())
+        .unwrap_or_default();
+    let (mut status, action) = match result {
+        Result::InfraCluster(r) => {
+            let mut status = common(obj, &r.common)?;
+            if let Some(ep) = &r.control_plane_endpoint {
+                let mut spec = Map::new();
+                spec.insert(
+                    "controlPlaneEndpoint".into(),
+                    json!({"host": ep.host, "port": ep.port}),
+                );
+                patch_spec(kctx, obj, spec).await?;
+            }
+            status["initialization"]["provisioned"] =
+                json!(sticky(&old, "provisioned", r.provisioned));
+            if !r.failure_domains.is_empty() {
+                status["failureDomains"] = r
+                    .failure_domains
+                    .iter()
+                    .map(|f| {
+                        json!({"name": f.name, "controlPlane": f.control_plane,
+                            "attributes": f.attributes.iter().cloned().collect::<BTreeMap<_, _>>()})
+                    })
+                    .collect();
+            }
+            (status, requeue(&r.common))
+        }
+        Result::InfraMachine(r) => {
+            let mut status = common(obj, &r.common)?;
+            if let Some(pid) = r.provider_id.as_ref().filter(|p| !p.is_empty()) {
+                // The provider ID is set once: a later, different one is ignored.
+                let current = obj
+                    .data
+                    .pointer("/spec/providerID")
+                    .and_then(Value::as_str);
+                if current.is_none_or(str::is_empty) {
+                    let mut spec = Map::new();
+                    spec.insert("providerID".into(), json!(pid));
+                    patch_spec(kctx, obj, spec).await?;
+                }
+            }
+            status["initialization"]["provisioned"] =
+                json!(sticky(&old, "provisioned", r.provisioned));
+            if !r.addresses.is_empty() {
+                status["addresses"] = r
+                    .addresses
+                    .iter()
+                    .map(|a| json!({"type": a.type_, "address": a.address}))
+                    .collect();
+            }
+            if let Some(fd) = &r.failure_domain {
+                status["failureDomain"] = json!(fd);
+            }
+            if r.interruptible {
+                status["interruptible"] = json!(true);
+            }
+            (status, requeue(&r.common))
+        }
+        Result::Bootstrap(r) => {
+            let mut status = common(obj, &r.common)?;
+            if let Some(data) = &r.data {
+                // The Secret is named after the config: deterministic, as `clusterctl move` needs.
+                let name = obj.name_any();
+                ensure_secret(
+                    kctx,
+                    obj,
+                    &name,
+                    &cluster,
+                    BTreeMap::from([
+                        ("value".to_string(), data.value.clone()),
+                        ("format".to_string(), data.format.clone()),
+                    ]),
+                    false,
+                )
+                .await?;
+                status["dataSecretName"] = json!(name);
+                status["initialization"]["dataSecretCreated"] = json!(true);
+            }
+            (status, requeue(&r.common))
+        }
+        Result::ControlPlane(r) => {
+            let mut status = common(obj, &r.common)?;
+            if let Some(ep) = &r.endpoint {
+                let mut spec = Map::new();
+                spec.insert(
+                    "controlPlaneEndpoint".into(),
+                    json!({"host": ep.host, "port": ep.port}),
+                );
+                patch_spec(kctx, obj, spec).await?;
+            }
+            if let Some(kc) = &r.kubeconfig
+                && !cluster.is_empty()
+            {
+                ensure_secret(
+                    kctx,
+                    obj,
+                    &format!("{cluster}-kubeconfig"),
+                    &cluster,
+                    BTreeMap::from([("value".to_string(), kc.clone())]),
+                    true,
+                )
+                .await?;
+            }
+            status["initialization"]["controlPlaneInitialized"] =
+                json!(sticky(&old, "controlPlaneInitialized", r.initialized));
+            status["replicas"] = json!(r.replicas.up_to_date);
+            status["readyReplicas"] = json!(r.replicas.ready);
+            status["availableReplicas"] = json!(r.replicas.available);
+            status["upToDateReplicas"] = json!(r.replicas.up_to_date);
+            super::machines::create(kctx, obj, around, &r.machines_to_create).await?;
+            super::machines::delete(kctx, obj, around, &r.machines_to_delete).await?;
+            (status, requeue(&r.common))
+        }
+    };
+    kctx.succeeded(obj, &mut status);
+    patch_status(kctx, obj, status).await?;
+    Ok(action)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn merge_follows_rfc7386() {
+        let mut t = serde_json::json!({"a": 1, "b": {"c": 2, "d": 3}});
+        super::merge(&mut t, &serde_json::json!({"a": null, "b": {"c": 5}, "e": [1]}));
+        assert_eq!(t, serde_json::json!({"b": {"c": 5, "d": 3}, "e": [1]}));
+    }
+}

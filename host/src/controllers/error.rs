@@ -1,0 +1,46 @@
+//! How a core reconcile ends when it does not succeed.
+
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    External(#[from] super::external::ExternalError),
+    /// Not a failure: an ordered step (deletion, mostly) waits for something to go away.
+    #[error("{reason}: {message}")]
+    Waiting {
+        reason: &'static str,
+        message: String,
+        after: Duration,
+    },
+    /// An object is in a state core cannot act on; the message names the object and field.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("finalizer: {0}")]
+    Finalizer(Box<kube::runtime::finalizer::Error<ReconcileError>>),
+}
+
+impl ReconcileError {
+    pub fn waiting(reason: &'static str, message: String, after: Duration) -> Self {
+        ReconcileError::Waiting {
+            reason,
+            message,
+            after,
+        }
+    }
+
+    /// The requeue delay when this is a wait rather than a failure.
+    pub fn wait_time(&self) -> Option<Duration> {
+        match self {
+            ReconcileError::Waiting { after, .. } => Some(*after),
+            ReconcileError::Finalizer(f) => match &**f {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.wait_time(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! Provider objects as core sees them: resolved through their CRD's contract label, read
+//! through the contract's field paths, and watched dynamically once core first reads a kind
+//! (upstream's "external tracker").
+
+use crate::api::common::ContractVersionedObjectReference;
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+/// Why a provider object could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ExternalError {
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// No CRD serves the kind, or its contract label is missing.
+    #[error(
+        "cannot find any versions matching contract versions [v1beta2 v1beta1] for {kind}.{group}: the CRD is missing or its contract version label(s) (cluster.x-k8s.io/v1beta2) are either missing or empty"
+    )]
+    NoContract { group: String, kind: String },
+}
+
+/// Which contract a provider kind implements, from its CRD label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contract {
+    V1Beta2,
+    V1Beta1,
+}
+
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub ar: ApiResource,
+    pub contract: Contract,
+}
+
+/// Resolves provider kinds and remembers them.
+pub struct Resolver {
+    client: Client,
+    kinds: Mutex<HashMap<(String, String), Resolved>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The apiVersion a contract label allows: the highest Kubernetes-sorted of `v1beta1_v1beta2`.
+fn pick_version(label: &str) -> Option<String> {
+    fn rank(v: &str) -> (u32, u32, u32) {
+        let rest = v.trim_start_matches('v');
+        let major: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let after = &rest[major.len()..];
+        let (stage, n) = if let Some(n) = after.strip_prefix("alpha") {
+            (0, n)
+        } else if let Some(n) = after.strip_prefix("beta") {
+            (1, n)
+        } else {
+            (2, "0")
+        };
+        (
+            major.parse().unwrap_or(0),
+            stage,
+            n.parse().unwrap_or(0),
+        )
+    }
+    label
+        .split('_')
+        .filter(|v| !v.is_empty())
+        .max_by_key(|v| rank(v))
+        .map(str::to_string)
+}
+
+impl Resolver {
+    pub fn new(client: Client) -> Arc<Resolver> {
+        Arc::new(Resolver {
+            client,
+            kinds: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub async fn resolve(&self, group: &str, kind: &str) -> Result<Resolved, ExternalError> {
+        let key = (group.to_string(), kind.to_string());
+        if let Some(r) = lock(&self.kinds).get(&key) {
+            return Ok(r.clone());
+        }
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let list = crds.list(&ListParams::default()).await?;
+        let crd = list
+            .items
+            .iter()
+            .find(|c| c.spec.group == group && c.spec.names.kind == kind);
+        let labels = crd.and_then(|c| c.metadata.labels.as_ref());
+        let found = labels.and_then(|l| {
+            [
+                ("cluster.x-k8s.io/v1beta2", Contract::V1Beta2),
+                ("cluster.x-k8s.io/v1beta1", Contract::V1Beta1),
+            ]
+            .iter()
+            .find_map(|(k, c)| l.get(*k).and_then(|v| pick_version(v)).map(|v| (v, *c)))
+        });
+        let (Some(crd), Some((version, contract))) = (crd, found) else {
+            return Err(ExternalError::NoContract {
+                group: group.into(),
+                kind: kind.into(),
+            });
+        };
+        let r = Resolved {
+            ar: ApiResource {
+                group: group.into(),
+                version: version.clone(),
+                api_version: format!("{group}/{version}"),
+                kind: kind.into(),
+                plural: crd.spec.names.plural.clone(),
+            },
+            contract,
+        };
+        lock(&self.kinds).insert(key, r.clone());
+        Ok(r)
+    }
+
+    pub fn api(&self, ns: &str, r: &Resolved) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), ns, &r.ar)
+    }
+
+    /// The referenced object, or `None` when it does not exist.
+    pub async fn get(
+        &self,
+        ns: &str,
+        reference: &ContractVersionedObjectReference,
+    ) -> Result<Option<(DynamicObject, Resolved)>, ExternalError> {
+        let r = self.resolve(&reference.api_group, &reference.kind).await?;
+        Ok(self
+            .api(ns, &r)
+            .get_opt(&reference.name)
+            .await?
+            .map(|o| (o, r)))
+    }
+}
+
+/// Starts a watch per provider kind the first time a controller reads one, and turns each
+/// change into a reconcile request for the owning object of type `K`.
+pub struct Tracker<K: Resource<DynamicType = ()>> {
+    client: Client,
+    seen: Mutex<HashSet<(String, String)>>,
+    tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<K>>,
+    owner: fn(&DynamicObject) -> Option<ObjectRef<K>>,
+}
+
+impl<K: Resource<DynamicType = ()> + Send + Sync + 'static> Tracker<K> {
+    pub fn new(
+        client: Client,
+        owner: fn(&DynamicObject) -> Option<ObjectRef<K>>,
+    ) -> (
+        Arc<Tracker<K>>,
+        tokio::sync::mpsc::UnboundedReceiver<ObjectRef<K>>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (
+            Arc::new(Tracker {
+                client,
+                seen: Mutex::new(HashSet::new()),
+                tx,
+                owner,
+            }),
+            rx,
+        )
+    }
+
+    pub fn ensure(&self, r: &Resolved) {
+        let key = (r.ar.group.clone(), r.ar.kind.clone());
+        if !lock(&self.seen).insert(key) {
+            return;
+        }
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &r.ar);
+        let tx = self.tx.clone();
+        let owner = self.owner;
+        tokio::spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .touched_objects()
+                .boxed();
+            while let Some(ev) = stream.next().await {
+                if let Ok(obj) = ev
+                    && let Some(r) = owner(&obj)
+                    && tx.send(r).is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// The owner reference of `kind` in `cluster.x-k8s.io`, as an ObjectRef in the object's namespace.
+pub fn owner_of_kind<K: Resource<DynamicType = ()>>(
+    obj: &DynamicObject,
+    kind: &str,
+) -> Option<ObjectRef<K>> {
+    let ns = obj.metadata.namespace.clone()?;
+    obj.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))
+        .map(|o| ObjectRef::new(&o.name).within(&ns))
+}
+
+/// Contract reads. A missing field is "not set", never an error.
+pub mod read {
+    use super::Value;
+
+    fn flag(obj: &Value, v1beta2: &str, v1beta1: &str) -> bool {
+        obj.pointer(v1beta2)
+            .and_then(Value::as_bool)
+            .or_else(|| obj.pointer(v1beta1).and_then(Value::as_bool))
+            .unwrap_or(false)
+    }
+
+    /// InfraCluster / InfraMachine: `status.initialization.provisioned`, else v1beta1 `status.ready`.
+    pub fn provisioned(obj: &Value) -> bool {
+        flag(obj, "/status/initialization/provisioned", "/status/ready")
+    }
+
+    /// BootstrapConfig: `status.initialization.dataSecretCreated`, else `status.ready`.
+    pub fn data_secret_created(obj: &Value) -> bool {
+        flag(
+            obj,
+            "/status/initialization/dataSecretCreated",
+            "/status/ready",
+        )
+    }
+
+    /// ControlPlane: `status.initialization.controlPlaneInitialized`, else `status.initialized`.
+    pub fn control_plane_initialized(obj: &Value) -> bool {
+        flag(
+            obj,
+            "/status/initialization/controlPlaneInitialized",
+            "/status/initialized",
+        )
+    }
+
+    pub fn string(obj: &Value, pointer: &str) -> Option<String> {
+        obj.pointer(pointer)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    }
+
+    pub fn int(obj: &Value, pointer: &str) -> Option<i32> {
+        obj.pointer(pointer)
+            .and_then(Value::as_i64)
+            .and_then(|n| i32::try_from(n).ok())
+    }
+
+    /// `spec.controlPlaneEndpoint`, when it has a host and a port.
+    pub fn endpoint(obj: &Value) -> Option<crate::api::common::ApiEndpoint> {
+        let host = string(obj, "/spec/controlPlaneEndpoint/host")?;
+        let port = int(obj, "/spec/controlPlaneEndpoint/port").filter(|p| *p != 0)?;
+        Some(crate::api::common::ApiEndpoint { host, port })
+    }
+
+    /// `status.failureDomains`: a list in v1beta2, a map in v1beta1.
+    pub fn failure_domains(obj: &Value) -> Vec<crate::api::common::FailureDomain> {
+        use crate::api::common::FailureDomain;
+        match obj.pointer("/status/failureDomains") {
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| serde_json::from_value::<FailureDomain>(v.clone()).ok())
+                .collect(),
+            Some(Value::Object(m)) => m
+                .iter()
+                .map(|(name, v)| FailureDomain {
+                    name: name.clone(),
+                    control_plane: v.get("controlPlane").and_then(Value::as_bool),
+                    attributes: Default::default(),
+                })
+                .collect(),
+            _ => vec![],
+        }
+    }
+
+    /// v1beta1 `status.failureReason/failureMessage`, copied without lifecycle effect.
+    pub fn failure(obj: &Value) -> (Option<String>, Option<String>) {
+        (
+            string(obj, "/status/failureReason"),
+            string(obj, "/status/failureMessage"),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_version_of_a_contract_label_wins() {
+        assert_eq!(pick_version("v1beta1_v1beta2").as_deref(), Some("v1beta2"));
+        assert_eq!(pick_version("v1alpha4_v1beta1").as_deref(), Some("v1beta1"));
+        assert_eq!(pick_version("v1beta2_v1").as_deref(), Some("v1"));
+        assert_eq!(pick_version(""), None);
+    }
+
+    #[test]
+    fn contract_flags_fall_back_to_v1beta1() {
+        let v2 = serde_json::json!({"status": {"initialization": {"provisioned": true}}});
+        let v1 = serde_json::json!({"status": {"ready": true}});
+        let none = serde_json::json!({"status": {}});
+        assert!(read::provisioned(&v2));
+        assert!(read::provisioned(&v1));
+        assert!(!read::provisioned(&none));
+        let map = serde_json::json!({"status": {"failureDomains": {"a": {"controlPlane": true}}}});
+        assert_eq!(read::failure_domains(&map)[0].name, "a");
+    }
+}

@@ -1,0 +1,137 @@
+//! `reconcileDelete`: the infrastructure machine first, then the bootstrap config, then the
+//! Node in the workload cluster (only after the infrastructure is gone), then the finalizer.
+//! Drain, volume detach and delete hooks are not implemented: no workloads run on capw's
+//! simulated or Docker nodes yet.
+
+use super::{Scope, write_back};
+use crate::api::common::ContractVersionedObjectReference;
+use crate::api::machine::Machine;
+use crate::controllers::conditions;
+use crate::controllers::context::CoreCtx;
+use crate::controllers::error::ReconcileError;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use serde_json::Map;
+use std::sync::Arc;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+async fn delete_external(
+    ctx: &CoreCtx,
+    ns: &str,
+    reference: Option<&ContractVersionedObjectReference>,
+) -> Result<bool, ReconcileError> {
+    let Some(r) = reference.filter(|r| r.is_set()) else {
+        return Ok(false);
+    };
+    let found = match ctx.resolver.get(ns, r).await {
+        Ok(f) => f,
+        // No CRD serves the kind any more, so no object of it can exist.
+        Err(crate::controllers::external::ExternalError::NoContract { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let Some((obj, resolved)) = found else {
+        return Ok(false);
+    };
+    ctx.machine_tracker.ensure(&resolved);
+    if obj.metadata.deletion_timestamp.is_none() {
+        match ctx
+            .resolver
+            .api(ns, &resolved)
+            .delete(&r.name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(true)
+}
+
+async fn step(
+    scope: &mut Scope,
+    ctx: &CoreCtx,
+    reason: &'static str,
+    message: String,
+) -> Result<Action, ReconcileError> {
+    let generation = scope.generation();
+    conditions::set(
+        &mut scope.status.conditions,
+        "Deleting",
+        "True",
+        reason,
+        &message,
+        generation,
+    );
+    super::status::update(scope, ctx, true).await;
+    write_back(scope, ctx).await?;
+    Err(ReconcileError::waiting(reason, message, WAIT))
+}
+
+pub(super) async fn reconcile_delete(
+    machine: Arc<Machine>,
+    ctx: &CoreCtx,
+) -> Result<Action, ReconcileError> {
+    let ns = machine.namespace().unwrap_or_default();
+    let cluster = ctx
+        .clusters
+        .get(&ObjectRef::new(&machine.spec.cluster_name).within(&ns));
+    let mut scope = Scope {
+        status: machine.status.clone().unwrap_or_default(),
+        machine: machine.clone(),
+        cluster: cluster.clone(),
+        spec_patch: Map::new(),
+        requeue: None,
+    };
+    if delete_external(ctx, &ns, Some(&machine.spec.infrastructure_ref)).await? {
+        return step(
+            &mut scope,
+            ctx,
+            "WaitingForInfrastructureDeletion",
+            format!(
+                "{} {} is being deleted",
+                machine.spec.infrastructure_ref.kind, machine.spec.infrastructure_ref.name
+            ),
+        )
+        .await;
+    }
+    if delete_external(ctx, &ns, machine.spec.bootstrap.config_ref.as_ref()).await? {
+        return step(
+            &mut scope,
+            ctx,
+            "WaitingForBootstrapDeletion",
+            "the bootstrap config is being deleted".into(),
+        )
+        .await;
+    }
+    // The Node goes after the infrastructure (upstream #2565), and not when the whole
+    // Cluster is going: its API server may already be gone.
+    let cluster_deleting = cluster
+        .as_ref()
+        .is_none_or(|c| c.metadata.deletion_timestamp.is_some());
+    if let Some(node) = machine.status.as_ref().and_then(|s| s.node_ref.as_ref())
+        && !cluster_deleting
+        && let Ok(client) = ctx
+            .remotes
+            .client(&ctx.client, &ns, &machine.spec.cluster_name)
+            .await
+    {
+        let nodes: Api<Node> = Api::all(client);
+        let deleted = tokio::time::timeout(
+            Duration::from_secs(10),
+            nodes.delete(&node.name, &DeleteParams::default()),
+        )
+        .await;
+        if let Ok(Err(e)) = deleted
+            && !matches!(&e, kube::Error::Api(s) if s.code == 404)
+        {
+            tracing::debug!(node = %node.name, error = %e, "deleting the Node failed");
+        }
+    }
+    Ok(Action::await_change())
+}

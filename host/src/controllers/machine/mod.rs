@@ -1,0 +1,190 @@
+//! The Machine controller (`capi-contract.md` §4): finalizer, pause, owner and labels, the
+//! bootstrap and infrastructure phases read through the contract, the node reference from the
+//! workload cluster, phase and conditions, and the ordered deletion. Phases live in
+//! `phases.rs`, the Node in `node.rs`, deletion in `delete.rs`, status in `status.rs`.
+
+mod delete;
+mod node;
+mod phases;
+mod status;
+
+use super::context::CoreCtx;
+use super::error::ReconcileError;
+use crate::api::cluster::Cluster;
+use crate::api::common::names::{MACHINE_FINALIZER, PAUSED_ANNOTATION};
+use crate::api::machine::{Machine, MachineStatus};
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::Instrument;
+
+const SYNC: Duration = Duration::from_secs(600);
+pub(crate) const EXTERNAL_READY_WAIT: Duration = Duration::from_secs(30);
+
+/// What the phases of one reconcile work on; written back once at the end.
+pub(crate) struct Scope {
+    pub machine: Arc<Machine>,
+    pub cluster: Option<Arc<Cluster>>,
+    pub status: MachineStatus,
+    /// Fields of `spec` core sets (providerID, bootstrap.dataSecretName, failureDomain).
+    pub spec_patch: Map<String, Value>,
+    pub requeue: Option<Duration>,
+}
+
+impl Scope {
+    pub fn requeue_after(&mut self, d: Duration) {
+        self.requeue = Some(self.requeue.map_or(d, |r| r.min(d)));
+    }
+
+    pub fn ns(&self) -> String {
+        self.machine.namespace().unwrap_or_default()
+    }
+
+    pub fn generation(&self) -> Option<i64> {
+        self.machine.metadata.generation
+    }
+}
+
+pub(crate) async fn write_back(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    let name = scope.machine.name_any();
+    if !scope.spec_patch.is_empty() {
+        let patch = serde_json::json!({"spec": scope.spec_patch});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    if scope.machine.status.as_ref() != Some(&scope.status) {
+        let patch = serde_json::json!({"status": scope.status});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(())
+}
+
+fn paused(m: &Machine, cluster: Option<&Cluster>) -> bool {
+    m.annotations().contains_key(PAUSED_ANNOTATION)
+        || cluster.is_some_and(super::cluster::is_paused)
+}
+
+async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, ReconcileError> {
+    let ns = machine.namespace().unwrap_or_default();
+    let cluster = ctx
+        .clusters
+        .get(&ObjectRef::new(&machine.spec.cluster_name).within(&ns));
+    let mut scope = Scope {
+        status: machine.status.clone().unwrap_or_default(),
+        machine,
+        cluster,
+        spec_patch: Map::new(),
+        requeue: None,
+    };
+    let generation = scope.generation();
+    if paused(&scope.machine, scope.cluster.as_deref()) {
+        super::conditions::set(
+            &mut scope.status.conditions,
+            "Paused",
+            "True",
+            "Paused",
+            "the Machine or its Cluster is paused",
+            generation,
+        );
+        write_back(&scope, ctx).await?;
+        return Ok(Action::await_change());
+    }
+    super::conditions::set(
+        &mut scope.status.conditions,
+        "Paused",
+        "False",
+        "NotPaused",
+        "",
+        generation,
+    );
+    if scope.cluster.is_none() {
+        return Err(ReconcileError::waiting(
+            "ClusterNotFound",
+            format!(
+                "Machine {}: spec.clusterName {} names no Cluster in namespace {ns}",
+                scope.machine.name_any(),
+                scope.machine.spec.cluster_name
+            ),
+            Duration::from_secs(10),
+        ));
+    }
+    let mut first_err = None;
+    if let Err(e) = phases::reconcile_owner_and_labels(&mut scope, ctx).await {
+        first_err.get_or_insert(e);
+    }
+    if let Err(e) = phases::reconcile_bootstrap(&mut scope, ctx).await {
+        first_err.get_or_insert(e);
+    }
+    if let Err(e) = phases::reconcile_infrastructure(&mut scope, ctx).await {
+        first_err.get_or_insert(e);
+    }
+    if let Err(e) = node::reconcile_node(&mut scope, ctx).await {
+        first_err.get_or_insert(e);
+    }
+    status::update(&mut scope, ctx, first_err.is_none()).await;
+    write_back(&scope, ctx).await?;
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
+}
+
+async fn reconcile(machine: Arc<Machine>, ctx: Arc<CoreCtx>) -> Result<Action, ReconcileError> {
+    let span = tracing::info_span!("reconcile", controller = "machine", object.ref = %format!("{}/{}", machine.namespace().unwrap_or_default(), machine.name_any()));
+    let start = Instant::now();
+    let api: Api<Machine> = Api::namespaced(
+        ctx.client.clone(),
+        &machine.namespace().unwrap_or_default(),
+    );
+    let r = finalizer(&api, MACHINE_FINALIZER, machine, |ev| async {
+        match ev {
+            Finalizer::Apply(m) => apply(m, &ctx).await,
+            Finalizer::Cleanup(m) => delete::reconcile_delete(m, &ctx).await,
+        }
+    })
+    .instrument(span)
+    .await
+    .map_err(|e| ReconcileError::Finalizer(Box::new(e)));
+    ctx.metrics.reconcile(
+        "machine",
+        start.elapsed(),
+        r.is_ok() || r.as_ref().err().and_then(ReconcileError::wait_time).is_some(),
+    );
+    r
+}
+
+fn error_policy(machine: Arc<Machine>, err: &ReconcileError, _ctx: Arc<CoreCtx>) -> Action {
+    if let Some(after) = err.wait_time() {
+        return Action::requeue(after);
+    }
+    tracing::warn!(machine = %machine.name_any(), error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the Machine controller until the process ends.
+pub async fn run(
+    ctx: Arc<CoreCtx>,
+    triggers: impl futures::Stream<Item = ObjectRef<Machine>> + Send + 'static,
+    concurrency: u16,
+) {
+    let api: Api<Machine> = Api::all(ctx.client.clone());
+    Controller::new(api, watcher::Config::default())
+        .with_config(Config::default().concurrency(concurrency))
+        .reconcile_on(triggers)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+pub(crate) fn object_ref(m: &Machine) -> k8s_openapi::api::core::v1::ObjectReference {
+    m.object_ref(&())
+}

@@ -1,0 +1,303 @@
+//! `reconcileMachineOwnerAndLabels`, `reconcileBootstrap` and `reconcileInfrastructure`.
+
+use super::{EXTERNAL_READY_WAIT, Scope};
+use crate::api::common::names::CLUSTER_NAME_LABEL;
+use crate::api::common::{
+    ContractVersionedObjectReference, Deprecated, MachineAddress, V1Beta1Deprecated,
+};
+use crate::api::machine::{Machine, MachineInitialization};
+use crate::controllers::adopt;
+use crate::controllers::cluster::phases::to_value;
+use crate::controllers::conditions;
+use crate::controllers::context::CoreCtx;
+use crate::controllers::error::ReconcileError;
+use crate::controllers::external::read;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// Kinds that own a Machine when they create it; the Machine becomes the controller of its
+/// bootstrap config and infrastructure machine instead.
+const ON_CREATE_OWNERS: &[&str] = &["MachineSet", "MachinePool", "CapwControlPlane"];
+
+fn init(scope: &mut Scope) -> &mut MachineInitialization {
+    scope.status.initialization.get_or_insert_with(Default::default)
+}
+
+pub(super) async fn reconcile_owner_and_labels(
+    scope: &mut Scope,
+    ctx: &CoreCtx,
+) -> Result<(), ReconcileError> {
+    let m = &scope.machine;
+    let cluster_name = &m.spec.cluster_name;
+    let labelled = m.labels().get(CLUSTER_NAME_LABEL) == Some(cluster_name);
+    let mut refs = m.owner_references().to_vec();
+    let standalone = !refs.iter().any(|o| o.controller == Some(true));
+    let mut changed = false;
+    if standalone && let Some(c) = &scope.cluster {
+        let uid = c.uid().unwrap_or_default();
+        if !refs.iter().any(|o| o.uid == uid) {
+            refs.retain(|o| !(o.kind == "Cluster" && o.name == c.name_any()));
+            refs.push(adopt::owner_ref("Cluster", &c.name_any(), &uid, false));
+            changed = true;
+        }
+    }
+    if !changed && labelled {
+        return Ok(());
+    }
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    let patch = json!({"metadata": {"ownerReferences": refs, "labels": {CLUSTER_NAME_LABEL: cluster_name}}});
+    api.patch(&m.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Fetches a referenced object, watches its kind, and makes the Machine its controller.
+async fn reconcile_external(
+    scope: &mut Scope,
+    ctx: &CoreCtx,
+    reference: &ContractVersionedObjectReference,
+) -> Result<Option<Value>, ReconcileError> {
+    let ns = scope.ns();
+    let Some((obj, resolved)) = ctx.resolver.get(&ns, reference).await? else {
+        return Ok(None);
+    };
+    ctx.machine_tracker.ensure(&resolved);
+    let m = &scope.machine;
+    if obj.metadata.deletion_timestamp.is_none() {
+        adopt::ensure(
+            &ctx.resolver.api(&ns, &resolved),
+            &obj,
+            adopt::owner_ref("Machine", &m.name_any(), &m.uid().unwrap_or_default(), true),
+            ON_CREATE_OWNERS,
+            &m.spec.cluster_name,
+        )
+        .await?;
+    }
+    let v = to_value(&obj);
+    let (reason, message) = read::failure(&v);
+    if reason.is_some() || message.is_some() {
+        scope.status.deprecated = Some(Deprecated {
+            v1beta1: Some(V1Beta1Deprecated {
+                failure_reason: reason,
+                failure_message: message.map(|msg| {
+                    format!(
+                        "Failure detected from referenced resource {}.{} with name {}: {msg}",
+                        reference.kind, reference.api_group, reference.name
+                    )
+                }),
+            }),
+        });
+    }
+    Ok(Some(v))
+}
+
+pub(super) async fn reconcile_bootstrap(
+    scope: &mut Scope,
+    ctx: &CoreCtx,
+) -> Result<(), ReconcileError> {
+    let generation = scope.generation();
+    let bootstrap = scope.machine.spec.bootstrap.clone();
+    let Some(reference) = bootstrap.config_ref.filter(|r| r.is_set()) else {
+        let created = bootstrap.data_secret_name.is_some();
+        init(scope).bootstrap_data_secret_created = Some(created);
+        conditions::set(
+            &mut scope.status.conditions,
+            "BootstrapConfigReady",
+            conditions::status_str(created),
+            if created {
+                "DataSecretProvided"
+            } else {
+                "WaitingForDataSecret"
+            },
+            "",
+            generation,
+        );
+        return Ok(());
+    };
+    let obj = match reconcile_external(scope, ctx, &reference).await {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            if scope.machine.metadata.deletion_timestamp.is_none() {
+                conditions::set(
+                    &mut scope.status.conditions,
+                    "BootstrapConfigReady",
+                    "Unknown",
+                    "BootstrapConfigDoesNotExist",
+                    &format!("{} {} does not exist", reference.kind, reference.name),
+                    generation,
+                );
+                scope.requeue_after(EXTERNAL_READY_WAIT);
+            }
+            return Ok(());
+        }
+        Err(ReconcileError::External(e)) => {
+            conditions::set(
+                &mut scope.status.conditions,
+                "BootstrapConfigReady",
+                "Unknown",
+                "InvalidBootstrapConfigRef",
+                &format!(
+                    "Machine {}: spec.bootstrap.configRef: {e}",
+                    scope.machine.name_any()
+                ),
+                generation,
+            );
+            scope.requeue_after(EXTERNAL_READY_WAIT);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let already = bootstrap.data_secret_name.is_some();
+    let created = already || read::data_secret_created(&obj);
+    conditions::mirror(
+        &mut scope.status.conditions,
+        conditions::of_object(&obj, "Ready"),
+        "BootstrapConfigReady",
+        (
+            created,
+            if created {
+                "DataSecretAvailable"
+            } else {
+                "DataSecretNotAvailable"
+            },
+            "",
+        ),
+        generation,
+    );
+    if already {
+        init(scope).bootstrap_data_secret_created = Some(true);
+        return Ok(());
+    }
+    if !created {
+        return Ok(());
+    }
+    let Some(secret) = read::string(&obj, "/status/dataSecretName") else {
+        return Err(ReconcileError::Invalid(format!(
+            "{} {}: status.dataSecretName is empty although the data secret is reported created",
+            reference.kind, reference.name
+        )));
+    };
+    scope
+        .spec_patch
+        .insert("bootstrap".into(), json!({"dataSecretName": secret}));
+    init(scope).bootstrap_data_secret_created = Some(true);
+    Ok(())
+}
+
+pub(super) async fn reconcile_infrastructure(
+    scope: &mut Scope,
+    ctx: &CoreCtx,
+) -> Result<(), ReconcileError> {
+    let generation = scope.generation();
+    let reference = scope.machine.spec.infrastructure_ref.clone();
+    let was = scope
+        .status
+        .initialization
+        .as_ref()
+        .and_then(|i| i.infrastructure_provisioned)
+        == Some(true);
+    let obj = match reconcile_external(scope, ctx, &reference).await {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            if scope.machine.metadata.deletion_timestamp.is_some() {
+                return Ok(());
+            }
+            let msg = format!("{} {} does not exist", reference.kind, reference.name);
+            conditions::set(
+                &mut scope.status.conditions,
+                "InfrastructureReady",
+                if was { "False" } else { "Unknown" },
+                if was {
+                    "InfrastructureDeleted"
+                } else {
+                    "InfrastructureDoesNotExist"
+                },
+                &msg,
+                generation,
+            );
+            if was {
+                scope.status.deprecated = Some(Deprecated {
+                    v1beta1: Some(V1Beta1Deprecated {
+                        failure_reason: Some("InvalidConfiguration".into()),
+                        failure_message: Some(format!(
+                            "Machine infrastructure resource {} with name {:?} has been deleted after provisioning was completed",
+                            reference.kind, reference.name
+                        )),
+                    }),
+                });
+            }
+            scope.requeue_after(EXTERNAL_READY_WAIT);
+            return Ok(());
+        }
+        Err(ReconcileError::External(e)) => {
+            conditions::set(
+                &mut scope.status.conditions,
+                "InfrastructureReady",
+                "Unknown",
+                "InvalidInfrastructureRef",
+                &format!(
+                    "Machine {}: spec.infrastructureRef: {e}",
+                    scope.machine.name_any()
+                ),
+                generation,
+            );
+            scope.requeue_after(EXTERNAL_READY_WAIT);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let provisioned = read::provisioned(&obj);
+    conditions::mirror(
+        &mut scope.status.conditions,
+        conditions::of_object(&obj, "Ready"),
+        "InfrastructureReady",
+        (
+            provisioned || was,
+            if provisioned || was {
+                "Ready"
+            } else {
+                "NotReady"
+            },
+            "",
+        ),
+        generation,
+    );
+    if !provisioned && !was {
+        return Ok(());
+    }
+    let Some(provider_id) = read::string(&obj, "/spec/providerID") else {
+        scope.requeue_after(Duration::from_secs(5));
+        return Ok(());
+    };
+    scope.status.addresses = obj
+        .pointer("/status/addresses")
+        .and_then(|a| serde_json::from_value::<Vec<MachineAddress>>(a.clone()).ok())
+        .unwrap_or_default();
+    if let Some(fd) = read::string(&obj, "/status/failureDomain") {
+        scope.status.failure_domain = Some(fd);
+    }
+    if scope.machine.spec.failure_domain.is_none()
+        && let Some(fd) = read::string(&obj, "/spec/failureDomain")
+    {
+        scope.spec_patch.insert("failureDomain".into(), json!(fd));
+    }
+    if scope.machine.spec.provider_id.as_deref() != Some(provider_id.as_str()) {
+        scope
+            .spec_patch
+            .insert("providerID".into(), json!(provider_id));
+    }
+    init(scope).infrastructure_provisioned = Some(true);
+    Ok(())
+}
+
+/// The providerID core knows: the one in spec, or the one about to be written.
+pub(super) fn provider_id(scope: &Scope) -> Option<String> {
+    scope
+        .spec_patch
+        .get("providerID")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| scope.machine.spec.provider_id.clone())
+}

@@ -1,0 +1,81 @@
+//! Clients for workload clusters, built from the `<cluster>-kubeconfig` Secret the control plane
+//! provider wrote (upstream's ClusterCache, without the cache: a Machine reads its Node by
+//! providerID when it reconciles).
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error("reading Secret {0}: {1}")]
+    Read(String, kube::Error),
+    #[error("Secret {0} does not exist yet; the control plane provider writes it")]
+    Missing(String),
+    #[error("Secret {0} has no key `value` holding a kubeconfig")]
+    NoValue(String),
+    #[error("Secret {0} does not hold a usable kubeconfig: {1}")]
+    Invalid(String, String),
+}
+
+/// Clients by `namespace/cluster`, rebuilt when the Secret changes.
+#[derive(Default)]
+pub struct Remotes {
+    clients: Mutex<HashMap<String, (String, Client)>>,
+}
+
+impl Remotes {
+    pub async fn client(
+        &self,
+        mgmt: &Client,
+        ns: &str,
+        cluster: &str,
+    ) -> Result<Client, RemoteError> {
+        let name = format!("{cluster}-kubeconfig");
+        let secret = Api::<Secret>::namespaced(mgmt.clone(), ns)
+            .get_opt(&name)
+            .await
+            .map_err(|e| RemoteError::Read(format!("{ns}/{name}"), e))?
+            .ok_or_else(|| RemoteError::Missing(format!("{ns}/{name}")))?;
+        let rv = secret.metadata.resource_version.clone().unwrap_or_default();
+        let key = format!("{ns}/{cluster}");
+        if let Some((seen, c)) = self
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            && *seen == rv
+        {
+            return Ok(c.clone());
+        }
+        let bytes = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .ok_or_else(|| RemoteError::NoValue(format!("{ns}/{name}")))?;
+        let invalid = |e: String| RemoteError::Invalid(format!("{ns}/{name}"), e);
+        let text = String::from_utf8(bytes.0.clone()).map_err(|e| invalid(e.to_string()))?;
+        let kc = Kubeconfig::from_yaml(&text).map_err(|e| invalid(e.to_string()))?;
+        let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| invalid(e.to_string()))?;
+        config.connect_timeout = Some(Duration::from_secs(5));
+        config.read_timeout = Some(Duration::from_secs(10));
+        let client = Client::try_from(config).map_err(|e| invalid(e.to_string()))?;
+        self.clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, (rv, client.clone()));
+        Ok(client)
+    }
+
+    pub fn forget(&self, ns: &str, cluster: &str) {
+        self.clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&format!("{ns}/{cluster}"));
+    }
+}
