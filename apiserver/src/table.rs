@@ -37,8 +37,12 @@ pub fn jsonpath<'a>(v: &'a Value, path: &str) -> Vec<&'a Value> {
             } else if let Ok(i) = inner.parse::<usize>() {
                 cur = cur.into_iter().filter_map(|x| x.get(i)).collect();
             } else {
-                let key = inner.trim_matches('\'').trim_matches('"');
-                cur = cur.into_iter().filter_map(|x| x.get(key)).collect();
+                // `['cluster\.x-k8s\.io/cluster-name']`: dots in a quoted key are escaped.
+                let key = inner
+                    .trim_matches('\'')
+                    .trim_matches('"')
+                    .replace("\\.", ".");
+                cur = cur.into_iter().filter_map(|x| x.get(&key)).collect();
             }
         } else {
             return vec![];
@@ -246,6 +250,11 @@ mod tests {
         assert_eq!(jsonpath(&o, "{.spec.n}"), vec![&json!(3)]);
         assert_eq!(jsonpath(&o, ".status.conditions[*].type").len(), 2);
         assert!(jsonpath(&o, ".spec.missing").is_empty());
+        let l = json!({"metadata":{"labels":{"cluster.x-k8s.io/cluster-name":"demo"}}});
+        assert_eq!(
+            jsonpath(&l, ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']"),
+            vec![&json!("demo")]
+        );
     }
 
     #[test]

@@ -6,5 +6,6 @@
 pub mod api;
 pub mod capabilities;
 pub mod controllers;
+pub mod manager;
 pub mod metrics;
 pub mod runtime;

@@ -2,14 +2,30 @@
 //! server).
 
 use anyhow::Context as _;
-use capw::controllers::{dropin, wasmprovider};
-use capw::runtime::{Registry, Runtime};
+use capw::capabilities::sim_cloud::SimSettings;
+use capw::manager::{self, HostConfig};
 use capw_apiserver::{Config, Server};
-use kube::runtime::events::Recorder;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
+
+/// What `capw up` and `capw run` share.
+#[derive(Debug, clap::Args)]
+pub struct HostArgs {
+    /// Plugin directory: every NAME.wasm dropped here (with an optional NAME.yaml of grants and
+    /// limits) becomes the WasmProvider NAME.
+    #[arg(long, env = "CAPW_PLUGINS", default_value = "plugins.d")]
+    pub plugins: PathBuf,
+    /// Where `/metrics` (Prometheus text) and `/healthz` are served.
+    #[arg(long, env = "CAPW_METRICS", default_value = "127.0.0.1:9440")]
+    pub metrics: SocketAddr,
+    /// How long a simulated VM of the in-memory provider takes to run its bootstrap data.
+    #[arg(long, env = "CAPW_SIM_BOOT_DELAY_MS", default_value_t = 200)]
+    pub sim_boot_delay_ms: u64,
+    /// How long a simulated node agent takes to register its Node.
+    #[arg(long, env = "CAPW_SIM_NODE_DELAY_MS", default_value_t = 500)]
+    pub sim_node_delay_ms: u64,
+}
 
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
@@ -19,10 +35,8 @@ pub struct UpArgs {
     /// Address of the embedded API server (loopback by default; port 0 picks one).
     #[arg(long, env = "CAPW_LISTEN", default_value = "127.0.0.1:6443")]
     pub listen: SocketAddr,
-    /// Plugin directory: every NAME.wasm dropped here (with an optional NAME.yaml of grants and
-    /// limits) becomes the WasmProvider NAME.
-    #[arg(long, env = "CAPW_PLUGINS", default_value = "plugins.d")]
-    pub plugins: PathBuf,
+    #[command(flatten)]
+    pub host: HostArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -30,15 +44,14 @@ pub struct RunArgs {
     /// The kubeconfig of the management cluster (default: the usual kubeconfig lookup).
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// Plugin directory, as for `capw up`.
-    #[arg(long, env = "CAPW_PLUGINS", default_value = "plugins.d")]
-    pub plugins: PathBuf,
     /// Where compiled plugins are cached.
     #[arg(long, env = "CAPW_CACHE_DIR", default_value = ".capw/cache")]
     pub cache_dir: PathBuf,
+    #[command(flatten)]
+    pub host: HostArgs,
 }
 
-async fn client_from(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+pub async fn client_from(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -52,49 +65,29 @@ async fn client_from(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> 
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Runs the host's controllers until Ctrl-C, printing a one-line status now and then.
-async fn host(client: kube::Client, plugins: PathBuf, cache_dir: PathBuf) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&plugins)
-        .with_context(|| format!("creating the plugin directory {}", plugins.display()))?;
-    wasmprovider::install_crd(&client)
+/// Runs the host until Ctrl-C, printing a one-line status whenever it changes.
+async fn host(client: kube::Client, args: HostArgs, cache_dir: PathBuf) -> anyhow::Result<()> {
+    let mut config = HostConfig::new(args.plugins.clone(), cache_dir);
+    config.metrics = Some(args.metrics);
+    config.sim = SimSettings {
+        boot_delay: Duration::from_millis(args.sim_boot_delay_ms),
+        node_delay: Duration::from_millis(args.sim_node_delay_ms),
+    };
+    let host = manager::start(client, config)
         .await
-        .context("installing the WasmProvider CRD")?;
-    let runtime = Arc::new(Runtime::new(&cache_dir)?);
-    let registry = Arc::new(Registry::default());
-    let ctx = Arc::new(wasmprovider::Ctx {
-        client: client.clone(),
-        plugins_dir: plugins.clone(),
-        runtime,
-        registry: registry.clone(),
-        recorder: Recorder::new(client.clone(), wasmprovider::reporter()),
-    });
-    tokio::spawn(wasmprovider::run(ctx));
-    tokio::spawn(dropin::run(client, plugins.clone(), Duration::from_secs(1)));
+        .context("starting the host")?;
     println!(
-        "watching {} for plugins (drop NAME.wasm there)",
-        plugins.display()
+        "watching {} for plugins (drop NAME.wasm there); metrics at http://{}/metrics",
+        args.plugins.display(),
+        host.metrics_addr
+            .map(|a| a.to_string())
+            .unwrap_or_default()
     );
     let status = async {
         let mut last = String::new();
         loop {
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let active: Vec<String> = registry
-                .names()
-                .iter()
-                .filter_map(|n| {
-                    registry
-                        .get(n)
-                        .map(|s| format!("{n} {}", s.current().metadata.version))
-                })
-                .collect();
-            let line = format!(
-                "plugins active: {}",
-                if active.is_empty() {
-                    "none".into()
-                } else {
-                    active.join(", ")
-                }
-            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let line = host.status_line();
             if line != last {
                 println!("{line}");
                 last = line;
@@ -117,12 +110,12 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     println!("capw up: API server at {}", server.url());
     println!("kubeconfig: {}", server.kubeconfig_path().display());
     let client = client_from(Some(server.kubeconfig_path())).await?;
-    host(client, args.plugins, args.data_dir.join("cache")).await?;
+    host(client, args.host, args.data_dir.join("cache")).await?;
     server.shutdown().await;
     Ok(())
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = client_from(args.kubeconfig.as_deref()).await?;
-    host(client, args.plugins, args.cache_dir).await
+    host(client, args.host, args.cache_dir).await
 }

@@ -151,23 +151,18 @@ pub struct Tracker<K: Resource<DynamicType = ()>> {
 }
 
 impl<K: Resource<DynamicType = ()> + Send + Sync + 'static> Tracker<K> {
+    /// A tracker sending reconcile requests into `tx`.
     pub fn new(
         client: Client,
         owner: fn(&DynamicObject) -> Option<ObjectRef<K>>,
-    ) -> (
-        Arc<Tracker<K>>,
-        tokio::sync::mpsc::UnboundedReceiver<ObjectRef<K>>,
-    ) {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        (
-            Arc::new(Tracker {
-                client,
-                seen: Mutex::new(HashSet::new()),
-                tx,
-                owner,
-            }),
-            rx,
-        )
+        tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<K>>,
+    ) -> Arc<Tracker<K>> {
+        Arc::new(Tracker {
+            client,
+            seen: Mutex::new(HashSet::new()),
+            tx,
+            owner,
+        })
     }
 
     pub fn ensure(&self, r: &Resolved) {

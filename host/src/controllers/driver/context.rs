@@ -18,6 +18,9 @@ pub(super) struct Around {
     pub context: Context,
     pub cluster: Option<Cluster>,
     pub paused: bool,
+    /// Whether core has set the owner the contract asks providers to wait for: a Machine for
+    /// infrastructure machines and bootstrap configs, a Cluster for the others.
+    pub owned: bool,
     pub owned_machines: Vec<Machine>,
 }
 
@@ -77,6 +80,11 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
         },
         cluster: cluster.clone(),
         paused,
+        owned: if kctx.role.machine_scoped() {
+            machine.is_some()
+        } else {
+            owner_name(obj, "Cluster").is_some()
+        },
         owned_machines: vec![],
     };
     if paused {

@@ -476,6 +476,10 @@ async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driver
         writeback::patch_status(kctx, &obj, status).await?;
         return Ok(Action::await_change());
     }
+    if !around.owned {
+        // Core sets the owner reference; that change brings the object back here.
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
     let ctx = around.context.clone();
     let result = match kctx.role {
         Role::InfraCluster => call(kctx, async |s| s.reconcile_cluster(&ctx).await)

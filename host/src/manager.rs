@@ -1,0 +1,331 @@
+//! Starts everything the host runs against one management API: the CRDs it owns, the plugin
+//! runtime with the WasmProvider controller and the drop-in directory, the simulated cloud, the
+//! core Cluster and Machine controllers, the provider driver, and the `/metrics` and
+//! `/healthz` endpoint. `capw up`, `capw run`, the tests and the benchmarks all start it here.
+
+use crate::api::cluster::Cluster;
+use crate::api::machine::Machine;
+use crate::capabilities::sim_cloud::{SimCloud, SimSettings};
+use crate::controllers::context::CoreCtx;
+use crate::controllers::driver::Driver;
+use crate::controllers::external::{Resolver, Tracker, owner_of_kind};
+use crate::controllers::{cluster, dropin, machine, remote, wasmprovider};
+use crate::metrics::Metrics;
+use crate::runtime::{Registry, Runtime};
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error("installing CRD {name}: {source}")]
+    Crd { name: String, source: kube::Error },
+    #[error("creating the plugin directory {path}: {source}")]
+    PluginDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Engine(#[from] crate::runtime::engine::EngineError),
+    #[error("cannot serve metrics on {addr}: {source}")]
+    Metrics {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// How to run the host.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    pub plugins: PathBuf,
+    pub cache_dir: PathBuf,
+    pub sim: SimSettings,
+    /// Where `/metrics` and `/healthz` are served; `None` serves nothing.
+    pub metrics: Option<SocketAddr>,
+    pub cluster_concurrency: u16,
+    pub machine_concurrency: u16,
+    /// How often the drop-in directory is scanned.
+    pub dropin_interval: Duration,
+}
+
+impl HostConfig {
+    pub fn new(plugins: PathBuf, cache_dir: PathBuf) -> Self {
+        HostConfig {
+            plugins,
+            cache_dir,
+            sim: SimSettings::default(),
+            metrics: None,
+            cluster_concurrency: 50,
+            machine_concurrency: 100,
+            dropin_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A running host.
+pub struct Host {
+    pub registry: Arc<Registry>,
+    pub metrics: Arc<Metrics>,
+    pub sim: Arc<SimCloud>,
+    pub driver: Arc<Driver>,
+    pub clusters: Store<Cluster>,
+    pub machines: Store<Machine>,
+    /// Where metrics are served, when they are.
+    pub metrics_addr: Option<SocketAddr>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Installs the host's own CRDs (server-side apply) and waits until they are established.
+pub async fn install_crds(client: &Client) -> Result<(), ManagerError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (_, crd) in crate::api::crds() {
+        let name = crd.name_any();
+        api.patch(
+            &name,
+            &PatchParams::apply("capw-host").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .map_err(|source| ManagerError::Crd {
+            name: name.clone(),
+            source,
+        })?;
+        let established = kube::runtime::wait::await_condition(
+            api.clone(),
+            &name,
+            kube::runtime::conditions::is_crd_established(),
+        );
+        let _ = tokio::time::timeout(Duration::from_secs(10), established).await;
+    }
+    Ok(())
+}
+
+fn reporter(name: &str) -> Reporter {
+    Reporter {
+        controller: name.into(),
+        instance: std::env::var("HOSTNAME").ok(),
+    }
+}
+
+/// Starts the host; it runs until the returned `Host` is dropped.
+pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerError> {
+    std::fs::create_dir_all(&config.plugins).map_err(|source| ManagerError::PluginDir {
+        path: config.plugins.clone(),
+        source,
+    })?;
+    install_crds(&client).await?;
+    let mut tasks = vec![];
+    let metrics = Arc::new(Metrics::default());
+    let runtime = Arc::new(Runtime::new(&config.cache_dir)?);
+    let sim = SimCloud::new(config.sim.clone());
+    let _ = runtime.engine.services.sim_cloud.set(sim.clone());
+    let registry = Arc::new(Registry::default());
+    let wp = Arc::new(wasmprovider::Ctx {
+        client: client.clone(),
+        plugins_dir: config.plugins.clone(),
+        runtime,
+        registry: registry.clone(),
+        recorder: Recorder::new(client.clone(), wasmprovider::reporter()),
+    });
+    tasks.push(tokio::spawn(wasmprovider::run(wp)));
+    tasks.push(tokio::spawn(dropin::run(
+        client.clone(),
+        config.plugins.clone(),
+        config.dropin_interval,
+    )));
+
+    // Caches of Clusters and Machines; their changes also fan out as reconcile requests.
+    let (cluster_tx, cluster_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<Cluster>>();
+    let (machine_tx, machine_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<Machine>>();
+    let (clusters, cluster_writer) = reflector::store::<Cluster>();
+    let (machines, machine_writer) = reflector::store::<Machine>();
+    {
+        let stream = reflector::reflector(
+            machine_writer,
+            watcher(Api::<Machine>::all(client.clone()), watcher::Config::default())
+                .default_backoff(),
+        )
+        .touched_objects();
+        let tx = cluster_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(ev) = stream.next().await {
+                if let Ok(m) = ev {
+                    let _ = tx.send(
+                        ObjectRef::new(&m.spec.cluster_name)
+                            .within(&m.namespace().unwrap_or_default()),
+                    );
+                }
+            }
+        }));
+    }
+    {
+        let stream = reflector::reflector(
+            cluster_writer,
+            watcher(Api::<Cluster>::all(client.clone()), watcher::Config::default())
+                .default_backoff(),
+        )
+        .touched_objects();
+        let tx = machine_tx.clone();
+        let machines = machines.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(ev) = stream.next().await {
+                if let Ok(c) = ev {
+                    let ns = c.namespace().unwrap_or_default();
+                    for m in machines.state() {
+                        if m.spec.cluster_name == c.name_any()
+                            && m.namespace().as_deref() == Some(ns.as_str())
+                        {
+                            let _ = tx.send(ObjectRef::from_obj(&*m));
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    let resolver = Resolver::new(client.clone());
+    let ctx = Arc::new(CoreCtx {
+        client: client.clone(),
+        resolver: resolver.clone(),
+        remotes: remote::Remotes::default(),
+        recorder: Recorder::new(client.clone(), reporter("capw-core")),
+        metrics: metrics.clone(),
+        clusters: clusters.clone(),
+        machines: machines.clone(),
+        cluster_tracker: Tracker::new(
+            client.clone(),
+            |o| owner_of_kind(o, "Cluster"),
+            cluster_tx,
+        ),
+        machine_tracker: Tracker::new(
+            client.clone(),
+            |o| owner_of_kind(o, "Machine"),
+            machine_tx,
+        ),
+    });
+    {
+        let (clusters, machines) = (clusters.clone(), machines.clone());
+        let ctx = ctx.clone();
+        let (cc, mc) = (config.cluster_concurrency, config.machine_concurrency);
+        tasks.push(tokio::spawn(async move {
+            // Controllers read the caches: start them once the caches hold the world.
+            let _ = clusters.wait_until_ready().await;
+            let _ = machines.wait_until_ready().await;
+            tokio::join!(
+                cluster::run(ctx.clone(), UnboundedReceiverStream::new(cluster_rx), cc),
+                machine::run(ctx, UnboundedReceiverStream::new(machine_rx), mc),
+            );
+        }));
+    }
+    let driver = Driver::new(
+        client.clone(),
+        registry.clone(),
+        resolver,
+        Recorder::new(client.clone(), reporter("capw-driver")),
+        metrics.clone(),
+    );
+    tasks.push(tokio::spawn(driver.clone().run()));
+    let mut metrics_addr = None;
+    if let Some(addr) = config.metrics {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ManagerError::Metrics { addr, source })?;
+        metrics_addr = listener.local_addr().ok();
+        let m = metrics.clone();
+        let app = axum::Router::new()
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let m = m.clone();
+                    async move {
+                        (
+                            [("content-type", "text/plain; version=0.0.4")],
+                            m.render(),
+                        )
+                    }
+                }),
+            )
+            .route("/healthz", axum::routing::get(|| async { "ok" }));
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::warn!(error = %e, "the metrics endpoint stopped");
+            }
+        }));
+    }
+    Ok(Host {
+        registry,
+        metrics,
+        sim,
+        driver,
+        clusters,
+        machines,
+        metrics_addr,
+        tasks,
+    })
+}
+
+impl Host {
+    /// One line for `capw up`'s live status.
+    pub fn status_line(&self) -> String {
+        let clusters = self.clusters.state();
+        let machines = self.machines.state();
+        let phase_count = |phases: Vec<Option<String>>, want: &str| {
+            phases
+                .iter()
+                .filter(|p| p.as_deref() == Some(want))
+                .count()
+        };
+        let provisioned = phase_count(
+            clusters
+                .iter()
+                .map(|c| c.status.as_ref().and_then(|s| s.phase.clone()))
+                .collect(),
+            "Provisioned",
+        );
+        let running = phase_count(
+            machines
+                .iter()
+                .map(|m| m.status.as_ref().and_then(|s| s.phase.clone()))
+                .collect(),
+            "Running",
+        );
+        let plugins: Vec<String> = self
+            .registry
+            .names()
+            .iter()
+            .filter_map(|n| {
+                self.registry
+                    .get(n)
+                    .map(|s| format!("{n} {}", s.current().metadata.version))
+            })
+            .collect();
+        format!(
+            "clusters {provisioned}/{} provisioned · machines {running}/{} running · plugins: {}",
+            clusters.len(),
+            machines.len(),
+            if plugins.is_empty() {
+                "none yet".to_string()
+            } else {
+                plugins.join(", ")
+            }
+        )
+    }
+}
