@@ -8,13 +8,13 @@ use crate::api::machine::Machine;
 use crate::capabilities::sim_cloud::{SimCloud, SimSettings};
 use crate::controllers::context::CoreCtx;
 use crate::controllers::driver::Driver;
-use crate::controllers::external::{Resolver, Tracker, owner_of_kind};
+use crate::controllers::external::{OwnerMap, Resolver, Tracker, owner_of_kind};
 use crate::controllers::{cluster, dropin, machine, remote, wasmprovider};
 use crate::metrics::Metrics;
 use crate::runtime::{Registry, Runtime};
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -124,6 +124,66 @@ fn reporter(name: &str) -> Reporter {
     }
 }
 
+/// The owner of a provider object, or, when its owner references were lost, the objects whose
+/// refs name it (so a lost reference is put back right away, not at the next resync).
+fn referrers<K>(
+    store: &Store<K>,
+    owner_kind: &'static str,
+    refs: fn(&K) -> Vec<crate::api::common::ContractVersionedObjectReference>,
+) -> OwnerMap<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let store = store.clone();
+    Arc::new(move |o: &DynamicObject| {
+        if let Some(r) = owner_of_kind::<K>(o, owner_kind) {
+            return vec![r];
+        }
+        let Some(types) = o.types.as_ref() else {
+            return vec![];
+        };
+        let group = types.api_version.split('/').next().unwrap_or_default();
+        let ns = o.namespace().unwrap_or_default();
+        store
+            .state()
+            .iter()
+            .filter(|k| k.meta().namespace.as_deref() == Some(ns.as_str()))
+            .filter(|k| {
+                refs(k).iter().any(|r| {
+                    r.kind == types.kind
+                        && r.api_group == group
+                        && Some(&r.name) == o.metadata.name.as_ref()
+                })
+            })
+            .map(|k| ObjectRef::from_obj(&**k))
+            .collect()
+    })
+}
+
+fn referrers_of_cluster(store: &Store<Cluster>) -> OwnerMap<Cluster> {
+    referrers(store, "Cluster", |c| {
+        [
+            c.spec.infrastructure_ref.clone(),
+            c.spec.control_plane_ref.clone(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    })
+}
+
+fn referrers_of_machine(store: &Store<Machine>) -> OwnerMap<Machine> {
+    referrers(store, "Machine", |m| {
+        [
+            Some(m.spec.infrastructure_ref.clone()),
+            m.spec.bootstrap.config_ref.clone(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    })
+}
+
 /// Starts the host; it runs until the returned `Host` is dropped.
 pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerError> {
     std::fs::create_dir_all(&config.plugins).map_err(|source| ManagerError::PluginDir {
@@ -159,8 +219,11 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     {
         let stream = reflector::reflector(
             machine_writer,
-            watcher(Api::<Machine>::all(client.clone()), watcher::Config::default())
-                .default_backoff(),
+            watcher(
+                Api::<Machine>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff(),
         )
         .touched_objects();
         let tx = cluster_tx.clone();
@@ -179,8 +242,11 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     {
         let stream = reflector::reflector(
             cluster_writer,
-            watcher(Api::<Cluster>::all(client.clone()), watcher::Config::default())
-                .default_backoff(),
+            watcher(
+                Api::<Cluster>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff(),
         )
         .touched_objects();
         let tx = machine_tx.clone();
@@ -210,16 +276,8 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         metrics: metrics.clone(),
         clusters: clusters.clone(),
         machines: machines.clone(),
-        cluster_tracker: Tracker::new(
-            client.clone(),
-            |o| owner_of_kind(o, "Cluster"),
-            cluster_tx,
-        ),
-        machine_tracker: Tracker::new(
-            client.clone(),
-            |o| owner_of_kind(o, "Machine"),
-            machine_tx,
-        ),
+        cluster_tracker: Tracker::new(client.clone(), referrers_of_cluster(&clusters), cluster_tx),
+        machine_tracker: Tracker::new(client.clone(), referrers_of_machine(&machines), machine_tx),
     });
     {
         let (clusters, machines) = (clusters.clone(), machines.clone());
@@ -255,12 +313,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
                 "/metrics",
                 axum::routing::get(move || {
                     let m = m.clone();
-                    async move {
-                        (
-                            [("content-type", "text/plain; version=0.0.4")],
-                            m.render(),
-                        )
-                    }
+                    async move { ([("content-type", "text/plain; version=0.0.4")], m.render()) }
                 }),
             )
             .route("/healthz", axum::routing::get(|| async { "ok" }));
@@ -288,10 +341,7 @@ impl Host {
         let clusters = self.clusters.state();
         let machines = self.machines.state();
         let phase_count = |phases: Vec<Option<String>>, want: &str| {
-            phases
-                .iter()
-                .filter(|p| p.as_deref() == Some(want))
-                .count()
+            phases.iter().filter(|p| p.as_deref() == Some(want)).count()
         };
         let provisioned = phase_count(
             clusters

@@ -168,11 +168,18 @@ mod tests {
         let m = Metrics::default();
         m.reconcile("cluster", Duration::from_millis(3), true);
         m.reconcile("cluster", Duration::from_millis(30), false);
-        m.plugin_call("inmemory", "0.1.0", Duration::from_micros(40), CallOutcome::Trap);
+        m.plugin_call(
+            "inmemory",
+            "0.1.0",
+            Duration::from_micros(40),
+            CallOutcome::Trap,
+        );
         let text = m.render();
         assert!(text.contains("capw_reconcile_total{controller=\"cluster\"} 2"));
         assert!(text.contains("capw_reconcile_errors_total{controller=\"cluster\"} 1"));
-        assert!(text.contains("capw_reconcile_duration_seconds_bucket{controller=\"cluster\",le=\"0.005\"} 1"));
+        assert!(text.contains(
+            "capw_reconcile_duration_seconds_bucket{controller=\"cluster\",le=\"0.005\"} 1"
+        ));
         assert!(text.contains("capw_plugin_traps_total{plugin=\"inmemory\",version=\"0.1.0\"} 1"));
         assert_eq!(m.reconcile_count("cluster"), 2);
     }

@@ -30,6 +30,7 @@ fn up(dir: &Path) -> Up {
         .arg(dir.join("data"))
         .arg("--plugins")
         .arg(dir.join("plugins"))
+        .args(["--metrics", "127.0.0.1:0"])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .spawn()

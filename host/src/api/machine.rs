@@ -36,7 +36,11 @@ pub struct MachineSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     /// Copied from the infrastructure machine; matches the workload Node's `spec.providerID`.
-    #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "providerID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub provider_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_domain: Option<String>,

@@ -79,9 +79,7 @@ async fn host(client: kube::Client, args: HostArgs, cache_dir: PathBuf) -> anyho
     println!(
         "watching {} for plugins (drop NAME.wasm there); metrics at http://{}/metrics",
         args.plugins.display(),
-        host.metrics_addr
-            .map(|a| a.to_string())
-            .unwrap_or_default()
+        host.metrics_addr.map(|a| a.to_string()).unwrap_or_default()
     );
     let status = async {
         let mut last = String::new();

@@ -24,8 +24,7 @@ pub async fn ensure(
         .collect();
     match refs.iter_mut().find(|o| o.uid == owner.uid) {
         Some(existing) => {
-            if existing.controller != owner.controller
-                || existing.api_version != owner.api_version
+            if existing.controller != owner.controller || existing.api_version != owner.api_version
             {
                 *existing = owner.clone();
             }

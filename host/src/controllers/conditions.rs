@@ -68,7 +68,12 @@ pub fn mirror(
     match source {
         Some(c) => {
             let reason = if c.reason.is_empty() {
-                if c.status == "True" { "Ready" } else { "NotReady" }.to_string()
+                if c.status == "True" {
+                    "Ready"
+                } else {
+                    "NotReady"
+                }
+                .to_string()
             } else {
                 c.reason
             };
@@ -104,7 +109,8 @@ mod tests {
 
     #[test]
     fn provider_conditions_are_read_from_both_contract_locations() {
-        let v2 = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        let v2 =
+            serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
         let v1 = serde_json::json!({"status": {"v1beta2": {"conditions": [{"type": "Ready", "status": "False", "reason": "X"}]}}});
         assert_eq!(of_object(&v2, "Ready").unwrap().status, "True");
         assert_eq!(of_object(&v1, "Ready").unwrap().reason, "X");

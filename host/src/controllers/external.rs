@@ -61,11 +61,7 @@ fn pick_version(label: &str) -> Option<String> {
         } else {
             (2, "0")
         };
-        (
-            major.parse().unwrap_or(0),
-            stage,
-            n.parse().unwrap_or(0),
-        )
+        (major.parse().unwrap_or(0), stage, n.parse().unwrap_or(0))
     }
     label
         .split('_')
@@ -141,20 +137,23 @@ impl Resolver {
     }
 }
 
+/// Maps a changed provider object to the objects of type `K` to reconcile.
+pub type OwnerMap<K> = Arc<dyn Fn(&DynamicObject) -> Vec<ObjectRef<K>> + Send + Sync>;
+
 /// Starts a watch per provider kind the first time a controller reads one, and turns each
 /// change into a reconcile request for the owning object of type `K`.
 pub struct Tracker<K: Resource<DynamicType = ()>> {
     client: Client,
     seen: Mutex<HashSet<(String, String)>>,
     tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<K>>,
-    owner: fn(&DynamicObject) -> Option<ObjectRef<K>>,
+    owner: OwnerMap<K>,
 }
 
 impl<K: Resource<DynamicType = ()> + Send + Sync + 'static> Tracker<K> {
     /// A tracker sending reconcile requests into `tx`.
     pub fn new(
         client: Client,
-        owner: fn(&DynamicObject) -> Option<ObjectRef<K>>,
+        owner: OwnerMap<K>,
         tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<K>>,
     ) -> Arc<Tracker<K>> {
         Arc::new(Tracker {
@@ -172,18 +171,18 @@ impl<K: Resource<DynamicType = ()> + Send + Sync + 'static> Tracker<K> {
         }
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &r.ar);
         let tx = self.tx.clone();
-        let owner = self.owner;
+        let owner = self.owner.clone();
         tokio::spawn(async move {
             let mut stream = watcher(api, watcher::Config::default())
                 .default_backoff()
                 .touched_objects()
                 .boxed();
             while let Some(ev) = stream.next().await {
-                if let Ok(obj) = ev
-                    && let Some(r) = owner(&obj)
-                    && tx.send(r).is_err()
-                {
-                    return;
+                let Ok(obj) = ev else { continue };
+                for r in owner(&obj) {
+                    if tx.send(r).is_err() {
+                        return;
+                    }
                 }
             }
         });

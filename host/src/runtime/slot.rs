@@ -250,7 +250,10 @@ impl Slot {
         (p.metadata.version.clone(), r)
     }
 
-    pub async fn delete_bootstrap(&self, ctx: &Context) -> (String, Result<DeleteStatus, CallError>) {
+    pub async fn delete_bootstrap(
+        &self,
+        ctx: &Context,
+    ) -> (String, Result<DeleteStatus, CallError>) {
         let p = self.current();
         let r = p.delete_bootstrap(ctx).await;
         self.observe();

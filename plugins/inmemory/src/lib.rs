@@ -6,7 +6,12 @@
 use capw_sdk::*;
 
 const GROUP: &str = "infrastructure.cluster.x-k8s.io";
+#[cfg(not(feature = "trap-on-demand"))]
 const VERSION: &str = "0.1.0";
+/// A test build: it traps on any InMemoryMachine whose `spec.simulateTrap` is true, so tests can
+/// watch a trapping plugin version being contained.
+#[cfg(feature = "trap-on-demand")]
+const VERSION: &str = "0.1.1-trap";
 
 struct InMemory;
 
@@ -92,6 +97,9 @@ impl Provider for InMemory {
 
     fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
         let obj = ctx.view()?;
+        if cfg!(feature = "trap-on-demand") && obj.get("/spec/simulateTrap") == Some(&Value::Bool(true)) {
+            panic!("inmemory {VERSION}: spec.simulateTrap is set on {}", obj.name());
+        }
         let key = cluster_key(&ctx, &obj)?;
         let machine = ctx
             .machine_view()?

@@ -119,10 +119,8 @@ async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, Reconcile
 async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<CoreCtx>) -> Result<Action, ReconcileError> {
     let span = tracing::info_span!("reconcile", controller = "cluster", object.ref = %format!("{}/{}", cluster.namespace().unwrap_or_default(), cluster.name_any()));
     let start = Instant::now();
-    let api: Api<Cluster> = Api::namespaced(
-        ctx.client.clone(),
-        &cluster.namespace().unwrap_or_default(),
-    );
+    let api: Api<Cluster> =
+        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
     let r = finalizer(&api, CLUSTER_FINALIZER, cluster, |ev| async {
         match ev {
             Finalizer::Apply(c) => apply(c, &ctx).await,
@@ -135,7 +133,11 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<CoreCtx>) -> Result<Action, R
     ctx.metrics.reconcile(
         "cluster",
         start.elapsed(),
-        r.is_ok() || r.as_ref().err().and_then(ReconcileError::wait_time).is_some(),
+        r.is_ok()
+            || r.as_ref()
+                .err()
+                .and_then(ReconcileError::wait_time)
+                .is_some(),
     );
     r
 }

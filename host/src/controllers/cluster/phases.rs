@@ -66,7 +66,10 @@ pub(crate) fn to_value(obj: &DynamicObject) -> Value {
 }
 
 fn init(scope: &mut Scope) -> &mut ClusterInitialization {
-    scope.status.initialization.get_or_insert_with(Default::default)
+    scope
+        .status
+        .initialization
+        .get_or_insert_with(Default::default)
 }
 
 pub(super) async fn reconcile_infrastructure(
@@ -205,7 +208,10 @@ pub(super) async fn reconcile_control_plane(
                 .iter()
                 .any(|m| {
                     m.labels().contains_key(CONTROL_PLANE_LABEL)
-                        && m.status.as_ref().and_then(|s| s.node_ref.as_ref()).is_some()
+                        && m.status
+                            .as_ref()
+                            .and_then(|s| s.node_ref.as_ref())
+                            .is_some()
                 });
         set_initialized(scope, ctx, initialized, was).await;
         conditions::set(

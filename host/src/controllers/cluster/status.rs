@@ -15,8 +15,14 @@ fn count(n: usize) -> Option<i32> {
 pub(super) fn phase(scope: &Scope) -> &'static str {
     let c = &scope.cluster;
     let mut phase = "Pending";
-    if c.spec.infrastructure_ref.as_ref().is_some_and(|r| r.is_set())
-        || c.spec.control_plane_ref.as_ref().is_some_and(|r| r.is_set())
+    if c.spec
+        .infrastructure_ref
+        .as_ref()
+        .is_some_and(|r| r.is_set())
+        || c.spec
+            .control_plane_ref
+            .as_ref()
+            .is_some_and(|r| r.is_set())
     {
         phase = "Provisioning";
     }

@@ -4,12 +4,15 @@
 
 use super::{DriverError, KindCtx, Role};
 use crate::api::cluster::Cluster;
-use crate::api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, PAUSED_ANNOTATION};
+use crate::api::common::names::{
+    CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, CONTROL_PLANE_NAME_LABEL, PAUSED_ANNOTATION,
+};
 use crate::api::machine::Machine;
 use crate::runtime::Context;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
 
@@ -126,17 +129,42 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
             "{CLUSTER_NAME_LABEL}={},{CONTROL_PLANE_LABEL}",
             c.name_any()
         ));
-        around.owned_machines = machines
-            .list(&lp)
-            .await?
-            .items
-            .into_iter()
-            .filter(|m| {
-                m.owner_references()
-                    .iter()
-                    .any(|o| o.uid == uid && o.controller == Some(true))
-            })
-            .collect();
+        let cp_name = obj.name_any();
+        let mut owned = vec![];
+        for m in machines.list(&lp).await?.items {
+            let controller = m
+                .owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true))
+                .cloned();
+            match controller {
+                Some(o) if o.uid == uid => owned.push(m),
+                // A control-plane Machine that lost its owner references (a restore, an
+                // accident) is adopted back by the control plane that created it.
+                None if m.labels().get(CONTROL_PLANE_NAME_LABEL) == Some(&cp_name) => {
+                    let mut refs = m.owner_references().to_vec();
+                    refs.push(OwnerReference {
+                        api_version: kctx.ar.api_version.clone(),
+                        kind: kctx.ar.kind.clone(),
+                        name: cp_name.clone(),
+                        uid: uid.clone(),
+                        controller: Some(true),
+                        block_owner_deletion: Some(true),
+                    });
+                    let patch = serde_json::json!({"metadata": {"ownerReferences": refs}});
+                    machines
+                        .patch(
+                            &m.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(&patch),
+                        )
+                        .await?;
+                    owned.push(m);
+                }
+                _ => {}
+            }
+        }
+        around.owned_machines = owned;
         context.owned_machines = around.owned_machines.iter().filter_map(json).collect();
     }
     around.context = context;

@@ -5,10 +5,10 @@
 
 use super::context::Around;
 use super::{DriverError, KindCtx};
+use crate::api::common::ContractVersionedObjectReference;
 use crate::api::common::names::{
     API_VERSION, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, CONTROL_PLANE_NAME_LABEL,
 };
-use crate::api::common::ContractVersionedObjectReference;
 use crate::api::machine::Machine;
 use crate::runtime::plugin::MachineRequest;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
@@ -18,10 +18,7 @@ use serde_json::{Value, json};
 const BOOTSTRAP_GROUP: &str = "bootstrap.cluster.x-k8s.io";
 const BOOTSTRAP_KIND: &str = "CapwConfig";
 
-async fn create_ignoring_conflict(
-    api: &Api<DynamicObject>,
-    obj: Value,
-) -> Result<(), DriverError> {
+async fn create_ignoring_conflict(api: &Api<DynamicObject>, obj: Value) -> Result<(), DriverError> {
     let obj: DynamicObject =
         serde_json::from_value(obj).map_err(|e| DriverError::Invalid(e.to_string()))?;
     match api.create(&PostParams::default(), &obj).await {
@@ -67,7 +64,9 @@ pub(super) async fn create(
         .strip_suffix("Template")
         .unwrap_or(&template_ref.kind)
         .to_string();
-    let infra = resolver.resolve(&template_ref.api_group, &infra_kind).await?;
+    let infra = resolver
+        .resolve(&template_ref.api_group, &infra_kind)
+        .await?;
     let boot = resolver.resolve(BOOTSTRAP_GROUP, BOOTSTRAP_KIND).await?;
     let owner = json!([{
         "apiVersion": kctx.ar.api_version, "kind": kctx.ar.kind, "name": cp_name,

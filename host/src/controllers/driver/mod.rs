@@ -10,7 +10,7 @@ mod machines;
 mod writeback;
 
 use crate::api::cluster::Cluster;
-use crate::api::common::names::PLUGIN_VERSION_ANNOTATION;
+use crate::api::common::names::{CONTROL_PLANE_NAME_LABEL, PLUGIN_VERSION_ANNOTATION};
 use crate::api::machine::Machine;
 use crate::controllers::external::Resolver;
 use crate::metrics::{CallOutcome, Metrics};
@@ -118,7 +118,11 @@ fn plural_of(crds: &[String], group: &str, kind: &str) -> Option<String> {
             .ok()?;
         (v.pointer("/spec/group")?.as_str()? == group
             && v.pointer("/spec/names/kind")?.as_str()? == kind)
-            .then(|| v.pointer("/spec/names/plural")?.as_str().map(str::to_string))?
+            .then(|| {
+                v.pointer("/spec/names/plural")?
+                    .as_str()
+                    .map(str::to_string)
+            })?
     })
 }
 
@@ -264,13 +268,18 @@ async fn run_kind(kctx: Arc<KindCtx>) {
                     Api::<Machine>::all(client.clone()),
                     watcher::Config::default(),
                     move |m: Machine| {
-                        m.owner_references()
+                        // By owner, or by the label the host sets when it creates the Machine
+                        // (so a Machine that lost its owner is adopted back at once).
+                        let owner = m
+                            .owner_references()
                             .iter()
                             .find(|o| o.controller == Some(true) && o.kind == ar2.kind)
-                            .map(|o| {
-                                ObjectRef::new_with(&o.name, ar2.clone())
-                                    .within(&m.namespace().unwrap_or_default())
-                            })
+                            .map(|o| o.name.clone())
+                            .or_else(|| m.labels().get(CONTROL_PLANE_NAME_LABEL).cloned());
+                        owner.map(|name| {
+                            ObjectRef::new_with(&name, ar2.clone())
+                                .within(&m.namespace().unwrap_or_default())
+                        })
                     },
                 );
             }
@@ -285,8 +294,7 @@ async fn reconcile(obj: Arc<DynamicObject>, kctx: Arc<KindCtx>) -> Result<Action
     let ns = obj.namespace().unwrap_or_default();
     let span = tracing::info_span!("reconcile", controller = %kctx.ar.kind, plugin = %kctx.plugin, object.ref = %format!("{ns}/{}", obj.name_any()));
     let start = Instant::now();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(kctx.driver.client.clone(), &ns, &kctx.ar);
+    let api: Api<DynamicObject> = Api::namespaced_with(kctx.driver.client.clone(), &ns, &kctx.ar);
     let r = finalizer(&api, &kctx.finalizer, obj, |ev| async {
         match ev {
             Finalizer::Apply(o) => apply(o, &kctx).await,
@@ -410,6 +418,23 @@ impl KindCtx {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&Self::key(obj));
+        let paused = status
+            .pointer("/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Paused" && c["status"] == "True")
+            });
+        if paused {
+            writeback::set_condition(
+                status,
+                "Paused",
+                "False",
+                "NotPaused",
+                "",
+                obj.metadata.generation,
+            );
+        }
         let had_failure = status
             .pointer("/conditions")
             .and_then(Value::as_array)
@@ -434,7 +459,11 @@ impl KindCtx {
         }
         let patch = json!({"metadata": {"annotations": {PLUGIN_VERSION_ANNOTATION: value}}});
         self.api(&obj.namespace().unwrap_or_default())
-            .patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                &obj.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await?;
         Ok(())
     }
@@ -528,7 +557,9 @@ async fn cleanup(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driv
         Ok(d) if d.done => Ok(Action::await_change()),
         Ok(d) => Err(DriverError::Waiting(
             format!("plugin {} {version} is still deleting", kctx.plugin),
-            Duration::from_secs(u64::from(d.common.requeue_after_seconds.unwrap_or(2).max(1))),
+            Duration::from_secs(u64::from(
+                d.common.requeue_after_seconds.unwrap_or(2).max(1),
+            )),
         )),
         Err(e) => {
             let after = kctx.failed(&obj, &version, &e).await?;
@@ -556,4 +587,3 @@ pub(crate) fn condition_list(status: &Value) -> Vec<crate::api::common::Conditio
         .and_then(|c| serde_json::from_value(c.clone()).ok())
         .unwrap_or_default()
 }
-

@@ -10,9 +10,9 @@ use crate::runtime::plugin::{BootstrapStatus, ClusterStatus, ControlPlaneStatus,
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::ResourceExt;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -155,8 +155,10 @@ async fn ensure_secret(
     data: BTreeMap<String, String>,
     replace: bool,
 ) -> std::result::Result<(), DriverError> {
-    let api: Api<Secret> =
-        Api::namespaced(kctx.driver.client.clone(), &obj.namespace().unwrap_or_default());
+    let api: Api<Secret> = Api::namespaced(
+        kctx.driver.client.clone(),
+        &obj.namespace().unwrap_or_default(),
+    );
     let bytes: BTreeMap<String, ByteString> = data
         .into_iter()
         .map(|(k, v)| (k, ByteString(v.into_bytes())))
@@ -228,10 +230,7 @@ pub(super) async fn write(
             let mut status = common(obj, &r.common)?;
             if let Some(pid) = r.provider_id.as_ref().filter(|p| !p.is_empty()) {
                 // The provider ID is set once: a later, different one is ignored.
-                let current = obj
-                    .data
-                    .pointer("/spec/providerID")
-                    .and_then(Value::as_str);
+                let current = obj.data.pointer("/spec/providerID").and_then(Value::as_str);
                 if current.is_none_or(str::is_empty) {
                     let mut spec = Map::new();
                     spec.insert("providerID".into(), json!(pid));
@@ -321,7 +320,10 @@ mod tests {
     #[test]
     fn merge_follows_rfc7386() {
         let mut t = serde_json::json!({"a": 1, "b": {"c": 2, "d": 3}});
-        super::merge(&mut t, &serde_json::json!({"a": null, "b": {"c": 5}, "e": [1]}));
+        super::merge(
+            &mut t,
+            &serde_json::json!({"a": null, "b": {"c": 5}, "e": [1]}),
+        );
         assert_eq!(t, serde_json::json!({"b": {"c": 5, "d": 3}, "e": [1]}));
     }
 }

@@ -141,10 +141,8 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
 async fn reconcile(machine: Arc<Machine>, ctx: Arc<CoreCtx>) -> Result<Action, ReconcileError> {
     let span = tracing::info_span!("reconcile", controller = "machine", object.ref = %format!("{}/{}", machine.namespace().unwrap_or_default(), machine.name_any()));
     let start = Instant::now();
-    let api: Api<Machine> = Api::namespaced(
-        ctx.client.clone(),
-        &machine.namespace().unwrap_or_default(),
-    );
+    let api: Api<Machine> =
+        Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
     let r = finalizer(&api, MACHINE_FINALIZER, machine, |ev| async {
         match ev {
             Finalizer::Apply(m) => apply(m, &ctx).await,
@@ -157,7 +155,11 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<CoreCtx>) -> Result<Action, R
     ctx.metrics.reconcile(
         "machine",
         start.elapsed(),
-        r.is_ok() || r.as_ref().err().and_then(ReconcileError::wait_time).is_some(),
+        r.is_ok()
+            || r.as_ref()
+                .err()
+                .and_then(ReconcileError::wait_time)
+                .is_some(),
     );
     r
 }

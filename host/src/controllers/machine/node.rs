@@ -44,10 +44,7 @@ fn set_node_conditions(scope: &mut Scope, status: &str, reason: &str, message: &
     }
 }
 
-pub(super) async fn reconcile_node(
-    scope: &mut Scope,
-    ctx: &CoreCtx,
-) -> Result<(), ReconcileError> {
+pub(super) async fn reconcile_node(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
     let Some(pid) = provider_id(scope) else {
         set_node_conditions(
             scope,
@@ -160,7 +157,10 @@ async fn sync_node(scope: &Scope, nodes: &Api<Node>, node: &Node) -> Result<(), 
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     if m.labels().contains_key(CONTROL_PLANE_LABEL) {
-        labels.insert("node-role.kubernetes.io/control-plane".into(), String::new());
+        labels.insert(
+            "node-role.kubernetes.io/control-plane".into(),
+            String::new(),
+        );
     }
     let owner = m
         .owner_references()
@@ -168,14 +168,8 @@ async fn sync_node(scope: &Scope, nodes: &Api<Node>, node: &Node) -> Result<(), 
         .find(|o| o.controller == Some(true))
         .or_else(|| m.owner_references().first());
     let mut annotations = BTreeMap::from([
-        (
-            CLUSTER_NAME_LABEL.to_string(),
-            m.spec.cluster_name.clone(),
-        ),
-        (
-            "cluster.x-k8s.io/cluster-namespace".to_string(),
-            scope.ns(),
-        ),
+        (CLUSTER_NAME_LABEL.to_string(), m.spec.cluster_name.clone()),
+        ("cluster.x-k8s.io/cluster-namespace".to_string(), scope.ns()),
         ("cluster.x-k8s.io/machine".to_string(), m.name_any()),
     ]);
     if let Some(o) = owner {
@@ -229,7 +223,11 @@ async fn sync_node(scope: &Scope, nodes: &Api<Node>, node: &Node) -> Result<(), 
         patch["spec"] = json!({"taints": kept});
     }
     nodes
-        .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! `reconcileMachineOwnerAndLabels`, `reconcileBootstrap` and `reconcileInfrastructure`.
 
 use super::{EXTERNAL_READY_WAIT, Scope};
-use crate::api::common::names::CLUSTER_NAME_LABEL;
+use crate::api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_NAME_LABEL};
 use crate::api::common::{
     ContractVersionedObjectReference, Deprecated, MachineAddress, V1Beta1Deprecated,
 };
@@ -22,7 +22,10 @@ use std::time::Duration;
 const ON_CREATE_OWNERS: &[&str] = &["MachineSet", "MachinePool", "CapwControlPlane"];
 
 fn init(scope: &mut Scope) -> &mut MachineInitialization {
-    scope.status.initialization.get_or_insert_with(Default::default)
+    scope
+        .status
+        .initialization
+        .get_or_insert_with(Default::default)
 }
 
 pub(super) async fn reconcile_owner_and_labels(
@@ -33,7 +36,9 @@ pub(super) async fn reconcile_owner_and_labels(
     let cluster_name = &m.spec.cluster_name;
     let labelled = m.labels().get(CLUSTER_NAME_LABEL) == Some(cluster_name);
     let mut refs = m.owner_references().to_vec();
-    let standalone = !refs.iter().any(|o| o.controller == Some(true));
+    // A control-plane Machine belongs to its control plane, which re-adopts it if needed.
+    let standalone = !refs.iter().any(|o| o.controller == Some(true))
+        && !m.labels().contains_key(CONTROL_PLANE_NAME_LABEL);
     let mut changed = false;
     if standalone && let Some(c) = &scope.cluster {
         let uid = c.uid().unwrap_or_default();
@@ -48,8 +53,12 @@ pub(super) async fn reconcile_owner_and_labels(
     }
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &scope.ns());
     let patch = json!({"metadata": {"ownerReferences": refs, "labels": {CLUSTER_NAME_LABEL: cluster_name}}});
-    api.patch(&m.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    api.patch(
+        &m.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
     Ok(())
 }
 

@@ -40,15 +40,11 @@ pub(super) async fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
             generation,
         );
     }
-    let mut missing: Vec<String> = [
-        "BootstrapConfigReady",
-        "InfrastructureReady",
-        "NodeHealthy",
-    ]
-    .iter()
-    .filter(|t| !conditions::is_true(&scope.status.conditions, t))
-    .map(|t| t.to_string())
-    .collect();
+    let mut missing: Vec<String> = ["BootstrapConfigReady", "InfrastructureReady", "NodeHealthy"]
+        .iter()
+        .filter(|t| !conditions::is_true(&scope.status.conditions, t))
+        .map(|t| t.to_string())
+        .collect();
     for gate in &scope.machine.spec.readiness_gates {
         let want = gate.polarity.as_deref() != Some("Negative");
         if conditions::is_true(&scope.status.conditions, &gate.condition_type) != want {
