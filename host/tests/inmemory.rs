@@ -349,6 +349,37 @@ async fn the_example_runs_and_is_deleted_in_contract_order() {
     }
     let cp = env.kubectl(&["get", "capwcontrolplanes"], None);
     assert!(cp.contains("true") && cp.contains("demo"), "{cp}");
+    let im = env.kubectl(&["get", "inmemorymachines"], None);
+    assert!(
+        im.contains("demo-worker-0") && im.contains(" demo "),
+        "the Cluster column is empty:\n{im}"
+    );
+
+    // capw describe draws the tree, with the plugin versions.
+    let out = Command::new(env!("CARGO_BIN_EXE_capw"))
+        .args(["describe", "cluster", "demo", "--kubeconfig"])
+        .arg(&env.kubeconfig)
+        .output()
+        .expect("capw describe runs");
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{tree}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "Cluster/demo",
+        "├─InMemoryCluster/demo",
+        "CapwControlPlane/demo-control-plane",
+        "│ └─Machine/demo-control-plane-2",
+        "└─Workers",
+        "Machine/demo-worker-0",
+        "inmemory/0.1.0",
+        "control-plane/0.1.0",
+        "Running",
+    ] {
+        assert!(tree.contains(want), "describe lacks {want}:\n{tree}");
+    }
 
     // Record every deletion's resourceVersion (the store's commit order) while deleting.
     let deleted: Arc<Mutex<Vec<(u64, String, String, Vec<String>)>>> = Arc::default();

@@ -1,6 +1,8 @@
 //! Command-line interface.
 
 mod apiserver;
+mod crds;
+mod describe;
 mod plugin;
 mod up;
 
@@ -32,6 +34,12 @@ pub enum Command {
     /// Look at and check provider components (`.wasm`).
     #[command(subcommand)]
     Plugin(plugin::Command),
+    /// Show Cluster API objects as a tree (`capw describe cluster NAME`).
+    #[command(subcommand)]
+    Describe(describe::Command),
+    /// Print the CRDs generated from the host's types (Cluster, Machine, WasmProvider), or write
+    /// them with `--write crds`.
+    Crds(crds::Args),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -40,5 +48,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plugin(cmd) => plugin::run(cmd).await,
         Command::Up(args) => up::up(args).await,
         Command::Run(args) => up::run(args).await,
+        Command::Describe(cmd) => describe::run(cmd).await,
+        Command::Crds(args) => crds::run(args),
     }
 }
