@@ -43,9 +43,26 @@ impl Histogram {
 }
 
 #[derive(Default)]
+struct ReconcileStats {
+    total: u64,
+    errors: u64,
+    duration: Histogram,
+}
+
+#[derive(Default)]
+struct CallStats {
+    calls: u64,
+    errors: u64,
+    traps: u64,
+    timeouts: u64,
+    latency: Histogram,
+}
+
+#[derive(Default)]
 struct Inner {
-    reconciles: BTreeMap<String, (u64, u64, Histogram)>,
-    calls: BTreeMap<(String, String), (u64, u64, u64, u64, Histogram)>,
+    reconciles: BTreeMap<String, ReconcileStats>,
+    /// By (plugin, version).
+    calls: BTreeMap<(String, String), CallStats>,
 }
 
 /// The host's metrics; cheap to update from every reconcile and call.
@@ -71,11 +88,11 @@ impl Metrics {
     pub fn reconcile(&self, controller: &str, took: Duration, ok: bool) {
         let mut g = self.lock();
         let e = g.reconciles.entry(controller.to_string()).or_default();
-        e.0 += 1;
+        e.total += 1;
         if !ok {
-            e.1 += 1;
+            e.errors += 1;
         }
-        e.2.observe(took.as_secs_f64());
+        e.duration.observe(took.as_secs_f64());
     }
 
     pub fn plugin_call(&self, plugin: &str, version: &str, took: Duration, outcome: CallOutcome) {
@@ -84,14 +101,14 @@ impl Metrics {
             .calls
             .entry((plugin.to_string(), version.to_string()))
             .or_default();
-        e.0 += 1;
+        e.calls += 1;
         match outcome {
             CallOutcome::Ok => {}
-            CallOutcome::Error => e.1 += 1,
-            CallOutcome::Trap => e.2 += 1,
-            CallOutcome::Timeout => e.3 += 1,
+            CallOutcome::Error => e.errors += 1,
+            CallOutcome::Trap => e.traps += 1,
+            CallOutcome::Timeout => e.timeouts += 1,
         }
-        e.4.observe(took.as_secs_f64());
+        e.latency.observe(took.as_secs_f64());
     }
 
     /// Total reconciles of `controller` so far.
@@ -99,7 +116,7 @@ impl Metrics {
         self.lock()
             .reconciles
             .get(controller)
-            .map(|e| e.0)
+            .map(|e| e.total)
             .unwrap_or(0)
     }
 
@@ -107,26 +124,35 @@ impl Metrics {
         let g = self.lock();
         let mut out = String::new();
         out.push_str("# HELP capw_reconcile_total Reconciles per controller.\n# TYPE capw_reconcile_total counter\n");
-        for (c, (n, _, _)) in &g.reconciles {
-            let _ = writeln!(out, "capw_reconcile_total{{controller=\"{c}\"}} {n}");
+        for (c, e) in &g.reconciles {
+            let _ = writeln!(
+                out,
+                "capw_reconcile_total{{controller=\"{c}\"}} {}",
+                e.total
+            );
         }
         out.push_str("# HELP capw_reconcile_errors_total Failed reconciles per controller.\n# TYPE capw_reconcile_errors_total counter\n");
-        for (c, (_, e, _)) in &g.reconciles {
-            let _ = writeln!(out, "capw_reconcile_errors_total{{controller=\"{c}\"}} {e}");
+        for (c, e) in &g.reconciles {
+            let _ = writeln!(
+                out,
+                "capw_reconcile_errors_total{{controller=\"{c}\"}} {}",
+                e.errors
+            );
         }
         out.push_str("# HELP capw_reconcile_duration_seconds Reconcile duration per controller.\n# TYPE capw_reconcile_duration_seconds histogram\n");
-        for (c, (_, _, h)) in &g.reconciles {
-            h.render(
+        for (c, e) in &g.reconciles {
+            e.duration.render(
                 &mut out,
                 "capw_reconcile_duration_seconds",
                 &format!("controller=\"{c}\""),
             );
         }
         out.push_str("# HELP capw_plugin_calls_total Plugin calls per plugin version.\n# TYPE capw_plugin_calls_total counter\n");
-        for ((p, v), (n, ..)) in &g.calls {
+        for ((p, v), e) in &g.calls {
             let _ = writeln!(
                 out,
-                "capw_plugin_calls_total{{plugin=\"{p}\",version=\"{v}\"}} {n}"
+                "capw_plugin_calls_total{{plugin=\"{p}\",version=\"{v}\"}} {}",
+                e.calls
             );
         }
         for (metric, help, idx) in [
@@ -140,16 +166,16 @@ impl Metrics {
             );
             for ((p, v), e) in &g.calls {
                 let n = match idx {
-                    1 => e.1,
-                    2 => e.2,
-                    _ => e.3,
+                    1 => e.errors,
+                    2 => e.traps,
+                    _ => e.timeouts,
                 };
                 let _ = writeln!(out, "{metric}{{plugin=\"{p}\",version=\"{v}\"}} {n}");
             }
         }
         out.push_str("# HELP capw_plugin_call_duration_seconds Plugin call latency per plugin version.\n# TYPE capw_plugin_call_duration_seconds histogram\n");
         for ((p, v), e) in &g.calls {
-            e.4.render(
+            e.latency.render(
                 &mut out,
                 "capw_plugin_call_duration_seconds",
                 &format!("plugin=\"{p}\",version=\"{v}\""),

@@ -319,6 +319,9 @@ fn variant(prefix: &str, paused: bool) -> String {
     y
 }
 
+/// A deletion seen by a watch: (resourceVersion, kind, name, label keys).
+type Deletion = (u64, String, String, Vec<String>);
+
 fn rv(o: &DynamicObject) -> u64 {
     o.resource_version()
         .and_then(|r| r.parse().ok())
@@ -382,7 +385,7 @@ async fn the_example_runs_and_is_deleted_in_contract_order() {
     }
 
     // Record every deletion's resourceVersion (the store's commit order) while deleting.
-    let deleted: Arc<Mutex<Vec<(u64, String, String, Vec<String>)>>> = Arc::default();
+    let deleted: Arc<Mutex<Vec<Deletion>>> = Arc::default();
     let mut watches = vec![];
     for (kind, api) in env.all_kinds() {
         let deleted = deleted.clone();
@@ -413,24 +416,24 @@ async fn the_example_runs_and_is_deleted_in_contract_order() {
     }
     let mut d = deleted.lock().unwrap().clone();
     d.sort();
-    let last = |pred: &dyn Fn(&(u64, String, String, Vec<String>)) -> bool| {
+    let last = |pred: &dyn Fn(&Deletion) -> bool| {
         d.iter()
             .filter(|e| pred(e))
             .map(|e| e.0)
             .max()
             .expect("deleted")
     };
-    let first = |pred: &dyn Fn(&(u64, String, String, Vec<String>)) -> bool| {
+    let first = |pred: &dyn Fn(&Deletion) -> bool| {
         d.iter()
             .filter(|e| pred(e))
             .map(|e| e.0)
             .min()
             .expect("deleted")
     };
-    let is_cp_machine = |e: &(u64, String, String, Vec<String>)| {
+    let is_cp_machine = |e: &Deletion| {
         e.1 == "Machine" && e.3.iter().any(|l| l == "cluster.x-k8s.io/control-plane")
     };
-    let is_worker = |e: &(u64, String, String, Vec<String>)| e.1 == "Machine" && !is_cp_machine(e);
+    let is_worker = |e: &Deletion| e.1 == "Machine" && !is_cp_machine(e);
     assert_eq!(d.iter().filter(|e| is_worker(e)).count(), 3, "{d:?}");
     assert_eq!(d.iter().filter(|e| is_cp_machine(e)).count(), 3, "{d:?}");
     let workers_gone = last(&is_worker);

@@ -232,10 +232,10 @@ pub async fn run(cmd: Command) -> anyhow::Result<()> {
         "NAME", "READY", "PHASE", "PLUGIN"
     );
     for (prefix, r) in lines {
+        // Width counts characters, so the box-drawing prefixes line up.
         let name = format!("{prefix}{}", r.name);
-        let pad = width + name.len() - name.chars().count();
         println!(
-            "{:<pad$}  {:<6}  {:<12}  {:<24}  {}",
+            "{:<width$}  {:<6}  {:<12}  {:<24}  {}",
             name, r.ready, r.phase, r.version, r.message
         );
     }
