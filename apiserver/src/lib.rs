@@ -275,6 +275,11 @@ impl Server {
         &self.app.core
     }
 
+    /// Requests served so far.
+    pub fn request_count(&self) -> u64 {
+        self.app.request_count()
+    }
+
     /// Watches currently streaming (falls back to its baseline when clients disconnect).
     pub fn active_watches(&self) -> usize {
         self.app.active_watches.load(Ordering::Relaxed)

@@ -55,6 +55,8 @@ pub struct App {
     pub address: String,
     pub settings: HttpSettings,
     pub active_watches: AtomicUsize,
+    /// Requests served, by method (GET, POST, PUT, PATCH, DELETE, other), for `/metrics`.
+    pub requests: [std::sync::atomic::AtomicU64; 6],
     /// Set when the server stops, so open watches end and release the store.
     pub closing: tokio::sync::watch::Sender<bool>,
     writes: Semaphore,
@@ -70,9 +72,47 @@ impl App {
             address,
             settings,
             active_watches: AtomicUsize::new(0),
+            requests: Default::default(),
             closing,
             writes,
         }
+    }
+}
+
+const METHODS: [axum::http::Method; 5] = [
+    axum::http::Method::GET,
+    axum::http::Method::POST,
+    axum::http::Method::PUT,
+    axum::http::Method::PATCH,
+    axum::http::Method::DELETE,
+];
+
+impl App {
+    /// Requests served so far, all methods.
+    pub fn request_count(&self) -> u64 {
+        self.requests
+            .iter()
+            .map(|r| r.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Prometheus text: requests by method and open watches.
+    pub fn metrics(&self) -> String {
+        let mut out = String::from(
+            "# HELP capw_apiserver_requests_total Requests served, by method.\n# TYPE capw_apiserver_requests_total counter\n",
+        );
+        let names = ["GET", "POST", "PUT", "PATCH", "DELETE", "OTHER"];
+        for (name, n) in names.iter().zip(&self.requests) {
+            out.push_str(&format!(
+                "capw_apiserver_requests_total{{method=\"{name}\"}} {}\n",
+                n.load(std::sync::atomic::Ordering::Relaxed)
+            ));
+        }
+        out.push_str(&format!(
+            "# HELP capw_apiserver_watches Open watches.\n# TYPE capw_apiserver_watches gauge\ncapw_apiserver_watches {}\n",
+            self.active_watches.load(std::sync::atomic::Ordering::Relaxed)
+        ));
+        out
     }
 }
 
@@ -136,6 +176,19 @@ async fn serve_request(app: Arc<App>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     if !authorized(&parts.headers, &app.token) {
         return error_response(&ApiError::unauthorized());
+    }
+    let method_index = METHODS
+        .iter()
+        .position(|m| parts.method == *m)
+        .unwrap_or(METHODS.len());
+    app.requests[method_index].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if parts.uri.path() == "/metrics" {
+        return (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            app.metrics(),
+        )
+            .into_response();
     }
     let accept = parts
         .headers

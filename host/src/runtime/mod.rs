@@ -16,6 +16,21 @@ pub mod plugin;
 pub mod slot;
 
 pub use limits::Limits;
+
+/// The contract's types (generated from `wit/`), for providers compiled into the host.
+pub mod contract {
+    pub use super::bindings::bootstrap_config::{BootstrapData, BootstrapStatus};
+    pub use super::bindings::control_plane::{ControlPlaneStatus, MachineRequest, ReplicaCounts};
+    pub use super::bindings::infrastructure_cluster::ClusterStatus;
+    pub use super::bindings::infrastructure_machine::MachineStatus;
+    pub use super::bindings::log::Level;
+    pub use super::bindings::plugin_info::{PluginMetadata, ProviderType, ServedKind};
+    pub use super::bindings::types::{
+        Address, ApiEndpoint, Common, Condition, Context, DeleteStatus, FailureDomain,
+        ProviderError, Retry,
+    };
+    pub use super::plugin::NativeProvider;
+}
 pub use plugin::Context;
 pub use plugin::{CallError, Plugin, PluginError};
 

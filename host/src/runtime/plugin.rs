@@ -132,10 +132,36 @@ pub struct Plugin {
     pub limits: Limits,
     pub source: Source,
     pub counters: Counters,
-    pre: InstancePre<HostState>,
-    idx: Indices,
-    engine: wasmtime::Engine,
+    backend: Backend,
     services: Arc<super::Services>,
+}
+
+enum Backend {
+    Wasm {
+        pre: InstancePre<HostState>,
+        idx: Indices,
+        engine: wasmtime::Engine,
+    },
+    /// The same provider logic compiled into the host, for the native-versus-Wasm benchmark.
+    Native(Arc<dyn NativeProvider>),
+}
+
+/// A provider compiled into the host rather than loaded as a component. capw loads providers
+/// as components; this exists so a benchmark can run the bundled providers' own source
+/// natively, side by side with their components, through the same driver.
+pub trait NativeProvider: Send + Sync {
+    fn metadata(&self) -> PluginMetadata;
+    fn reconcile_cluster(&self, ctx: Context) -> Result<ClusterStatus, types::ProviderError>;
+    fn delete_cluster(&self, ctx: Context) -> Result<DeleteStatus, types::ProviderError>;
+    fn reconcile_machine(&self, ctx: Context) -> Result<MachineStatus, types::ProviderError>;
+    fn delete_machine(&self, ctx: Context) -> Result<DeleteStatus, types::ProviderError>;
+    fn reconcile_bootstrap(&self, ctx: Context) -> Result<BootstrapStatus, types::ProviderError>;
+    fn delete_bootstrap(&self, ctx: Context) -> Result<DeleteStatus, types::ProviderError>;
+    fn reconcile_control_plane(
+        &self,
+        ctx: Context,
+    ) -> Result<ControlPlaneStatus, types::ProviderError>;
+    fn delete_control_plane(&self, ctx: Context) -> Result<DeleteStatus, types::ProviderError>;
 }
 
 /// Where each contract interface sits in the component; `None` for what it does not export.
@@ -324,9 +350,11 @@ impl Plugin {
             limits,
             source: info.source,
             counters: Counters::default(),
-            pre,
-            idx,
-            engine: rt.engine.clone(),
+            backend: Backend::Wasm {
+                pre,
+                idx,
+                engine: rt.engine.clone(),
+            },
             services: rt.services.clone(),
         };
         let meta = plugin
@@ -344,7 +372,32 @@ impl Plugin {
         Ok(plugin)
     }
 
-    fn store(&self, object: &str) -> Result<Store<HostState>, CallError> {
+    /// A provider compiled into the host (see [`NativeProvider`]).
+    pub fn native(
+        provider: Arc<dyn NativeProvider>,
+        limits: Limits,
+    ) -> Result<Plugin, PluginError> {
+        let metadata = provider.metadata();
+        validate_metadata(&metadata).map_err(PluginError::Smoke)?;
+        Ok(Plugin {
+            digest: format!("native:{}@{}", metadata.name, metadata.version),
+            metadata,
+            imports: vec![],
+            exports: vec![],
+            grants: BTreeSet::new(),
+            limits,
+            source: Source::Compiled,
+            counters: Counters::default(),
+            backend: Backend::Native(provider),
+            services: Arc::default(),
+        })
+    }
+
+    fn store(
+        &self,
+        engine: &wasmtime::Engine,
+        object: &str,
+    ) -> Result<Store<HostState>, CallError> {
         let state = HostState::new(
             &self.limits,
             &self.metadata.name,
@@ -352,7 +405,7 @@ impl Plugin {
             object,
             self.services.clone(),
         );
-        let mut store = Store::new(&self.engine, state);
+        let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limits);
         store.set_hostcall_fuel(self.limits.hostcall_bytes);
         store.set_max_component_handles(self.limits.handles);
@@ -376,11 +429,16 @@ impl Plugin {
         ) -> BoxFuture<'a, wasmtime::Result<R>>,
     ) -> Result<R, CallError> {
         // The smoke-test `metadata()` call is not traffic: it must not sway the rollback decision.
+        let Backend::Wasm { pre, idx, engine } = &self.backend else {
+            return Err(CallError::InvalidResult(
+                "a native provider has no component to call".into(),
+            ));
+        };
         let counters = counted.then_some(&self.counters);
         if let Some(c) = counters {
             c.calls.fetch_add(1, Ordering::Relaxed);
         }
-        let mut store = self.store(object)?;
+        let mut store = self.store(engine, object)?;
         // One span per plugin call; naming the object costs a JSON parse, so only when enabled.
         let span = if tracing::enabled!(tracing::Level::DEBUG) {
             tracing::debug_span!("plugin_call", plugin = %self.metadata.name, version = %self.metadata.version,
@@ -389,8 +447,8 @@ impl Plugin {
             tracing::Span::none()
         };
         let run = async {
-            let instance = self.pre.instantiate_async(&mut store).await?;
-            f(&self.idx, instance, &mut store).await
+            let instance = pre.instantiate_async(&mut store).await?;
+            f(idx, instance, &mut store).await
         };
         let out =
             match tracing::Instrument::instrument(tokio::time::timeout(timeout, run), span).await {
@@ -422,6 +480,9 @@ impl Plugin {
     }
 
     pub async fn call_metadata(&self) -> Result<PluginMetadata, CallError> {
+        if let Backend::Native(n) = &self.backend {
+            return Ok(n.metadata());
+        }
         let meta = self
             .call(
                 "plugin-info",
@@ -456,9 +517,18 @@ impl Plugin {
             Context,
         )
             -> BoxFuture<'a, wasmtime::Result<Result<T, types::ProviderError>>>,
+        native: impl FnOnce(&dyn NativeProvider, Context) -> Result<T, types::ProviderError>,
         check: impl FnOnce(&T) -> Result<(), CallError>,
     ) -> Result<T, CallError> {
         let owned = ctx.clone();
+        if let Backend::Native(n) = &self.backend {
+            self.counters.calls.fetch_add(1, Ordering::Relaxed);
+            let r = native(&**n, owned)
+                .map_err(|e| CallError::Provider(e.into()))
+                .and_then(|st| check(&st).map(|_| st));
+            self.count(&r);
+            return r;
+        }
         let r = self
             .call(
                 &ctx.object,
@@ -486,6 +556,7 @@ impl Plugin {
                         .await
                 })
             },
+            |n, c| n.reconcile_machine(c),
             |st| {
                 check_patch(&self.limits, &st.common.status_patch)?;
                 if st.provisioned && st.provider_id.as_deref().is_none_or(str::is_empty) {
@@ -512,6 +583,7 @@ impl Plugin {
                         .await
                 })
             },
+            |n, c| n.delete_machine(c),
             |st| check_patch(&self.limits, &st.common.status_patch),
         )
         .await
@@ -530,6 +602,7 @@ impl Plugin {
                         .await
                 })
             },
+            |n, c| n.reconcile_cluster(c),
             |st| {
                 check_patch(&self.limits, &st.common.status_patch)?;
                 if st.provisioned && st.control_plane_endpoint.is_none() {
@@ -556,6 +629,7 @@ impl Plugin {
                         .await
                 })
             },
+            |n, c| n.delete_cluster(c),
             |st| check_patch(&self.limits, &st.common.status_patch),
         )
         .await
@@ -574,6 +648,7 @@ impl Plugin {
                         .await
                 })
             },
+            |n, c| n.reconcile_bootstrap(c),
             |st| {
                 check_patch(&self.limits, &st.common.status_patch)?;
                 if let Some(d) = &st.data {
@@ -604,6 +679,7 @@ impl Plugin {
                         .await
                 })
             },
+            |n, c| n.delete_bootstrap(c),
             |st| check_patch(&self.limits, &st.common.status_patch),
         )
         .await
@@ -625,6 +701,7 @@ impl Plugin {
                         .await
                 })
             },
+            |n, c| n.reconcile_control_plane(c),
             |st| {
                 check_patch(&self.limits, &st.common.status_patch)?;
                 let dns = |n: &str| {
@@ -659,6 +736,7 @@ impl Plugin {
                         .await
                 })
             },
+            |n, c| n.delete_control_plane(c),
             |st| check_patch(&self.limits, &st.common.status_patch),
         )
         .await

@@ -1,0 +1,440 @@
+//! Clusters from apply to Running with the in-memory provider, Wasm against native.
+//!
+//! `cargo bench -p capw --bench clusters` brings CAPW_BENCH_CLUSTERS (default 1000) clusters,
+//! each with one control-plane Machine and three workers, from creation to every Machine
+//! Running, twice in one run: once with the bundled providers as components (from
+//! `scripts/build-plugins`), once with the same provider source compiled into this binary
+//! (`include!`d from `plugins/*/src/provider.rs`) and driven through the same host. Each run has
+//! its own `capw apiserver` child process, so the peak RSS reported is the host's.
+
+use capw::capabilities::sim_cloud::{SimCloud, SimSettings};
+use capw::manager::{self, HostConfig};
+use capw::runtime::Limits;
+use capw::runtime::contract::*;
+use capw::runtime::plugin::Plugin;
+use capw::runtime::slot::{Rollout, Slot};
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+static SIM: OnceLock<Arc<SimCloud>> = OnceLock::new();
+
+fn sim() -> &'static SimCloud {
+    SIM.get()
+        .expect("the simulated cloud is set before native providers run")
+}
+
+/// The guest SDK's surface over the host's contract types, so the providers' source builds here.
+#[allow(dead_code)]
+mod capw_sdk {
+    pub use capw::runtime::contract::PluginMetadata as Metadata;
+    pub use capw::runtime::contract::*;
+    pub use serde_json::{self, Value, json};
+
+    include!("../../plugins/sdk/src/helpers.rs");
+
+    pub fn log(_level: Level, _message: &str) {}
+
+    pub mod sim_cloud {
+        pub struct Vm {
+            pub name: String,
+            pub provider_id: String,
+            pub running: bool,
+            pub addresses: Vec<String>,
+        }
+
+        pub struct ApiServer {
+            pub host: String,
+            pub port: u16,
+        }
+
+        pub fn ensure_vm(cluster: &str, name: &str, data: &str) -> Result<Vm, String> {
+            let v = crate::sim()
+                .ensure_vm(cluster, name, data)
+                .map_err(|e| e.to_string())?;
+            Ok(Vm {
+                name: v.name,
+                provider_id: v.provider_id,
+                running: v.running,
+                addresses: v.addresses,
+            })
+        }
+
+        pub fn delete_vm(cluster: &str, name: &str) -> Result<bool, String> {
+            Ok(crate::sim().delete_vm(cluster, name))
+        }
+
+        pub fn ensure_api_server(cluster: &str) -> Result<ApiServer, String> {
+            let (host, port) = crate::sim()
+                .ensure_api_server(cluster)
+                .map_err(|e| e.to_string())?;
+            Ok(ApiServer { host, port })
+        }
+
+        pub fn delete_api_server(cluster: &str) -> Result<bool, String> {
+            Ok(crate::sim().delete_api_server(cluster))
+        }
+    }
+}
+
+// `trap-on-demand` is the plugin crate's feature; this build never has it.
+#[allow(dead_code, unexpected_cfgs)]
+mod inmemory {
+    use crate::capw_sdk;
+    include!("../../plugins/inmemory/src/provider.rs");
+}
+
+#[allow(dead_code)]
+mod bootstrap {
+    use crate::capw_sdk;
+    include!("../../plugins/bootstrap/src/provider.rs");
+}
+
+#[allow(dead_code)]
+mod control_plane {
+    use crate::capw_sdk;
+    include!("../../plugins/control-plane/src/provider.rs");
+}
+
+struct Native<P>(std::marker::PhantomData<fn() -> P>);
+
+impl<P: capw_sdk::Provider + 'static> NativeProvider for Native<P> {
+    fn metadata(&self) -> PluginMetadata {
+        P::metadata()
+    }
+    fn reconcile_cluster(&self, ctx: Context) -> Result<ClusterStatus, ProviderError> {
+        P::reconcile_cluster(ctx)
+    }
+    fn delete_cluster(&self, ctx: Context) -> Result<DeleteStatus, ProviderError> {
+        P::delete_cluster(ctx)
+    }
+    fn reconcile_machine(&self, ctx: Context) -> Result<MachineStatus, ProviderError> {
+        P::reconcile_machine(ctx)
+    }
+    fn delete_machine(&self, ctx: Context) -> Result<DeleteStatus, ProviderError> {
+        P::delete_machine(ctx)
+    }
+    fn reconcile_bootstrap(&self, ctx: Context) -> Result<BootstrapStatus, ProviderError> {
+        P::reconcile_bootstrap(ctx)
+    }
+    fn delete_bootstrap(&self, ctx: Context) -> Result<DeleteStatus, ProviderError> {
+        P::delete_bootstrap(ctx)
+    }
+    fn reconcile_control_plane(&self, ctx: Context) -> Result<ControlPlaneStatus, ProviderError> {
+        P::reconcile_control_plane(ctx)
+    }
+    fn delete_control_plane(&self, ctx: Context) -> Result<DeleteStatus, ProviderError> {
+        P::delete_control_plane(ctx)
+    }
+}
+
+fn native<P: capw_sdk::Provider + 'static>() -> Arc<dyn NativeProvider> {
+    Arc::new(Native::<P>(std::marker::PhantomData))
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Mode {
+    Wasm,
+    Native,
+}
+
+struct Outcome {
+    wall: Duration,
+    requests: u64,
+    peak_rss_mib: f64,
+    reconciles: u64,
+    plugin_calls: u64,
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("root")
+        .to_path_buf()
+}
+
+/// Peak RSS since the last reset, in MiB.
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn apiserver(dir: &Path) -> (std::process::Child, PathBuf) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capw"))
+        .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("capw apiserver starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut kubeconfig = PathBuf::new();
+    for line in lines.by_ref() {
+        if let Some(k) = line.expect("line").strip_prefix("kubeconfig: ") {
+            kubeconfig = PathBuf::from(k);
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    (child, kubeconfig)
+}
+
+async fn requests(client: &kube::Client) -> u64 {
+    let req = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = client.request_text(req).await.unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("capw_apiserver_requests_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn ar(group: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: "v1beta2".into(),
+        api_version: format!("{group}/v1beta2"),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
+    let name = format!("c{i}");
+    let pp = PostParams::default();
+    let create = |ar: ApiResource, obj: serde_json::Value| {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+        async move {
+            let o: DynamicObject = serde_json::from_value(obj).expect("object");
+            api.create(&PostParams::default(), &o)
+                .await
+                .expect("create");
+        }
+    };
+    let _ = pp;
+    let infra = "infrastructure.cluster.x-k8s.io";
+    create(
+        ar("cluster.x-k8s.io", "Cluster", "clusters"),
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": name},
+            "spec": {"infrastructureRef": {"apiGroup": infra, "kind": "InMemoryCluster", "name": name},
+                     "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "CapwControlPlane", "name": name}}}),
+    )
+    .await;
+    create(
+        ar(infra, "InMemoryCluster", "inmemoryclusters"),
+        json!({"apiVersion": format!("{infra}/v1beta2"), "kind": "InMemoryCluster", "metadata": {"name": name}, "spec": {}}),
+    )
+    .await;
+    create(
+        ar(infra, "InMemoryMachineTemplate", "inmemorymachinetemplates"),
+        json!({"apiVersion": format!("{infra}/v1beta2"), "kind": "InMemoryMachineTemplate", "metadata": {"name": name},
+            "spec": {"template": {"spec": {}}}}),
+    )
+    .await;
+    create(
+        ar("controlplane.cluster.x-k8s.io", "CapwControlPlane", "capwcontrolplanes"),
+        json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "CapwControlPlane", "metadata": {"name": name},
+            "spec": {"replicas": 1, "version": "v1.33.0",
+                "machineTemplate": {"spec": {"infrastructureRef": {"apiGroup": infra, "kind": "InMemoryMachineTemplate", "name": name}}}}}),
+    )
+    .await;
+    for w in 0..workers {
+        let m = format!("{name}-w{w}");
+        create(
+            ar("bootstrap.cluster.x-k8s.io", "CapwConfig", "capwconfigs"),
+            json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "CapwConfig", "metadata": {"name": m}, "spec": {}}),
+        )
+        .await;
+        create(
+            ar(infra, "InMemoryMachine", "inmemorymachines"),
+            json!({"apiVersion": format!("{infra}/v1beta2"), "kind": "InMemoryMachine", "metadata": {"name": m}, "spec": {}}),
+        )
+        .await;
+        create(
+            ar("cluster.x-k8s.io", "Machine", "machines"),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": {"name": m},
+                "spec": {"clusterName": name, "version": "v1.33.0",
+                    "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "CapwConfig", "name": m}},
+                    "infrastructureRef": {"apiGroup": infra, "kind": "InMemoryMachine", "name": m}}}),
+        )
+        .await;
+    }
+}
+
+async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut child, kubeconfig) = apiserver(&dir.path().join("api"));
+    let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    let client = kube::Client::try_from(cfg).expect("client");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).expect("plugins");
+    if mode == Mode::Wasm {
+        let bundled = repo().join("target/plugins/bundled");
+        for e in std::fs::read_dir(&bundled)
+            .expect("target/plugins/bundled: run scripts/build-plugins first")
+        {
+            let e = e.expect("entry");
+            std::fs::copy(e.path(), plugins.join(e.file_name())).expect("copy");
+        }
+    }
+    let mut config = HostConfig::new(plugins, dir.path().join("cache"));
+    config.sim = SimSettings {
+        boot_delay: Duration::ZERO,
+        node_delay: Duration::ZERO,
+    };
+    reset_peak_rss();
+    let host = manager::start(client.clone(), config)
+        .await
+        .expect("host starts");
+    let _ = SIM.set(host.sim.clone());
+    if mode == Mode::Native {
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for (name, p) in [
+            ("inmemory", native::<inmemory::InMemory>()),
+            ("bootstrap", native::<bootstrap::Bootstrap>()),
+            ("control-plane", native::<control_plane::ControlPlane>()),
+        ] {
+            for text in p.metadata().crds {
+                let crd: CustomResourceDefinition = serde_json::from_str(&text).expect("crd");
+                let crd_name = crd.metadata.name.clone().expect("name");
+                crds.patch(
+                    &crd_name,
+                    &PatchParams::apply("bench").force(),
+                    &Patch::Apply(&crd),
+                )
+                .await
+                .expect("crd");
+            }
+            let plugin = Plugin::native(p, Limits::default()).expect("native plugin");
+            host.registry
+                .insert(name, Arc::new(Slot::new(plugin, Rollout::default())));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    while host.driver.driven().len() < 4 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = requests(&client).await;
+    let start = Instant::now();
+    let creating = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            futures::stream::iter(0..clusters)
+                .map(|i| {
+                    let client = client.clone();
+                    async move { create_cluster(&client, i, workers).await }
+                })
+                .buffer_unordered(32)
+                .collect::<Vec<()>>()
+                .await;
+        })
+    };
+    let want = clusters * (1 + workers);
+    let mut last_report = Instant::now();
+    loop {
+        let running = host
+            .machines
+            .state()
+            .iter()
+            .filter(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if running >= want {
+            break;
+        }
+        if last_report.elapsed() > Duration::from_secs(10) {
+            eprintln!(
+                "  {mode:?}: {running}/{want} machines Running after {:.0?}",
+                start.elapsed()
+            );
+            last_report = Instant::now();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(1800),
+            "{mode:?}: not converged after 30 minutes: {}",
+            host.status_line()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let wall = start.elapsed();
+    creating.await.expect("creation");
+    let out = Outcome {
+        wall,
+        requests: requests(&client).await - before,
+        peak_rss_mib: peak_rss_mib(),
+        reconciles: ["cluster", "machine"]
+            .iter()
+            .map(|c| host.metrics.reconcile_count(c))
+            .sum(),
+        plugin_calls: host
+            .registry
+            .names()
+            .iter()
+            .filter_map(|n| host.registry.get(n))
+            .map(|s| {
+                s.current()
+                    .counters
+                    .calls
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+            .sum(),
+    };
+    drop(host);
+    let _ = child.kill();
+    let _ = child.wait();
+    out
+}
+
+fn main() {
+    let clusters: usize = std::env::var("CAPW_BENCH_CLUSTERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let workers = 3;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    println!(
+        "clusters: {clusters} × (1 control-plane + {workers} workers), in-memory provider, {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let mut results = vec![];
+    for mode in [Mode::Wasm, Mode::Native] {
+        eprintln!("running {mode:?}...");
+        let o = rt.block_on(run(mode, clusters, workers));
+        println!(
+            "{:<7} wall {:>8.1?}  {:>6.1} clusters/s  API requests {:>8}  ({:.1}/cluster)  core reconciles {:>7}  plugin calls {:>7}  peak host RSS {:>7.1} MiB",
+            format!("{mode:?}"),
+            o.wall,
+            clusters as f64 / o.wall.as_secs_f64(),
+            o.requests,
+            o.requests as f64 / clusters as f64,
+            o.reconciles,
+            o.plugin_calls,
+            o.peak_rss_mib
+        );
+        results.push(o);
+    }
+    println!(
+        "ratio Wasm/native wall time: {:.3}",
+        results[0].wall.as_secs_f64() / results[1].wall.as_secs_f64()
+    );
+}

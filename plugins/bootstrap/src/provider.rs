@@ -1,0 +1,149 @@
+// The provider's logic, kept apart from the export so the host's benchmark can build the same
+// text natively (`include!`) to compare it with the component.
+
+use capw_sdk::*;
+
+const GROUP: &str = "bootstrap.cluster.x-k8s.io";
+const VERSION: &str = "0.1.0";
+const PKI: &str = "/etc/capw/pki";
+const TOKEN: &str = "/etc/capw/token";
+const SENTINEL_DIR: &str = "/run/cluster-api";
+const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
+
+pub struct Bootstrap;
+
+/// A YAML double-quoted scalar (JSON strings are valid YAML).
+fn q(s: &str) -> String {
+    Value::String(s.to_string()).to_string()
+}
+
+fn indent(s: &str, by: usize) -> String {
+    let pad = " ".repeat(by);
+    s.lines().map(|l| format!("{pad}{l}\n")).collect()
+}
+
+struct File {
+    path: String,
+    content: String,
+    permissions: &'static str,
+}
+
+fn render(files: &[File], commands: &[String]) -> String {
+    let mut out = String::from("#cloud-config\nwrite_files:\n");
+    for f in files {
+        out.push_str(&format!("- path: {}\n  permissions: '{}'\n  content: |\n", q(&f.path), f.permissions));
+        out.push_str(&indent(if f.content.is_empty() { " " } else { &f.content }, 4));
+    }
+    out.push_str("runcmd:\n");
+    for c in commands {
+        out.push_str(&format!("- {}\n", q(c)));
+    }
+    out
+}
+
+/// `spec.files[]` and `spec.preCommands`/`spec.postCommands`, checked with field paths.
+fn user_files(obj: &View) -> Result<Vec<File>, ProviderError> {
+    let Some(list) = obj.get("/spec/files") else { return Ok(vec![]) };
+    let list = list.as_array().ok_or_else(|| ProviderError::InvalidSpec(format!("{}: spec.files must be a list", obj.name())))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let path = f.get("path").and_then(Value::as_str).filter(|p| p.starts_with('/'));
+            let path = path.ok_or_else(|| {
+                ProviderError::InvalidSpec(format!("{}: spec.files[{i}].path must be an absolute path", obj.name()))
+            })?;
+            Ok(File {
+                path: path.into(),
+                content: f.get("content").and_then(Value::as_str).unwrap_or_default().into(),
+                permissions: "0644",
+            })
+        })
+        .collect()
+}
+
+fn commands(obj: &View, field: &str) -> Result<Vec<String>, ProviderError> {
+    match obj.get(&format!("/spec/{field}")) {
+        None => Ok(vec![]),
+        Some(Value::Array(a)) => a
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                c.as_str().map(str::to_string).ok_or_else(|| {
+                    ProviderError::InvalidSpec(format!("{}: spec.{field}[{i}] must be a string", obj.name()))
+                })
+            })
+            .collect(),
+        Some(_) => Err(ProviderError::InvalidSpec(format!("{}: spec.{field} must be a list of strings", obj.name()))),
+    }
+}
+
+impl Provider for Bootstrap {
+    fn metadata() -> Metadata {
+        let cols = [
+            ("Cluster", "string", ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']"),
+            ("DataSecretCreated", "boolean", ".status.initialization.dataSecretCreated"),
+            ("DataSecret", "string", ".status.dataSecretName"),
+        ];
+        Metadata {
+            name: "bootstrap".into(),
+            version: VERSION.into(),
+            provider_type: ProviderType::Bootstrap,
+            contract_version: "v1beta2".into(),
+            kinds: vec![kind(GROUP, "CapwConfig"), kind(GROUP, "CapwConfigTemplate")],
+            crds: vec![
+                crd(GROUP, "CapwConfig", "capwconfigs", &cols),
+                crd(GROUP, "CapwConfigTemplate", "capwconfigtemplates", &[]),
+            ],
+        }
+    }
+
+    fn reconcile_bootstrap(ctx: Context) -> Result<BootstrapStatus, ProviderError> {
+        let obj = ctx.view()?;
+        let machine = ctx
+            .machine_view()?
+            .ok_or_else(|| wait(format!("waiting for a Machine to own {}", obj.name()), 5))?;
+        let cluster = ctx.cluster_view()?.ok_or_else(|| wait("waiting for the Cluster", 5))?;
+        let control_plane = machine.get("/metadata/labels/cluster.x-k8s.io~1control-plane").is_some();
+        let host = cluster.str("/spec/controlPlaneEndpoint/host");
+        let port = cluster.get("/spec/controlPlaneEndpoint/port").and_then(Value::as_u64).unwrap_or(0);
+        if host.is_empty() || port == 0 {
+            return Ok(waiting("WaitingForControlPlaneEndpoint", "the Cluster has no controlPlaneEndpoint yet"));
+        }
+        let initialized = cluster.get("/status/initialization/controlPlaneInitialized").and_then(Value::as_bool) == Some(true);
+        if !control_plane && !initialized {
+            return Ok(waiting("WaitingForControlPlaneInitialized", "workers join once the control plane is initialized"));
+        }
+        let (Some(token), Some(ca), Some(ca_key)) = (ctx.secret("token"), ctx.secret("ca.crt"), ctx.secret("ca.key")) else {
+            return Err(wait("waiting for the host to make the cluster's CA and token", 2));
+        };
+        let mut files = vec![File { path: TOKEN.into(), content: token.into(), permissions: "0600" }];
+        let mut run = commands(&obj, "preCommands")?;
+        run.push(format!("mkdir -p {PKI} {SENTINEL_DIR}"));
+        if control_plane {
+            files.push(File { path: format!("{PKI}/ca.crt"), content: ca.into(), permissions: "0644" });
+            files.push(File { path: format!("{PKI}/ca.key"), content: ca_key.into(), permissions: "0600" });
+            run.push(format!(
+                "capw apiserver --listen 0.0.0.0:6443 --ca-cert {PKI}/ca.crt --ca-key {PKI}/ca.key --token-file {TOKEN}"
+            ));
+        } else {
+            files.push(File { path: format!("{PKI}/ca.crt"), content: ca.into(), permissions: "0644" });
+        }
+        files.extend(user_files(&obj)?);
+        run.push(format!(
+            "capw node-agent --node-name {} --server https://{host}:{port} --ca-cert {PKI}/ca.crt --token-file {TOKEN}",
+            machine.name()
+        ));
+        run.extend(commands(&obj, "postCommands")?);
+        run.push(format!("touch {SENTINEL}"));
+        Ok(BootstrapStatus {
+            data: Some(BootstrapData { format: "cloud-config".into(), value: render(&files, &run) }),
+            common: common(vec![condition("Ready", true, "DataSecretAvailable", "")], None),
+        })
+    }
+}
+
+fn waiting(reason: &str, message: &str) -> BootstrapStatus {
+    let mut c = common(vec![condition("Ready", false, reason, message)], None);
+    c.requeue_after_seconds = Some(2);
+    BootstrapStatus { data: None, common: c }
+}

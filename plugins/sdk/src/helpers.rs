@@ -1,0 +1,188 @@
+// The SDK's helpers, written against the contract's type names only, so the same text builds
+// the guest SDK (with wit-bindgen types) and the host's native build of the bundled providers
+// (with wasmtime's types); it is `include!`d by both.
+
+/// A parsed object from the context, with accessors for the fields every provider reads.
+pub struct View(pub Value);
+
+impl View {
+    /// Parses one JSON object of the context; malformed JSON is an `invalid-spec` error.
+    pub fn parse(json: &str) -> Result<View, ProviderError> {
+        serde_json::from_str(json)
+            .map(View)
+            .map_err(|e| ProviderError::InvalidSpec(format!("the host sent an object that is not JSON: {e}")))
+    }
+
+    pub fn name(&self) -> &str {
+        self.str("/metadata/name")
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.str("/metadata/namespace")
+    }
+
+    pub fn kind(&self) -> &str {
+        self.str("/kind")
+    }
+
+    /// The string at a JSON pointer, or "".
+    pub fn str(&self, pointer: &str) -> &str {
+        self.0.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+    }
+
+    pub fn get(&self, pointer: &str) -> Option<&Value> {
+        self.0.pointer(pointer)
+    }
+}
+
+/// Reading the JSON of a call's context.
+pub trait ContextExt {
+    fn view(&self) -> Result<View, ProviderError>;
+    fn cluster_view(&self) -> Result<Option<View>, ProviderError>;
+    fn machine_view(&self) -> Result<Option<View>, ProviderError>;
+    fn infrastructure_cluster_view(&self) -> Result<Option<View>, ProviderError>;
+    fn secret(&self, key: &str) -> Option<&str>;
+}
+
+impl ContextExt for Context {
+    /// The provider object of this call.
+    fn view(&self) -> Result<View, ProviderError> {
+        View::parse(&self.object)
+    }
+
+    /// The owning Cluster, when the host sent one.
+    fn cluster_view(&self) -> Result<Option<View>, ProviderError> {
+        self.cluster.as_deref().map(View::parse).transpose()
+    }
+
+    /// The owning Machine, when the host sent one.
+    fn machine_view(&self) -> Result<Option<View>, ProviderError> {
+        self.machine.as_deref().map(View::parse).transpose()
+    }
+
+    /// The infrastructure cluster of the owning Cluster, when the host sent one.
+    fn infrastructure_cluster_view(&self) -> Result<Option<View>, ProviderError> {
+        self.infrastructure_cluster.as_deref().map(View::parse).transpose()
+    }
+
+    /// A secret the host handed over (`ca.crt`, `ca.key`, `token`).
+    fn secret(&self, key: &str) -> Option<&str> {
+        self.secrets.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+}
+
+/// A transient error asking to be called again after `seconds`.
+pub fn wait(message: impl Into<String>, seconds: u32) -> ProviderError {
+    ProviderError::Transient(Retry { message: message.into(), retry_after_seconds: Some(seconds) })
+}
+
+/// A v1beta2 condition.
+pub fn condition(type_: &str, ok: bool, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message: message.into(),
+    }
+}
+
+/// The common part of a result.
+pub fn common(conditions: Vec<Condition>, status_patch: Option<Value>) -> Common {
+    Common {
+        conditions,
+        status_patch: status_patch.map(|v| v.to_string()),
+        requeue_after_seconds: None,
+    }
+}
+
+/// Deletion finished.
+pub fn deleted() -> DeleteStatus {
+    DeleteStatus { done: true, common: common(vec![], None) }
+}
+
+fn not_served(what: &str) -> ProviderError {
+    ProviderError::Terminal(format!("this provider does not serve {what}"))
+}
+
+/// A provider of any type. Every method has a default, so a provider overrides what its type
+/// serves (and test providers only what they exercise).
+pub trait Provider {
+    fn metadata() -> Metadata;
+
+    fn reconcile_cluster(ctx: Context) -> Result<ClusterStatus, ProviderError> {
+        let _ = ctx;
+        Err(not_served("infrastructure clusters"))
+    }
+
+    fn delete_cluster(ctx: Context) -> Result<DeleteStatus, ProviderError> {
+        let _ = ctx;
+        Ok(deleted())
+    }
+
+    fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
+        let _ = ctx;
+        Err(not_served("infrastructure machines"))
+    }
+
+    fn delete_machine(ctx: Context) -> Result<DeleteStatus, ProviderError> {
+        let _ = ctx;
+        Ok(deleted())
+    }
+
+    fn reconcile_bootstrap(ctx: Context) -> Result<BootstrapStatus, ProviderError> {
+        let _ = ctx;
+        Err(not_served("bootstrap configs"))
+    }
+
+    fn delete_bootstrap(ctx: Context) -> Result<DeleteStatus, ProviderError> {
+        let _ = ctx;
+        Ok(deleted())
+    }
+
+    fn reconcile_control_plane(ctx: Context) -> Result<ControlPlaneStatus, ProviderError> {
+        let _ = ctx;
+        Err(not_served("control planes"))
+    }
+
+    fn delete_control_plane(ctx: Context) -> Result<DeleteStatus, ProviderError> {
+        let _ = ctx;
+        Ok(deleted())
+    }
+}
+
+/// A CustomResourceDefinition for a provider kind in `group`/v1beta2, with the contract label,
+/// a status subresource, the `cluster-api` category and the given printer columns
+/// (`(name, type, jsonPath)`). The schema keeps `spec` and `status` open; the plugin validates
+/// the fields it reads and names them in `invalid-spec` errors.
+pub fn crd(group: &str, kind: &str, plural: &str, columns: &[(&str, &str, &str)]) -> String {
+    let mut cols: Vec<Value> = columns
+        .iter()
+        .map(|(n, t, p)| json!({"name": n, "type": t, "jsonPath": p}))
+        .collect();
+    cols.push(json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}));
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}"), "labels": {"cluster.x-k8s.io/v1beta2": "v1beta2"}},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural, "singular": kind.to_lowercase(), "categories": ["cluster-api"]},
+            "versions": [{
+                "name": "v1beta2", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": cols,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                }}}
+            }]
+        }
+    })
+    .to_string()
+}
+
+/// A served kind in `group`/v1beta2.
+pub fn kind(group: &str, kind: &str) -> ServedKind {
+    ServedKind { group: group.into(), version: "v1beta2".into(), kind: kind.into() }
+}
