@@ -20,13 +20,16 @@ use serde_json::json;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-static SIM: OnceLock<Arc<SimCloud>> = OnceLock::new();
+/// The simulated cloud of the current run, for the native providers' `sim_cloud` calls.
+static SIM: Mutex<Option<Arc<SimCloud>>> = Mutex::new(None);
 
-fn sim() -> &'static SimCloud {
-    SIM.get()
+fn sim() -> Arc<SimCloud> {
+    SIM.lock()
+        .expect("lock")
+        .clone()
         .expect("the simulated cloud is set before native providers run")
 }
 
@@ -193,6 +196,21 @@ fn apiserver(dir: &Path) -> (std::process::Child, PathBuf) {
     (child, kubeconfig)
 }
 
+/// Requests the API server served so far, by method.
+async fn requests_by_method(client: &kube::Client) -> Vec<(String, u64)> {
+    let req = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = client.request_text(req).await.unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("capw_apiserver_requests_total{method=\""))
+        .filter_map(|l| {
+            let (m, rest) = l.split_once('"')?;
+            Some((m.to_string(), rest.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
 async fn requests(client: &kube::Client) -> u64 {
     let req = http::Request::get("/metrics")
         .body(Vec::new())
@@ -304,7 +322,7 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
     let host = manager::start(client.clone(), config)
         .await
         .expect("host starts");
-    let _ = SIM.set(host.sim.clone());
+    *SIM.lock().expect("lock") = Some(host.sim.clone());
     if mode == Mode::Native {
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for (name, p) in [
@@ -375,6 +393,15 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
     }
     let wall = start.elapsed();
     creating.await.expect("creation");
+    let by_method: Vec<String> = requests_by_method(&client)
+        .await
+        .into_iter()
+        .map(|(m, n)| format!("{m} {n}"))
+        .collect();
+    eprintln!(
+        "  {mode:?}: requests by method since start: {}",
+        by_method.join(", ")
+    );
     let out = Outcome {
         wall,
         requests: requests(&client).await - before,

@@ -248,7 +248,17 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             )
             .default_backoff(),
         )
-        .touched_objects();
+        .touched_objects()
+        // Machines care about their Cluster's spec (pause) and annotations, not its status.
+        .predicate_filter(
+            |c: &Cluster| {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                (c.metadata.generation, c.annotations()).hash(&mut h);
+                Some(h.finish())
+            },
+            Default::default(),
+        );
         let tx = machine_tx.clone();
         let machines = machines.clone();
         tasks.push(tokio::spawn(async move {

@@ -1,15 +1,108 @@
 //! What the core controllers share: the client, caches of Clusters and Machines (reflectors),
 //! provider kind resolution with dynamic watches, workload cluster clients, Events and metrics.
 
+use super::error::ReconcileError;
 use super::external::{Resolver, Tracker};
 use super::remote::Remotes;
 use crate::api::cluster::Cluster;
 use crate::api::machine::Machine;
 use crate::metrics::Metrics;
-use kube::Client;
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::Store;
+use kube::{Api, Client, ResourceExt};
 use std::sync::Arc;
+use std::time::Instant;
+use tracing::Instrument;
+
+/// Publishes an Event; failing to is logged, never fatal.
+pub async fn publish(
+    recorder: &Recorder,
+    obj: &k8s_openapi::api::core::v1::ObjectReference,
+    warning: bool,
+    reason: &str,
+    note: String,
+) {
+    let ev = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, obj).await {
+        tracing::debug!(error = %e, reason, "publishing an Event failed");
+    }
+}
+
+/// A phase of a core reconcile: the apply or the cleanup side of the finalizer.
+pub type Phase<K> = for<'a> fn(
+    Arc<K>,
+    &'a CoreCtx,
+) -> futures::future::BoxFuture<'a, Result<Action, ReconcileError>>;
+
+/// One core reconcile, the skeleton both controllers share: a span with the object reference,
+/// the finalizer helper around `apply` and `cleanup`, and the metrics.
+pub async fn reconcile<K>(
+    obj: Arc<K>,
+    ctx: Arc<CoreCtx>,
+    controller: &'static str,
+    finalizer_name: &'static str,
+    apply: Phase<K>,
+    cleanup: Phase<K>,
+) -> Result<Action, ReconcileError>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let ns = obj.namespace().unwrap_or_default();
+    let span = tracing::info_span!("reconcile", controller, object.ref = %format!("{ns}/{}", obj.name_any()));
+    let start = Instant::now();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    let r = finalizer(&api, finalizer_name, obj, |ev| async {
+        match ev {
+            Finalizer::Apply(o) => apply(o, &ctx).await,
+            Finalizer::Cleanup(o) => cleanup(o, &ctx).await,
+        }
+    })
+    .instrument(span)
+    .await
+    .map_err(|e| ReconcileError::Finalizer(Box::new(e)));
+    ctx.metrics.reconcile(
+        controller,
+        start.elapsed(),
+        r.is_ok()
+            || r.as_ref()
+                .err()
+                .and_then(ReconcileError::wait_time)
+                .is_some(),
+    );
+    r
+}
+
+/// Waits are requeued quietly after their delay; failures are logged and retried in 5 s.
+pub fn error_policy<K: kube::ResourceExt>(
+    obj: Arc<K>,
+    err: &ReconcileError,
+    _ctx: Arc<CoreCtx>,
+) -> Action {
+    if let Some(after) = err.wait_time() {
+        return Action::requeue(after);
+    }
+    tracing::warn!(object = %obj.name_any(), error = %err, "reconcile failed; retrying");
+    Action::requeue(std::time::Duration::from_secs(5))
+}
 
 pub struct CoreCtx {
     pub client: Client,
@@ -24,7 +117,6 @@ pub struct CoreCtx {
 }
 
 impl CoreCtx {
-    /// Publishes an Event; failing to is logged, never fatal.
     pub async fn event(
         &self,
         obj: &k8s_openapi::api::core::v1::ObjectReference,
@@ -32,20 +124,7 @@ impl CoreCtx {
         reason: &str,
         note: String,
     ) {
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, obj).await {
-            tracing::debug!(error = %e, reason, "publishing an Event failed");
-        }
+        publish(&self.recorder, obj, warning, reason, note).await
     }
 
     /// The Machines of a cluster, from the cache.

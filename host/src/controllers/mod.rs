@@ -11,5 +11,6 @@ pub mod dropin;
 pub mod error;
 pub mod external;
 pub mod machine;
+pub mod referenced;
 pub mod remote;
 pub mod wasmprovider;

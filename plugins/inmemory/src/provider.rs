@@ -107,7 +107,7 @@ impl Provider for InMemory {
             st.common.requeue_after_seconds = Some(2);
             return Ok(st);
         };
-        let vm = sim_cloud::ensure_vm(&key, machine.name(), data).map_err(|e| ProviderError::Terminal(e))?;
+        let vm = sim_cloud::ensure_vm(&key, machine.name(), data).map_err(ProviderError::Terminal)?;
         if !vm.running {
             let mut st = pending(vec![condition("Ready", false, "VMBooting", &format!("VM {} is running its bootstrap data", vm.name))]);
             st.common.requeue_after_seconds = Some(1);

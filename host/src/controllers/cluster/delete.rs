@@ -3,12 +3,11 @@
 
 use super::{Scope, write_back};
 use crate::api::cluster::Cluster;
-use crate::api::common::ContractVersionedObjectReference;
 use crate::api::common::names::CONTROL_PLANE_LABEL;
 use crate::api::machine::Machine;
-use crate::controllers::conditions;
 use crate::controllers::context::CoreCtx;
 use crate::controllers::error::ReconcileError;
+use crate::controllers::{conditions, referenced};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
@@ -16,34 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(5);
-
-/// Deletes a referenced object unless it is gone or going; returns whether it still exists.
-async fn delete_external(
-    ctx: &CoreCtx,
-    ns: &str,
-    reference: &Option<ContractVersionedObjectReference>,
-) -> Result<bool, ReconcileError> {
-    let Some(r) = reference.as_ref().filter(|r| r.is_set()) else {
-        return Ok(false);
-    };
-    let Some((obj, resolved)) = ctx.resolver.get(ns, r).await? else {
-        return Ok(false);
-    };
-    ctx.cluster_tracker.ensure(&resolved);
-    if obj.metadata.deletion_timestamp.is_none() {
-        match ctx
-            .resolver
-            .api(ns, &resolved)
-            .delete(&r.name, &DeleteParams::background())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(true)
-}
 
 async fn step(
     scope: &mut Scope,
@@ -120,7 +91,14 @@ pub(super) async fn reconcile_delete(
         )
         .await;
     }
-    if delete_external(ctx, &ns, &cluster.spec.control_plane_ref).await? {
+    if referenced::delete(
+        &ctx.resolver,
+        &ctx.cluster_tracker,
+        &ns,
+        cluster.spec.control_plane_ref.as_ref(),
+    )
+    .await?
+    {
         return step(
             &mut scope,
             ctx,
@@ -129,7 +107,14 @@ pub(super) async fn reconcile_delete(
         )
         .await;
     }
-    if delete_external(ctx, &ns, &cluster.spec.infrastructure_ref).await? {
+    if referenced::delete(
+        &ctx.resolver,
+        &ctx.cluster_tracker,
+        &ns,
+        cluster.spec.infrastructure_ref.as_ref(),
+    )
+    .await?
+    {
         return step(
             &mut scope,
             ctx,

@@ -3,7 +3,7 @@
 //! deletion. Phases live in `phases.rs`, deletion in `delete.rs`, status in `status.rs`.
 
 mod delete;
-pub(crate) mod phases;
+mod phases;
 mod status;
 
 use super::context::CoreCtx;
@@ -13,13 +13,11 @@ use crate::api::common::names::{CLUSTER_FINALIZER, PAUSED_ANNOTATION};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tracing::Instrument;
+use std::time::Duration;
 
 /// How often a settled Cluster is looked at again (upstream's sync period).
 const SYNC: Duration = Duration::from_secs(600);
@@ -117,37 +115,15 @@ async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, Reconcile
 }
 
 async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<CoreCtx>) -> Result<Action, ReconcileError> {
-    let span = tracing::info_span!("reconcile", controller = "cluster", object.ref = %format!("{}/{}", cluster.namespace().unwrap_or_default(), cluster.name_any()));
-    let start = Instant::now();
-    let api: Api<Cluster> =
-        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    let r = finalizer(&api, CLUSTER_FINALIZER, cluster, |ev| async {
-        match ev {
-            Finalizer::Apply(c) => apply(c, &ctx).await,
-            Finalizer::Cleanup(c) => delete::reconcile_delete(c, &ctx).await,
-        }
-    })
-    .instrument(span)
-    .await
-    .map_err(|e| ReconcileError::Finalizer(Box::new(e)));
-    ctx.metrics.reconcile(
+    super::context::reconcile(
+        cluster,
+        ctx,
         "cluster",
-        start.elapsed(),
-        r.is_ok()
-            || r.as_ref()
-                .err()
-                .and_then(ReconcileError::wait_time)
-                .is_some(),
-    );
-    r
-}
-
-fn error_policy(cluster: Arc<Cluster>, err: &ReconcileError, _ctx: Arc<CoreCtx>) -> Action {
-    if let Some(after) = err.wait_time() {
-        return Action::requeue(after);
-    }
-    tracing::warn!(cluster = %cluster.name_any(), error = %err, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+        CLUSTER_FINALIZER,
+        |o, ctx| Box::pin(apply(o, ctx)),
+        |o, ctx| Box::pin(delete::reconcile_delete(o, ctx)),
+    )
+    .await
 }
 
 /// Runs the Cluster controller until the process ends. `triggers` carries reconcile requests
@@ -161,7 +137,7 @@ pub async fn run(
     Controller::new(api, watcher::Config::default())
         .with_config(Config::default().concurrency(concurrency))
         .reconcile_on(triggers)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, super::context::error_policy, ctx)
         .for_each(|_| async {})
         .await;
 }

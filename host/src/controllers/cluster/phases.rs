@@ -3,29 +3,23 @@
 
 use super::{EXTERNAL_READY_WAIT, Scope};
 use crate::api::cluster::{ClusterInitialization, ReplicaSummary};
+use crate::api::common::ContractVersionedObjectReference;
 use crate::api::common::names::CONTROL_PLANE_LABEL;
-use crate::api::common::{ContractVersionedObjectReference, Deprecated, V1Beta1Deprecated};
-use crate::controllers::adopt;
 use crate::controllers::conditions;
 use crate::controllers::context::CoreCtx;
 use crate::controllers::error::ReconcileError;
 use crate::controllers::external::read;
+use crate::controllers::{adopt, referenced};
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 use serde_json::Value;
 
-/// Fetches a referenced object, starts its dynamic watch, and ensures the Cluster's owner
-/// reference and the cluster-name label on it.
+/// Reads a referenced object and adopts it with a plain (non-controller) owner reference, so
+/// external tools can own it.
 async fn reconcile_external(
     scope: &mut Scope,
     ctx: &CoreCtx,
     reference: &ContractVersionedObjectReference,
 ) -> Result<Option<Value>, ReconcileError> {
-    let ns = scope.ns();
-    let Some((obj, resolved)) = ctx.resolver.get(&ns, reference).await? else {
-        return Ok(None);
-    };
-    ctx.cluster_tracker.ensure(&resolved);
     let c = &scope.cluster;
     let owner = adopt::owner_ref(
         "Cluster",
@@ -33,36 +27,22 @@ async fn reconcile_external(
         &c.uid().unwrap_or_default(),
         false,
     );
-    if obj.metadata.deletion_timestamp.is_none() {
-        adopt::ensure(
-            &ctx.resolver.api(&ns, &resolved),
-            &obj,
-            owner,
-            &[],
-            &c.name_any(),
-        )
-        .await?;
-    }
-    let v = to_value(&obj);
-    let (reason, message) = read::failure(&v);
-    if reason.is_some() || message.is_some() {
-        scope.status.deprecated = Some(Deprecated {
-            v1beta1: Some(V1Beta1Deprecated {
-                failure_reason: reason,
-                failure_message: message.map(|m| {
-                    format!(
-                        "Failure detected from referenced resource {}.{} with name {}: {m}",
-                        reference.kind, reference.api_group, reference.name
-                    )
-                }),
-            }),
-        });
-    }
-    Ok(Some(v))
-}
-
-pub(crate) fn to_value(obj: &DynamicObject) -> Value {
-    serde_json::to_value(obj).unwrap_or(Value::Null)
+    let found = referenced::read_and_adopt(
+        &ctx.resolver,
+        &ctx.cluster_tracker,
+        &scope.ns(),
+        reference,
+        owner,
+        &[],
+        &c.name_any(),
+    )
+    .await?;
+    Ok(found.map(|r| {
+        if r.deprecated.is_some() {
+            scope.status.deprecated = r.deprecated;
+        }
+        r.object
+    }))
 }
 
 fn init(scope: &mut Scope) -> &mut ClusterInitialization {

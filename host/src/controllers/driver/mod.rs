@@ -19,7 +19,7 @@ use crate::runtime::{Context, Registry};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -220,6 +220,57 @@ fn same_kind(r: &crate::api::common::ContractVersionedObjectReference, ar: &ApiR
     r.kind == ar.kind && r.api_group == ar.group
 }
 
+/// A watch that passes only the changes a provider object's reconcile depends on: status
+/// updates of Machines and Clusters (there are many) do not wake every provider object.
+fn relevant_changes<K>(
+    api: Api<K>,
+    relevance: fn(&K) -> Option<u64>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(relevance, Default::default())
+}
+
+fn hash_of(v: impl std::hash::Hash) -> Option<u64> {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.hash(&mut h);
+    Some(h.finish())
+}
+
+/// A Machine's spec (its generation), annotations, pause and deletion.
+fn machine_relevance(m: &Machine) -> Option<u64> {
+    let paused = m
+        .status
+        .as_ref()
+        .is_some_and(|s| crate::controllers::conditions::is_true(&s.conditions, "Paused"));
+    hash_of((
+        m.metadata.generation,
+        m.annotations(),
+        paused,
+        m.metadata.deletion_timestamp.is_some(),
+    ))
+}
+
+/// A Cluster's spec (its generation), annotations and deletion.
+fn cluster_relevance(c: &Cluster) -> Option<u64> {
+    hash_of((
+        c.metadata.generation,
+        c.annotations(),
+        c.metadata.deletion_timestamp.is_some(),
+    ))
+}
+
 async fn run_kind(kctx: Arc<KindCtx>) {
     let client = kctx.driver.client.clone();
     let ar = kctx.ar.clone();
@@ -230,9 +281,8 @@ async fn run_kind(kctx: Arc<KindCtx>) {
     match kctx.role {
         Role::InfraMachine | Role::BootstrapConfig => {
             let role = kctx.role;
-            c = c.watches(
-                Api::<Machine>::all(client.clone()),
-                watcher::Config::default(),
+            c = c.watches_stream(
+                relevant_changes(Api::<Machine>::all(client.clone()), machine_relevance),
                 move |m: Machine| {
                     let r = if role == Role::InfraMachine {
                         Some(m.spec.infrastructure_ref.clone())
@@ -248,9 +298,8 @@ async fn run_kind(kctx: Arc<KindCtx>) {
         }
         Role::InfraCluster | Role::ControlPlane => {
             let role = kctx.role;
-            c = c.watches(
-                Api::<Cluster>::all(client.clone()),
-                watcher::Config::default(),
+            c = c.watches_stream(
+                relevant_changes(Api::<Cluster>::all(client.clone()), cluster_relevance),
                 move |cl: Cluster| {
                     let r = if role == Role::InfraCluster {
                         cl.spec.infrastructure_ref.clone()
@@ -359,25 +408,14 @@ impl KindCtx {
     }
 
     async fn event(&self, obj: &DynamicObject, warning: bool, reason: &str, note: String) {
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = self
-            .driver
-            .recorder
-            .publish(&ev, &obj.object_ref(&self.ar))
-            .await
-        {
-            tracing::debug!(error = %e, "publishing an Event failed");
-        }
+        crate::controllers::context::publish(
+            &self.driver.recorder,
+            &obj.object_ref(&self.ar),
+            warning,
+            reason,
+            note,
+        )
+        .await
     }
 
     /// Records a failed call as the `PluginCallSucceeded` condition and an Event; returns when

@@ -4,11 +4,10 @@
 //! simulated or Docker nodes yet.
 
 use super::{Scope, write_back};
-use crate::api::common::ContractVersionedObjectReference;
 use crate::api::machine::Machine;
-use crate::controllers::conditions;
 use crate::controllers::context::CoreCtx;
 use crate::controllers::error::ReconcileError;
+use crate::controllers::{conditions, referenced};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
@@ -19,39 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(5);
-
-async fn delete_external(
-    ctx: &CoreCtx,
-    ns: &str,
-    reference: Option<&ContractVersionedObjectReference>,
-) -> Result<bool, ReconcileError> {
-    let Some(r) = reference.filter(|r| r.is_set()) else {
-        return Ok(false);
-    };
-    let found = match ctx.resolver.get(ns, r).await {
-        Ok(f) => f,
-        // No CRD serves the kind any more, so no object of it can exist.
-        Err(crate::controllers::external::ExternalError::NoContract { .. }) => None,
-        Err(e) => return Err(e.into()),
-    };
-    let Some((obj, resolved)) = found else {
-        return Ok(false);
-    };
-    ctx.machine_tracker.ensure(&resolved);
-    if obj.metadata.deletion_timestamp.is_none() {
-        match ctx
-            .resolver
-            .api(ns, &resolved)
-            .delete(&r.name, &DeleteParams::background())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(true)
-}
 
 async fn step(
     scope: &mut Scope,
@@ -88,7 +54,14 @@ pub(super) async fn reconcile_delete(
         spec_patch: Map::new(),
         requeue: None,
     };
-    if delete_external(ctx, &ns, Some(&machine.spec.infrastructure_ref)).await? {
+    if referenced::delete(
+        &ctx.resolver,
+        &ctx.machine_tracker,
+        &ns,
+        Some(&machine.spec.infrastructure_ref),
+    )
+    .await?
+    {
         return step(
             &mut scope,
             ctx,
@@ -100,7 +73,14 @@ pub(super) async fn reconcile_delete(
         )
         .await;
     }
-    if delete_external(ctx, &ns, machine.spec.bootstrap.config_ref.as_ref()).await? {
+    if referenced::delete(
+        &ctx.resolver,
+        &ctx.machine_tracker,
+        &ns,
+        machine.spec.bootstrap.config_ref.as_ref(),
+    )
+    .await?
+    {
         return step(
             &mut scope,
             ctx,

@@ -16,14 +16,12 @@ use crate::api::machine::{Machine, MachineStatus};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tracing::Instrument;
+use std::time::Duration;
 
 const SYNC: Duration = Duration::from_secs(600);
 pub(crate) const EXTERNAL_READY_WAIT: Duration = Duration::from_secs(30);
@@ -139,37 +137,15 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
 }
 
 async fn reconcile(machine: Arc<Machine>, ctx: Arc<CoreCtx>) -> Result<Action, ReconcileError> {
-    let span = tracing::info_span!("reconcile", controller = "machine", object.ref = %format!("{}/{}", machine.namespace().unwrap_or_default(), machine.name_any()));
-    let start = Instant::now();
-    let api: Api<Machine> =
-        Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
-    let r = finalizer(&api, MACHINE_FINALIZER, machine, |ev| async {
-        match ev {
-            Finalizer::Apply(m) => apply(m, &ctx).await,
-            Finalizer::Cleanup(m) => delete::reconcile_delete(m, &ctx).await,
-        }
-    })
-    .instrument(span)
-    .await
-    .map_err(|e| ReconcileError::Finalizer(Box::new(e)));
-    ctx.metrics.reconcile(
+    super::context::reconcile(
+        machine,
+        ctx,
         "machine",
-        start.elapsed(),
-        r.is_ok()
-            || r.as_ref()
-                .err()
-                .and_then(ReconcileError::wait_time)
-                .is_some(),
-    );
-    r
-}
-
-fn error_policy(machine: Arc<Machine>, err: &ReconcileError, _ctx: Arc<CoreCtx>) -> Action {
-    if let Some(after) = err.wait_time() {
-        return Action::requeue(after);
-    }
-    tracing::warn!(machine = %machine.name_any(), error = %err, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+        MACHINE_FINALIZER,
+        |o, ctx| Box::pin(apply(o, ctx)),
+        |o, ctx| Box::pin(delete::reconcile_delete(o, ctx)),
+    )
+    .await
 }
 
 /// Runs the Machine controller until the process ends.
@@ -182,7 +158,7 @@ pub async fn run(
     Controller::new(api, watcher::Config::default())
         .with_config(Config::default().concurrency(concurrency))
         .reconcile_on(triggers)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, super::context::error_policy, ctx)
         .for_each(|_| async {})
         .await;
 }

@@ -6,12 +6,11 @@ use crate::api::common::{
     ContractVersionedObjectReference, Deprecated, MachineAddress, V1Beta1Deprecated,
 };
 use crate::api::machine::{Machine, MachineInitialization};
-use crate::controllers::adopt;
-use crate::controllers::cluster::phases::to_value;
 use crate::controllers::conditions;
 use crate::controllers::context::CoreCtx;
 use crate::controllers::error::ReconcileError;
 use crate::controllers::external::read;
+use crate::controllers::{adopt, referenced};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -62,44 +61,29 @@ pub(super) async fn reconcile_owner_and_labels(
     Ok(())
 }
 
-/// Fetches a referenced object, watches its kind, and makes the Machine its controller.
+/// Reads a referenced object and makes the Machine its controller.
 async fn reconcile_external(
     scope: &mut Scope,
     ctx: &CoreCtx,
     reference: &ContractVersionedObjectReference,
 ) -> Result<Option<Value>, ReconcileError> {
-    let ns = scope.ns();
-    let Some((obj, resolved)) = ctx.resolver.get(&ns, reference).await? else {
-        return Ok(None);
-    };
-    ctx.machine_tracker.ensure(&resolved);
     let m = &scope.machine;
-    if obj.metadata.deletion_timestamp.is_none() {
-        adopt::ensure(
-            &ctx.resolver.api(&ns, &resolved),
-            &obj,
-            adopt::owner_ref("Machine", &m.name_any(), &m.uid().unwrap_or_default(), true),
-            ON_CREATE_OWNERS,
-            &m.spec.cluster_name,
-        )
-        .await?;
-    }
-    let v = to_value(&obj);
-    let (reason, message) = read::failure(&v);
-    if reason.is_some() || message.is_some() {
-        scope.status.deprecated = Some(Deprecated {
-            v1beta1: Some(V1Beta1Deprecated {
-                failure_reason: reason,
-                failure_message: message.map(|msg| {
-                    format!(
-                        "Failure detected from referenced resource {}.{} with name {}: {msg}",
-                        reference.kind, reference.api_group, reference.name
-                    )
-                }),
-            }),
-        });
-    }
-    Ok(Some(v))
+    let found = referenced::read_and_adopt(
+        &ctx.resolver,
+        &ctx.machine_tracker,
+        &scope.ns(),
+        reference,
+        adopt::owner_ref("Machine", &m.name_any(), &m.uid().unwrap_or_default(), true),
+        ON_CREATE_OWNERS,
+        &m.spec.cluster_name,
+    )
+    .await?;
+    Ok(found.map(|r| {
+        if r.deprecated.is_some() {
+            scope.status.deprecated = r.deprecated;
+        }
+        r.object
+    }))
 }
 
 pub(super) async fn reconcile_bootstrap(

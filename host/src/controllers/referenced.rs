@@ -1,0 +1,86 @@
+//! The provider objects a Cluster or Machine references, as core handles them in both
+//! controllers: read one (starting its dynamic watch, adopting it, and picking up the v1beta1
+//! failure fields it carries), and delete one in a deletion step.
+
+use super::adopt;
+use super::error::ReconcileError;
+use super::external::{ExternalError, Resolver, Tracker, read};
+use crate::api::common::{ContractVersionedObjectReference, Deprecated, V1Beta1Deprecated};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
+use kube::api::DeleteParams;
+use serde_json::Value;
+
+/// A referenced object as JSON, with the legacy failure fields core copies (without effect).
+pub struct Referenced {
+    pub object: Value,
+    pub deprecated: Option<Deprecated>,
+}
+
+/// Reads a referenced object, watches its kind, and ensures `owner` (dropping controller
+/// references of the `replace` kinds) and the cluster-name label on it.
+pub async fn read_and_adopt<K: Resource<DynamicType = ()> + Send + Sync + 'static>(
+    resolver: &Resolver,
+    tracker: &Tracker<K>,
+    ns: &str,
+    reference: &ContractVersionedObjectReference,
+    owner: OwnerReference,
+    replace: &[&str],
+    cluster: &str,
+) -> Result<Option<Referenced>, ReconcileError> {
+    let Some((obj, resolved)) = resolver.get(ns, reference).await? else {
+        return Ok(None);
+    };
+    tracker.ensure(&resolved);
+    if obj.metadata.deletion_timestamp.is_none() {
+        adopt::ensure(&resolver.api(ns, &resolved), &obj, owner, replace, cluster).await?;
+    }
+    let object = serde_json::to_value(&obj).unwrap_or(Value::Null);
+    let (reason, message) = read::failure(&object);
+    let deprecated = (reason.is_some() || message.is_some()).then(|| Deprecated {
+        v1beta1: Some(V1Beta1Deprecated {
+            failure_reason: reason,
+            failure_message: message.map(|m| {
+                format!(
+                    "Failure detected from referenced resource {}.{} with name {}: {m}",
+                    reference.kind, reference.api_group, reference.name
+                )
+            }),
+        }),
+    });
+    Ok(Some(Referenced { object, deprecated }))
+}
+
+/// Deletes a referenced object unless it is gone or going; returns whether it still exists.
+pub async fn delete<K: Resource<DynamicType = ()> + Send + Sync + 'static>(
+    resolver: &Resolver,
+    tracker: &Tracker<K>,
+    ns: &str,
+    reference: Option<&ContractVersionedObjectReference>,
+) -> Result<bool, ReconcileError> {
+    let Some(r) = reference.filter(|r| r.is_set()) else {
+        return Ok(false);
+    };
+    let found = match resolver.get(ns, r).await {
+        Ok(f) => f,
+        // No CRD serves the kind any more, so no object of it can exist.
+        Err(ExternalError::NoContract { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let Some((obj, resolved)) = found else {
+        return Ok(false);
+    };
+    tracker.ensure(&resolved);
+    if obj.metadata.deletion_timestamp.is_none() {
+        match resolver
+            .api(ns, &resolved)
+            .delete(&r.name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(true)
+}
