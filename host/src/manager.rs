@@ -4,6 +4,7 @@
 //! `/healthz` endpoint. `capw up`, `capw run`, the tests and the benchmarks all start it here.
 
 use crate::api::cluster::Cluster;
+use crate::api::common::names::CLUSTER_NAME_LABEL;
 use crate::api::machine::Machine;
 use crate::capabilities::sim_cloud::{SimCloud, SimSettings};
 use crate::controllers::context::CoreCtx;
@@ -13,6 +14,7 @@ use crate::controllers::{cluster, dropin, machine, remote, wasmprovider};
 use crate::metrics::Metrics;
 use crate::runtime::{Registry, Runtime};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
@@ -277,6 +279,22 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             }
         }));
     }
+    let (secrets, secret_writer) = reflector::store::<Secret>();
+    {
+        let stream = reflector::reflector(
+            secret_writer,
+            watcher(
+                Api::<Secret>::all(client.clone()),
+                watcher::Config::default().labels(CLUSTER_NAME_LABEL),
+            )
+            .default_backoff(),
+        )
+        .touched_objects();
+        tasks.push(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while stream.next().await.is_some() {}
+        }));
+    }
     let resolver = Resolver::new(client.clone());
     let ctx = Arc::new(CoreCtx {
         client: client.clone(),
@@ -286,8 +304,17 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         metrics: metrics.clone(),
         clusters: clusters.clone(),
         machines: machines.clone(),
-        cluster_tracker: Tracker::new(client.clone(), referrers_of_cluster(&clusters), cluster_tx),
-        machine_tracker: Tracker::new(client.clone(), referrers_of_machine(&machines), machine_tx),
+        secrets: secrets.clone(),
+        cluster_tracker: Tracker::new(
+            resolver.clone(),
+            referrers_of_cluster(&clusters),
+            cluster_tx,
+        ),
+        machine_tracker: Tracker::new(
+            resolver.clone(),
+            referrers_of_machine(&machines),
+            machine_tx,
+        ),
     });
     {
         let (clusters, machines) = (clusters.clone(), machines.clone());
@@ -307,6 +334,11 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         client.clone(),
         registry.clone(),
         resolver,
+        crate::controllers::driver::Caches {
+            clusters: clusters.clone(),
+            machines: machines.clone(),
+            secrets,
+        },
         Recorder::new(client.clone(), reporter("capw-driver")),
         metrics.clone(),
     );

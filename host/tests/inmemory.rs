@@ -878,6 +878,11 @@ spec:
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "default");
     let mut s = Secret::default();
     s.metadata.name = Some("ext-kubeconfig".into());
+    // As upstream, the kubeconfig Secret carries the cluster-name label core's cache selects.
+    s.metadata.labels = Some(BTreeMap::from([(
+        "cluster.x-k8s.io/cluster-name".to_string(),
+        "ext".to_string(),
+    )]));
     s.string_data = Some(BTreeMap::from([("value".to_string(), kubeconfig)]));
     secrets
         .create(&Default::default(), &s)

@@ -112,6 +112,8 @@ pub struct CoreCtx {
     pub metrics: Arc<Metrics>,
     pub clusters: Store<Cluster>,
     pub machines: Store<Machine>,
+    /// Secrets labelled with a cluster name (kubeconfigs, CAs, tokens, bootstrap data).
+    pub secrets: Store<k8s_openapi::api::core::v1::Secret>,
     pub cluster_tracker: Arc<Tracker<Cluster>>,
     pub machine_tracker: Arc<Tracker<Machine>>,
 }

@@ -6,11 +6,13 @@ use crate::api::common::ContractVersionedObjectReference;
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Why a provider object could not be read.
@@ -38,10 +40,20 @@ pub struct Resolved {
     pub contract: Contract,
 }
 
-/// Resolves provider kinds and remembers them.
+/// Resolves provider kinds and remembers them, and keeps a cache (a reflector) of every kind
+/// read through it, so core reads provider objects from memory after the first list.
 pub struct Resolver {
     client: Client,
     kinds: Mutex<HashMap<(String, String), Resolved>>,
+    caches: Mutex<HashMap<(String, String), KindCache>>,
+}
+
+type Subscribers = Arc<Mutex<Vec<tokio::sync::mpsc::UnboundedSender<Arc<DynamicObject>>>>>;
+
+struct KindCache {
+    store: Store<DynamicObject>,
+    ready: Arc<AtomicBool>,
+    subscribers: Subscribers,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -75,6 +87,7 @@ impl Resolver {
         Arc::new(Resolver {
             client,
             kinds: Mutex::new(HashMap::new()),
+            caches: Mutex::new(HashMap::new()),
         })
     }
 
@@ -122,13 +135,78 @@ impl Resolver {
         Api::namespaced_with(self.client.clone(), ns, &r.ar)
     }
 
-    /// The referenced object, or `None` when it does not exist.
+    /// Starts the cache of a kind (once); every change it sees goes to the subscribers.
+    fn cache(&self, r: &Resolved) -> (Store<DynamicObject>, bool, Subscribers) {
+        let key = (r.ar.group.clone(), r.ar.kind.clone());
+        let mut caches = lock(&self.caches);
+        if let Some(c) = caches.get(&key) {
+            return (
+                c.store.clone(),
+                c.ready.load(Ordering::Acquire),
+                c.subscribers.clone(),
+            );
+        }
+        let writer = Writer::new(r.ar.clone());
+        let store = writer.as_reader();
+        let ready = Arc::new(AtomicBool::new(false));
+        let subscribers: Subscribers = Arc::default();
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &r.ar);
+        {
+            let (store, ready) = (store.clone(), ready.clone());
+            tokio::spawn(async move {
+                if store.wait_until_ready().await.is_ok() {
+                    ready.store(true, Ordering::Release);
+                }
+            });
+        }
+        let subs = subscribers.clone();
+        tokio::spawn(async move {
+            let mut stream = reflector(writer, watcher(api, watcher::Config::default()))
+                .default_backoff()
+                .touched_objects()
+                .boxed();
+            while let Some(ev) = stream.next().await {
+                let Ok(obj) = ev else { continue };
+                let obj = Arc::new(obj);
+                lock(&subs).retain(|tx| tx.send(obj.clone()).is_ok());
+            }
+        });
+        caches.insert(
+            key,
+            KindCache {
+                store: store.clone(),
+                ready,
+                subscribers: subscribers.clone(),
+            },
+        );
+        (store, false, subscribers)
+    }
+
+    /// Every change of objects of kind `r`, from now on.
+    pub fn subscribe(
+        &self,
+        r: &Resolved,
+    ) -> tokio::sync::mpsc::UnboundedReceiver<Arc<DynamicObject>> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (_, _, subs) = self.cache(r);
+        lock(&subs).push(tx);
+        rx
+    }
+
+    /// The referenced object, or `None` when it does not exist. Served from the kind's cache
+    /// once it has listed; a change the cache has not seen yet arrives as a watch event, which
+    /// reconciles the reader again.
     pub async fn get(
         &self,
         ns: &str,
         reference: &ContractVersionedObjectReference,
     ) -> Result<Option<(DynamicObject, Resolved)>, ExternalError> {
         let r = self.resolve(&reference.api_group, &reference.kind).await?;
+        let (store, ready, _) = self.cache(&r);
+        if ready {
+            let key = ObjectRef::new_with(&reference.name, r.ar.clone()).within(ns);
+            return Ok(store.get(&key).map(|o| ((*o).clone(), r)));
+        }
         Ok(self
             .api(ns, &r)
             .get_opt(&reference.name)
@@ -143,7 +221,7 @@ pub type OwnerMap<K> = Arc<dyn Fn(&DynamicObject) -> Vec<ObjectRef<K>> + Send + 
 /// Starts a watch per provider kind the first time a controller reads one, and turns each
 /// change into a reconcile request for the owning object of type `K`.
 pub struct Tracker<K: Resource<DynamicType = ()>> {
-    client: Client,
+    resolver: Arc<Resolver>,
     seen: Mutex<HashSet<(String, String)>>,
     tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<K>>,
     owner: OwnerMap<K>,
@@ -152,12 +230,12 @@ pub struct Tracker<K: Resource<DynamicType = ()>> {
 impl<K: Resource<DynamicType = ()> + Send + Sync + 'static> Tracker<K> {
     /// A tracker sending reconcile requests into `tx`.
     pub fn new(
-        client: Client,
+        resolver: Arc<Resolver>,
         owner: OwnerMap<K>,
         tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<K>>,
     ) -> Arc<Tracker<K>> {
         Arc::new(Tracker {
-            client,
+            resolver,
             seen: Mutex::new(HashSet::new()),
             tx,
             owner,
@@ -169,16 +247,11 @@ impl<K: Resource<DynamicType = ()> + Send + Sync + 'static> Tracker<K> {
         if !lock(&self.seen).insert(key) {
             return;
         }
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &r.ar);
+        let mut changes = self.resolver.subscribe(r);
         let tx = self.tx.clone();
         let owner = self.owner.clone();
         tokio::spawn(async move {
-            let mut stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .touched_objects()
-                .boxed();
-            while let Some(ev) = stream.next().await {
-                let Ok(obj) = ev else { continue };
+            while let Some(obj) = changes.recv().await {
                 for r in owner(&obj) {
                     if tx.send(r).is_err() {
                         return;

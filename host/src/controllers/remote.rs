@@ -4,16 +4,17 @@
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Config};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
-    #[error("reading Secret {0}: {1}")]
-    Read(String, kube::Error),
-    #[error("Secret {0} does not exist yet; the control plane provider writes it")]
+    #[error(
+        "Secret {0} does not exist yet, or lacks the label cluster.x-k8s.io/cluster-name; the control plane provider writes it"
+    )]
     Missing(String),
     #[error("Secret {0} has no key `value` holding a kubeconfig")]
     NoValue(String),
@@ -28,17 +29,17 @@ pub struct Remotes {
 }
 
 impl Remotes {
+    /// The client of a workload cluster. `secrets` caches the Secrets labelled with a cluster
+    /// name: upstream requires that label on `<cluster>-kubeconfig` for the same reason.
     pub async fn client(
         &self,
-        mgmt: &Client,
+        secrets: &Store<Secret>,
         ns: &str,
         cluster: &str,
     ) -> Result<Client, RemoteError> {
         let name = format!("{cluster}-kubeconfig");
-        let secret = Api::<Secret>::namespaced(mgmt.clone(), ns)
-            .get_opt(&name)
-            .await
-            .map_err(|e| RemoteError::Read(format!("{ns}/{name}"), e))?
+        let secret = secrets
+            .get(&ObjectRef::new(&name).within(ns))
             .ok_or_else(|| RemoteError::Missing(format!("{ns}/{name}")))?;
         let rv = secret.metadata.resource_version.clone().unwrap_or_default();
         let key = format!("{ns}/{cluster}");

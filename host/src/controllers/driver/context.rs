@@ -12,7 +12,8 @@ use crate::runtime::Context;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
 
@@ -41,23 +42,22 @@ fn json<T: serde::Serialize>(v: &T) -> Option<String> {
 }
 
 pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around, DriverError> {
-    let client = &kctx.driver.client;
+    let caches = &kctx.driver.caches;
     let ns = obj.namespace().unwrap_or_default();
-    let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
-    let machine = match owner_name(obj, "Machine").filter(|_| kctx.role.machine_scoped()) {
-        Some(name) => machines.get_opt(name).await?,
-        None => None,
-    };
+    let machines: Api<Machine> = Api::namespaced(kctx.driver.client.clone(), &ns);
+    let machine = owner_name(obj, "Machine")
+        .filter(|_| kctx.role.machine_scoped())
+        .and_then(|name| caches.machines.get(&ObjectRef::new(name).within(&ns)))
+        .map(|m| (*m).clone());
     let cluster_name = machine
         .as_ref()
         .map(|m| m.spec.cluster_name.clone())
         .or_else(|| owner_name(obj, "Cluster").map(str::to_string))
         .or_else(|| obj.labels().get(CLUSTER_NAME_LABEL).cloned());
-    let cluster = match &cluster_name {
-        Some(name) => clusters.get_opt(name).await?,
-        None => None,
-    };
+    let cluster = cluster_name
+        .as_ref()
+        .and_then(|name| caches.clusters.get(&ObjectRef::new(name).within(&ns)))
+        .map(|c| (*c).clone());
     let paused = obj.annotations().contains_key(PAUSED_ANNOTATION)
         || cluster
             .as_ref()
@@ -107,9 +107,7 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
         && let Some(secret) = machine
             .as_ref()
             .and_then(|m| m.spec.bootstrap.data_secret_name.clone())
-        && let Some(s) = Api::<Secret>::namespaced(client.clone(), &ns)
-            .get_opt(&secret)
-            .await?
+        && let Some(s) = caches.secrets.get(&ObjectRef::new(&secret).within(&ns))
         && let Some(value) = s.data.as_ref().and_then(|d| d.get("value"))
     {
         context.bootstrap_data = Some(String::from_utf8_lossy(&value.0).into_owned());
@@ -125,13 +123,16 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
         && let Some(c) = &cluster
     {
         let uid = obj.metadata.uid.clone().unwrap_or_default();
-        let lp = ListParams::default().labels(&format!(
-            "{CLUSTER_NAME_LABEL}={},{CONTROL_PLANE_LABEL}",
-            c.name_any()
-        ));
+        let cluster_name = c.name_any();
+        let mine = caches.machines.state_filter(|m| {
+            m.namespace().as_deref() == Some(ns.as_str())
+                && m.spec.cluster_name == cluster_name
+                && m.labels().contains_key(CONTROL_PLANE_LABEL)
+        });
         let cp_name = obj.name_any();
         let mut owned = vec![];
-        for m in machines.list(&lp).await?.items {
+        for m in mine {
+            let m = (*m).clone();
             let controller = m
                 .owner_references()
                 .iter()
@@ -188,7 +189,13 @@ async fn cluster_secrets(
                         make: fn() -> Result<BTreeMap<String, String>, DriverError>|
            -> Result<BTreeMap<String, String>, DriverError> {
         let secret_name = format!("{name}-{suffix}");
-        let existing = match api.get_opt(&secret_name).await? {
+        let cached = kctx
+            .driver
+            .caches
+            .secrets
+            .get(&ObjectRef::new(&secret_name).within(&ns))
+            .map(|s| (*s).clone());
+        let existing = match cached {
             Some(s) => Some(s),
             None => {
                 let data = make()?;

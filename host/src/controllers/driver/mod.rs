@@ -21,7 +21,7 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::Recorder;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -92,10 +92,18 @@ impl Role {
     }
 }
 
+/// The host's caches the driver reads instead of the API.
+pub struct Caches {
+    pub clusters: Store<Cluster>,
+    pub machines: Store<Machine>,
+    pub secrets: Store<k8s_openapi::api::core::v1::Secret>,
+}
+
 pub struct Driver {
     pub client: Client,
     pub registry: Arc<Registry>,
     pub resolver: Arc<Resolver>,
+    pub caches: Caches,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     running: Mutex<HashMap<String, (String, tokio::task::JoinHandle<()>)>>,
@@ -131,6 +139,7 @@ impl Driver {
         client: Client,
         registry: Arc<Registry>,
         resolver: Arc<Resolver>,
+        caches: Caches,
         recorder: Recorder,
         metrics: Arc<Metrics>,
     ) -> Arc<Driver> {
@@ -138,6 +147,7 @@ impl Driver {
             client,
             registry,
             resolver,
+            caches,
             recorder,
             metrics,
             running: Mutex::new(HashMap::new()),

@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -163,7 +164,12 @@ async fn ensure_secret(
         .into_iter()
         .map(|(k, v)| (k, ByteString(v.into_bytes())))
         .collect();
-    if let Some(existing) = api.get_opt(name).await? {
+    let cached = kctx
+        .driver
+        .caches
+        .secrets
+        .get(&ObjectRef::new(name).within(&obj.namespace().unwrap_or_default()));
+    if let Some(existing) = cached {
         if replace && existing.data.as_ref() != Some(&bytes) {
             let patch = json!({"data": bytes});
             api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -56,7 +56,7 @@ pub(super) async fn reconcile_node(scope: &mut Scope, ctx: &CoreCtx) -> Result<(
     };
     let ns = scope.ns();
     let cluster = scope.machine.spec.cluster_name.clone();
-    let client = match ctx.remotes.client(&ctx.client, &ns, &cluster).await {
+    let client = match ctx.remotes.client(&ctx.secrets, &ns, &cluster).await {
         Ok(c) => c,
         Err(e) => {
             set_node_conditions(scope, "Unknown", "NodeInspectionFailed", &e.to_string());
