@@ -172,15 +172,14 @@ fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
 fn apiserver(dir: &Path) -> (std::process::Child, PathBuf) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_capw"))
         .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir)
-        .env("RUST_LOG", "error")
+        .env(
+            "RUST_LOG",
+            std::env::var("CAPW_BENCH_APISERVER_LOG").unwrap_or_else(|_| "error".into()),
+        )
         .stdout(Stdio::piped())
         .spawn()
         .expect("capw apiserver starts");
@@ -318,7 +317,6 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
         boot_delay: Duration::ZERO,
         node_delay: Duration::ZERO,
     };
-    reset_peak_rss();
     let host = manager::start(client.clone(), config)
         .await
         .expect("host starts");
@@ -429,39 +427,63 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
     out
 }
 
+fn print(mode: Mode, clusters: usize, o: &Outcome) {
+    println!(
+        "{:<7} wall {:>8.1?}  {:>6.1} clusters/s  API requests {:>8}  ({:.1}/cluster)  core reconciles {:>7}  plugin calls {:>7}  peak host RSS {:>7.1} MiB",
+        format!("{mode:?}"),
+        o.wall,
+        clusters as f64 / o.wall.as_secs_f64(),
+        o.requests,
+        o.requests as f64 / clusters as f64,
+        o.reconciles,
+        o.plugin_calls,
+        o.peak_rss_mib
+    );
+    println!("RESULT {}", o.wall.as_secs_f64());
+}
+
+/// Each mode runs in a process of its own, so neither inherits the other's heap or tasks.
 fn main() {
     let clusters: usize = std::env::var("CAPW_BENCH_CLUSTERS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
     let workers = 3;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    if let Ok(mode) = std::env::var("CAPW_BENCH_MODE") {
+        let mode = if mode == "native" {
+            Mode::Native
+        } else {
+            Mode::Wasm
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let o = rt.block_on(run(mode, clusters, workers));
+        print(mode, clusters, &o);
+        return;
+    }
     println!(
         "clusters: {clusters} × (1 control-plane + {workers} workers), in-memory provider, {} cores",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let mut results = vec![];
-    for mode in [Mode::Wasm, Mode::Native] {
-        eprintln!("running {mode:?}...");
-        let o = rt.block_on(run(mode, clusters, workers));
-        println!(
-            "{:<7} wall {:>8.1?}  {:>6.1} clusters/s  API requests {:>8}  ({:.1}/cluster)  core reconciles {:>7}  plugin calls {:>7}  peak host RSS {:>7.1} MiB",
-            format!("{mode:?}"),
-            o.wall,
-            clusters as f64 / o.wall.as_secs_f64(),
-            o.requests,
-            o.requests as f64 / clusters as f64,
-            o.reconciles,
-            o.plugin_calls,
-            o.peak_rss_mib
-        );
-        results.push(o);
+    let exe = std::env::current_exe().expect("this benchmark's path");
+    let mut walls = vec![];
+    for mode in ["wasm", "native"] {
+        eprintln!("running {mode}...");
+        let out = Command::new(&exe)
+            .env("CAPW_BENCH_MODE", mode)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("the benchmark runs a mode");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{mode} failed: {text}");
+        for line in text.lines() {
+            match line.strip_prefix("RESULT ") {
+                Some(w) => walls.push(w.parse::<f64>().expect("wall time")),
+                None => println!("{line}"),
+            }
+        }
     }
-    println!(
-        "ratio Wasm/native wall time: {:.3}",
-        results[0].wall.as_secs_f64() / results[1].wall.as_secs_f64()
-    );
+    println!("ratio Wasm/native wall time: {:.3}", walls[0] / walls[1]);
 }

@@ -10,6 +10,7 @@ use crate::capabilities::sim_cloud::{SimCloud, SimSettings};
 use crate::controllers::context::CoreCtx;
 use crate::controllers::driver::Driver;
 use crate::controllers::external::{OwnerMap, Resolver, Tracker, owner_of_kind};
+use crate::controllers::fanout::Fanout;
 use crate::controllers::{cluster, dropin, machine, remote, wasmprovider};
 use crate::metrics::Metrics;
 use crate::runtime::{Registry, Runtime};
@@ -217,6 +218,8 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     let (cluster_tx, cluster_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<Cluster>>();
     let (machine_tx, machine_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<Machine>>();
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
+    let machine_changes: Arc<Fanout<Machine>> = Arc::default();
+    let cluster_changes: Arc<Fanout<Cluster>> = Arc::default();
     let (machines, machine_writer) = reflector::store::<Machine>();
     {
         let stream = reflector::reflector(
@@ -229,6 +232,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         )
         .touched_objects();
         let tx = cluster_tx.clone();
+        let fanout = machine_changes.clone();
         tasks.push(tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(ev) = stream.next().await {
@@ -237,6 +241,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
                         ObjectRef::new(&m.spec.cluster_name)
                             .within(&m.namespace().unwrap_or_default()),
                     );
+                    fanout.send(&Arc::new(m));
                 }
             }
         }));
@@ -250,24 +255,24 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             )
             .default_backoff(),
         )
-        .touched_objects()
-        // Machines care about their Cluster's spec (pause) and annotations, not its status.
-        .predicate_filter(
-            |c: &Cluster| {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                (c.metadata.generation, c.annotations()).hash(&mut h);
-                Some(h.finish())
-            },
-            Default::default(),
-        );
+        .touched_objects();
         let tx = machine_tx.clone();
         let machines = machines.clone();
+        let fanout = cluster_changes.clone();
         tasks.push(tokio::spawn(async move {
+            // Machines care about their Cluster's spec (pause) and annotations, not its status.
+            let mut seen: std::collections::HashMap<(String, String), u64> = Default::default();
             let mut stream = std::pin::pin!(stream);
             while let Some(ev) = stream.next().await {
-                if let Ok(c) = ev {
-                    let ns = c.namespace().unwrap_or_default();
+                let Ok(c) = ev else { continue };
+                let ns = c.namespace().unwrap_or_default();
+                let relevance = {
+                    use std::hash::{Hash, Hasher};
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    (c.metadata.generation, c.annotations()).hash(&mut h);
+                    h.finish()
+                };
+                if seen.insert((ns.clone(), c.name_any()), relevance) != Some(relevance) {
                     for m in machines.state() {
                         if m.spec.cluster_name == c.name_any()
                             && m.namespace().as_deref() == Some(ns.as_str())
@@ -276,6 +281,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
                         }
                     }
                 }
+                fanout.send(&Arc::new(c));
             }
         }));
     }
@@ -338,6 +344,8 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             clusters: clusters.clone(),
             machines: machines.clone(),
             secrets,
+            machine_changes,
+            cluster_changes,
         },
         Recorder::new(client.clone(), reporter("capw-driver")),
         metrics.clone(),

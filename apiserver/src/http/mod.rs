@@ -182,6 +182,7 @@ async fn serve_request(app: Arc<App>, req: Request) -> Response {
         .position(|m| parts.method == *m)
         .unwrap_or(METHODS.len());
     app.requests[method_index].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tracing::trace!(method = %parts.method, uri = %parts.uri, "request");
     if parts.uri.path() == "/metrics" {
         return (
             StatusCode::OK,

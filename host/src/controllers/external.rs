@@ -2,6 +2,7 @@
 //! through the contract's field paths, and watched dynamically once core first reads a kind
 //! (upstream's "external tracker").
 
+use super::fanout::Fanout;
 use crate::api::common::ContractVersionedObjectReference;
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -48,12 +49,10 @@ pub struct Resolver {
     caches: Mutex<HashMap<(String, String), KindCache>>,
 }
 
-type Subscribers = Arc<Mutex<Vec<tokio::sync::mpsc::UnboundedSender<Arc<DynamicObject>>>>>;
-
 struct KindCache {
     store: Store<DynamicObject>,
     ready: Arc<AtomicBool>,
-    subscribers: Subscribers,
+    changes: Arc<Fanout<DynamicObject>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -136,20 +135,20 @@ impl Resolver {
     }
 
     /// Starts the cache of a kind (once); every change it sees goes to the subscribers.
-    fn cache(&self, r: &Resolved) -> (Store<DynamicObject>, bool, Subscribers) {
+    fn cache(&self, r: &Resolved) -> (Store<DynamicObject>, bool, Arc<Fanout<DynamicObject>>) {
         let key = (r.ar.group.clone(), r.ar.kind.clone());
         let mut caches = lock(&self.caches);
         if let Some(c) = caches.get(&key) {
             return (
                 c.store.clone(),
                 c.ready.load(Ordering::Acquire),
-                c.subscribers.clone(),
+                c.changes.clone(),
             );
         }
         let writer = Writer::new(r.ar.clone());
         let store = writer.as_reader();
         let ready = Arc::new(AtomicBool::new(false));
-        let subscribers: Subscribers = Arc::default();
+        let changes: Arc<Fanout<DynamicObject>> = Arc::default();
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &r.ar);
         {
             let (store, ready) = (store.clone(), ready.clone());
@@ -159,7 +158,7 @@ impl Resolver {
                 }
             });
         }
-        let subs = subscribers.clone();
+        let fanout = changes.clone();
         tokio::spawn(async move {
             let mut stream = reflector(writer, watcher(api, watcher::Config::default()))
                 .default_backoff()
@@ -167,8 +166,7 @@ impl Resolver {
                 .boxed();
             while let Some(ev) = stream.next().await {
                 let Ok(obj) = ev else { continue };
-                let obj = Arc::new(obj);
-                lock(&subs).retain(|tx| tx.send(obj.clone()).is_ok());
+                fanout.send(&Arc::new(obj));
             }
         });
         caches.insert(
@@ -176,10 +174,10 @@ impl Resolver {
             KindCache {
                 store: store.clone(),
                 ready,
-                subscribers: subscribers.clone(),
+                changes: changes.clone(),
             },
         );
-        (store, false, subscribers)
+        (store, false, changes)
     }
 
     /// Every change of objects of kind `r`, from now on.
@@ -187,10 +185,7 @@ impl Resolver {
         &self,
         r: &Resolved,
     ) -> tokio::sync::mpsc::UnboundedReceiver<Arc<DynamicObject>> {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let (_, _, subs) = self.cache(r);
-        lock(&subs).push(tx);
-        rx
+        self.cache(r).2.subscribe()
     }
 
     /// The referenced object, or `None` when it does not exist. Served from the kind's cache

@@ -10,6 +10,7 @@ pub mod driver;
 pub mod dropin;
 pub mod error;
 pub mod external;
+pub mod fanout;
 pub mod machine;
 pub mod referenced;
 pub mod remote;

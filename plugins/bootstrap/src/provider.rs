@@ -144,6 +144,8 @@ impl Provider for Bootstrap {
 
 fn waiting(reason: &str, message: &str) -> BootstrapStatus {
     let mut c = common(vec![condition("Ready", false, reason, message)], None);
-    c.requeue_after_seconds = Some(2);
+    // The Cluster getting its endpoint or an initialized control plane calls again; this is
+    // only a fallback.
+    c.requeue_after_seconds = Some(30);
     BootstrapStatus { data: None, common: c }
 }

@@ -156,8 +156,9 @@ impl Provider for ControlPlane {
             conditions.push(condition("Initialized", true, "Initialized", ""));
         }
         let mut c = common(conditions, Some(json!({"selector": selector, "version": obj.get("/spec/version")})));
+        // Changes of the control plane's Machines call again; this is only a fallback.
         if count != desired || with_node < count {
-            c.requeue_after_seconds = Some(2);
+            c.requeue_after_seconds = Some(15);
         }
         Ok(ControlPlaneStatus {
             initialized,

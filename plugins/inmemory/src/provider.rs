@@ -104,7 +104,8 @@ impl Provider for InMemory {
             .ok_or_else(|| wait(format!("waiting for the Machine controller to set an owner reference on {}", obj.name()), 5))?;
         let Some(data) = ctx.bootstrap_data.as_deref() else {
             let mut st = pending(vec![condition("Ready", false, "WaitingForBootstrapData", "the bootstrap provider has not made the data yet")]);
-            st.common.requeue_after_seconds = Some(2);
+            // The Machine changing (its dataSecretName) calls again; this is only a fallback.
+            st.common.requeue_after_seconds = Some(30);
             return Ok(st);
         };
         let vm = sim_cloud::ensure_vm(&key, machine.name(), data).map_err(ProviderError::Terminal)?;

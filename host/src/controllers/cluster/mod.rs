@@ -135,7 +135,13 @@ pub async fn run(
 ) {
     let api: Api<Cluster> = Api::all(ctx.client.clone());
     Controller::new(api, watcher::Config::default())
-        .with_config(Config::default().concurrency(concurrency))
+        .with_config(
+            // A Cluster summarizes every Machine: a short debounce folds a burst of Machine changes into
+            // one reconcile and one status write.
+            Config::default()
+                .concurrency(concurrency)
+                .debounce(Duration::from_millis(300)),
+        )
         .reconcile_on(triggers)
         .run(reconcile, super::context::error_policy, ctx)
         .for_each(|_| async {})

@@ -107,10 +107,19 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
         && let Some(secret) = machine
             .as_ref()
             .and_then(|m| m.spec.bootstrap.data_secret_name.clone())
-        && let Some(s) = caches.secrets.get(&ObjectRef::new(&secret).within(&ns))
-        && let Some(value) = s.data.as_ref().and_then(|d| d.get("value"))
     {
-        context.bootstrap_data = Some(String::from_utf8_lossy(&value.0).into_owned());
+        // The Secret was written before the Machine named it, but the cache may not have it yet.
+        let s = match caches.secrets.get(&ObjectRef::new(&secret).within(&ns)) {
+            Some(s) => Some((*s).clone()),
+            None => {
+                Api::<Secret>::namespaced(kctx.driver.client.clone(), &ns)
+                    .get_opt(&secret)
+                    .await?
+            }
+        };
+        if let Some(value) = s.as_ref().and_then(|s| s.data.as_ref()?.get("value")) {
+            context.bootstrap_data = Some(String::from_utf8_lossy(&value.0).into_owned());
+        }
     }
     if matches!(kctx.role, Role::ControlPlane | Role::BootstrapConfig)
         && let Some(c) = &cluster

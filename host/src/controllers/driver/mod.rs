@@ -13,6 +13,7 @@ use crate::api::cluster::Cluster;
 use crate::api::common::names::{CONTROL_PLANE_NAME_LABEL, PLUGIN_VERSION_ANNOTATION};
 use crate::api::machine::Machine;
 use crate::controllers::external::Resolver;
+use crate::controllers::fanout::Fanout;
 use crate::metrics::{CallOutcome, Metrics};
 use crate::runtime::plugin::{CallError, ProviderFailure, ProviderType};
 use crate::runtime::{Context, Registry};
@@ -97,6 +98,9 @@ pub struct Caches {
     pub clusters: Store<Cluster>,
     pub machines: Store<Machine>,
     pub secrets: Store<k8s_openapi::api::core::v1::Secret>,
+    /// Machine and Cluster changes, after the stores above have them.
+    pub machine_changes: Arc<Fanout<Machine>>,
+    pub cluster_changes: Arc<Fanout<Cluster>>,
 }
 
 pub struct Driver {
@@ -230,24 +234,19 @@ fn same_kind(r: &crate::api::common::ContractVersionedObjectReference, ar: &ApiR
     r.kind == ar.kind && r.api_group == ar.group
 }
 
-/// A watch that passes only the changes a provider object's reconcile depends on: status
-/// updates of Machines and Clusters (there are many) do not wake every provider object.
+/// The changes a provider object's reconcile depends on, from the host's shared caches (so the
+/// reconcile reads them there): status updates of Machines and Clusters (there are many) do not
+/// wake every provider object.
 fn relevant_changes<K>(
-    api: Api<K>,
+    fanout: &Fanout<K>,
     relevance: fn(&K) -> Option<u64>,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + 'static,
+    K: kube::Resource + Clone + Send + Sync + 'static,
 {
     use kube::runtime::WatchStreamExt;
-    watcher(api, watcher::Config::default())
-        .default_backoff()
-        .touched_objects()
+    tokio_stream::wrappers::UnboundedReceiverStream::new(fanout.subscribe())
+        .map(|k| Ok((*k).clone()))
         .predicate_filter(relevance, Default::default())
 }
 
@@ -272,12 +271,19 @@ fn machine_relevance(m: &Machine) -> Option<u64> {
     ))
 }
 
-/// A Cluster's spec (its generation), annotations and deletion.
+/// A Cluster's spec (its generation), annotations, deletion, and whether its control plane is
+/// initialized (workers' bootstrap waits for that).
 fn cluster_relevance(c: &Cluster) -> Option<u64> {
+    let initialized = c
+        .status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.control_plane_initialized);
     hash_of((
         c.metadata.generation,
         c.annotations(),
         c.metadata.deletion_timestamp.is_some(),
+        initialized,
     ))
 }
 
@@ -285,14 +291,19 @@ async fn run_kind(kctx: Arc<KindCtx>) {
     let client = kctx.driver.client.clone();
     let ar = kctx.ar.clone();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    let mut c = Controller::new_with(api, watcher::Config::default(), ar.clone())
-        .with_config(Config::default().concurrency(64));
+    let mut c = Controller::new_with(api, watcher::Config::default(), ar.clone()).with_config(
+        // Core adopts, labels and patches provider objects in quick succession: a short debounce
+        // folds those into one plugin call.
+        Config::default()
+            .concurrency(64)
+            .debounce(Duration::from_millis(100)),
+    );
     let (ar1, ar2) = (ar.clone(), ar.clone());
     match kctx.role {
         Role::InfraMachine | Role::BootstrapConfig => {
             let role = kctx.role;
             c = c.watches_stream(
-                relevant_changes(Api::<Machine>::all(client.clone()), machine_relevance),
+                relevant_changes(&kctx.driver.caches.machine_changes, machine_relevance),
                 move |m: Machine| {
                     let r = if role == Role::InfraMachine {
                         Some(m.spec.infrastructure_ref.clone())
@@ -305,11 +316,36 @@ async fn run_kind(kctx: Arc<KindCtx>) {
                     })
                 },
             );
+            // The provider objects of a Cluster's Machines follow its pause and initialization.
+            let machines = kctx.driver.caches.machines.clone();
+            let ar3 = ar.clone();
+            c = c.watches_stream(
+                relevant_changes(&kctx.driver.caches.cluster_changes, cluster_relevance),
+                move |cl: Cluster| {
+                    let ns = cl.namespace().unwrap_or_default();
+                    machines
+                        .state_filter(|m| {
+                            m.spec.cluster_name == cl.name_any()
+                                && m.namespace().as_deref() == Some(ns.as_str())
+                        })
+                        .into_iter()
+                        .filter_map(|m| {
+                            let r = if role == Role::InfraMachine {
+                                Some(m.spec.infrastructure_ref.clone())
+                            } else {
+                                m.spec.bootstrap.config_ref.clone()
+                            };
+                            r.filter(|r| same_kind(r, &ar3))
+                                .map(|r| ObjectRef::new_with(&r.name, ar3.clone()).within(&ns))
+                        })
+                        .collect::<Vec<_>>()
+                },
+            );
         }
         Role::InfraCluster | Role::ControlPlane => {
             let role = kctx.role;
             c = c.watches_stream(
-                relevant_changes(Api::<Cluster>::all(client.clone()), cluster_relevance),
+                relevant_changes(&kctx.driver.caches.cluster_changes, cluster_relevance),
                 move |cl: Cluster| {
                     let r = if role == Role::InfraCluster {
                         cl.spec.infrastructure_ref.clone()
@@ -323,9 +359,11 @@ async fn run_kind(kctx: Arc<KindCtx>) {
                 },
             );
             if role == Role::ControlPlane {
-                c = c.watches(
-                    Api::<Machine>::all(client.clone()),
-                    watcher::Config::default(),
+                c = c.watches_stream(
+                    tokio_stream::wrappers::UnboundedReceiverStream::new(
+                        kctx.driver.caches.machine_changes.subscribe(),
+                    )
+                    .map(|m| Ok((*m).clone())),
                     move |m: Machine| {
                         // By owner, or by the label the host sets when it creates the Machine
                         // (so a Machine that lost its owner is adopted back at once).

@@ -156,7 +156,13 @@ pub async fn run(
 ) {
     let api: Api<Machine> = Api::all(ctx.client.clone());
     Controller::new(api, watcher::Config::default())
-        .with_config(Config::default().concurrency(concurrency))
+        .with_config(
+            // Provider objects change in bursts (status, then spec, then labels): a short debounce folds
+            // them into one reconcile and one status write.
+            Config::default()
+                .concurrency(concurrency)
+                .debounce(Duration::from_millis(150)),
+        )
         .reconcile_on(triggers)
         .run(reconcile, super::context::error_policy, ctx)
         .for_each(|_| async {})
