@@ -11,6 +11,7 @@ use crate::controllers::context::CoreCtx;
 use crate::controllers::driver::Driver;
 use crate::controllers::external::{OwnerMap, Resolver, Tracker, owner_of_kind};
 use crate::controllers::fanout::Fanout;
+use crate::controllers::relevance;
 use crate::controllers::{cluster, dropin, machine, remote, wasmprovider};
 use crate::metrics::Metrics;
 use crate::runtime::{Registry, Runtime};
@@ -266,12 +267,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             while let Some(ev) = stream.next().await {
                 let Ok(c) = ev else { continue };
                 let ns = c.namespace().unwrap_or_default();
-                let relevance = {
-                    use std::hash::{Hash, Hasher};
-                    let mut h = std::collections::hash_map::DefaultHasher::new();
-                    (c.metadata.generation, c.annotations()).hash(&mut h);
-                    h.finish()
-                };
+                let relevance = relevance::cluster_for_machines(&c).unwrap_or_default();
                 if seen.insert((ns.clone(), c.name_any()), relevance) != Some(relevance) {
                     for m in machines.state() {
                         if m.spec.cluster_name == c.name_any()
@@ -324,6 +320,8 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     });
     {
         let (clusters, machines) = (clusters.clone(), machines.clone());
+        let (own_clusters, own_machines) =
+            (cluster_changes.subscribe(), machine_changes.subscribe());
         let ctx = ctx.clone();
         let (cc, mc) = (config.cluster_concurrency, config.machine_concurrency);
         tasks.push(tokio::spawn(async move {
@@ -331,8 +329,18 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             let _ = clusters.wait_until_ready().await;
             let _ = machines.wait_until_ready().await;
             tokio::join!(
-                cluster::run(ctx.clone(), UnboundedReceiverStream::new(cluster_rx), cc),
-                machine::run(ctx, UnboundedReceiverStream::new(machine_rx), mc),
+                cluster::run(
+                    ctx.clone(),
+                    UnboundedReceiverStream::new(own_clusters),
+                    UnboundedReceiverStream::new(cluster_rx),
+                    cc
+                ),
+                machine::run(
+                    ctx,
+                    UnboundedReceiverStream::new(own_machines),
+                    UnboundedReceiverStream::new(machine_rx),
+                    mc
+                ),
             );
         }));
     }

@@ -13,5 +13,6 @@ pub mod external;
 pub mod fanout;
 pub mod machine;
 pub mod referenced;
+pub mod relevance;
 pub mod remote;
 pub mod wasmprovider;

@@ -14,7 +14,6 @@ use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
@@ -130,11 +129,17 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<CoreCtx>) -> Result<Action, R
 /// from Machines and from the dynamic watches on provider kinds.
 pub async fn run(
     ctx: Arc<CoreCtx>,
+    own: impl futures::Stream<Item = Arc<Cluster>> + Send + 'static,
     triggers: impl futures::Stream<Item = ObjectRef<Cluster>> + Send + 'static,
     concurrency: u16,
 ) {
-    let api: Api<Cluster> = Api::all(ctx.client.clone());
-    Controller::new(api, watcher::Config::default())
+    use kube::runtime::WatchStreamExt;
+    // Changes of the cluster itself come from the host's shared cache; its own status writes
+    // do not wake it again.
+    let own = own
+        .map(|o| Ok((*o).clone()))
+        .predicate_filter(super::relevance::metadata, Default::default());
+    Controller::for_stream(own, ctx.clusters.clone())
         .with_config(
             // A Cluster summarizes every Machine: a short debounce folds a burst of Machine changes into
             // one reconcile and one status write.

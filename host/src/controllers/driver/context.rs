@@ -37,8 +37,14 @@ fn owner_name<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a str> {
         .map(|o| o.name.as_str())
 }
 
+/// An object as the context carries it: without `managedFields`, which no provider reads and
+/// which would otherwise be most of every call's input.
 fn json<T: serde::Serialize>(v: &T) -> Option<String> {
-    serde_json::to_string(v).ok()
+    let mut v = serde_json::to_value(v).ok()?;
+    if let Some(meta) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        meta.remove("managedFields");
+    }
+    serde_json::to_string(&v).ok()
 }
 
 pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around, DriverError> {
@@ -63,7 +69,7 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
             .as_ref()
             .is_some_and(crate::controllers::cluster::is_paused);
     let mut context = Context {
-        object: serde_json::to_string(obj).unwrap_or_default(),
+        object: json(obj).unwrap_or_default(),
         cluster: cluster.as_ref().and_then(json),
         machine: machine.as_ref().and_then(json),
         infrastructure_cluster: None,

@@ -14,6 +14,7 @@ use crate::api::common::names::{CONTROL_PLANE_NAME_LABEL, PLUGIN_VERSION_ANNOTAT
 use crate::api::machine::Machine;
 use crate::controllers::external::Resolver;
 use crate::controllers::fanout::Fanout;
+use crate::controllers::relevance;
 use crate::metrics::{CallOutcome, Metrics};
 use crate::runtime::plugin::{CallError, ProviderFailure, ProviderType};
 use crate::runtime::{Context, Registry};
@@ -250,48 +251,21 @@ where
         .predicate_filter(relevance, Default::default())
 }
 
-fn hash_of(v: impl std::hash::Hash) -> Option<u64> {
-    use std::hash::Hasher;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    v.hash(&mut h);
-    Some(h.finish())
-}
-
-/// A Machine's spec (its generation), annotations, pause and deletion.
-fn machine_relevance(m: &Machine) -> Option<u64> {
-    let paused = m
-        .status
-        .as_ref()
-        .is_some_and(|s| crate::controllers::conditions::is_true(&s.conditions, "Paused"));
-    hash_of((
-        m.metadata.generation,
-        m.annotations(),
-        paused,
-        m.metadata.deletion_timestamp.is_some(),
-    ))
-}
-
-/// A Cluster's spec (its generation), annotations, deletion, and whether its control plane is
-/// initialized (workers' bootstrap waits for that).
-fn cluster_relevance(c: &Cluster) -> Option<u64> {
-    let initialized = c
-        .status
-        .as_ref()
-        .and_then(|s| s.initialization.as_ref())
-        .and_then(|i| i.control_plane_initialized);
-    hash_of((
-        c.metadata.generation,
-        c.annotations(),
-        c.metadata.deletion_timestamp.is_some(),
-        initialized,
-    ))
-}
-
 async fn run_kind(kctx: Arc<KindCtx>) {
     let client = kctx.driver.client.clone();
     let ar = kctx.ar.clone();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    let mut c = Controller::new_with(api, watcher::Config::default(), ar.clone()).with_config(
+    // The object's own status writes (the driver's) do not wake it again.
+    let writer = kube::runtime::reflector::store::Writer::new(ar.clone());
+    let reader = writer.as_reader();
+    let own = {
+        use kube::runtime::WatchStreamExt;
+        kube::runtime::reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff()
+            .touched_objects()
+            .predicate_filter(relevance::metadata, Default::default())
+    };
+    let mut c = Controller::for_stream_with(own, reader, ar.clone()).with_config(
         // Core adopts, labels and patches provider objects in quick succession: a short debounce
         // folds those into one plugin call.
         Config::default()
@@ -303,7 +277,10 @@ async fn run_kind(kctx: Arc<KindCtx>) {
         Role::InfraMachine | Role::BootstrapConfig => {
             let role = kctx.role;
             c = c.watches_stream(
-                relevant_changes(&kctx.driver.caches.machine_changes, machine_relevance),
+                relevant_changes(
+                    &kctx.driver.caches.machine_changes,
+                    relevance::machine_for_providers,
+                ),
                 move |m: Machine| {
                     let r = if role == Role::InfraMachine {
                         Some(m.spec.infrastructure_ref.clone())
@@ -320,7 +297,10 @@ async fn run_kind(kctx: Arc<KindCtx>) {
             let machines = kctx.driver.caches.machines.clone();
             let ar3 = ar.clone();
             c = c.watches_stream(
-                relevant_changes(&kctx.driver.caches.cluster_changes, cluster_relevance),
+                relevant_changes(
+                    &kctx.driver.caches.cluster_changes,
+                    relevance::cluster_for_providers,
+                ),
                 move |cl: Cluster| {
                     let ns = cl.namespace().unwrap_or_default();
                     machines
@@ -345,7 +325,10 @@ async fn run_kind(kctx: Arc<KindCtx>) {
         Role::InfraCluster | Role::ControlPlane => {
             let role = kctx.role;
             c = c.watches_stream(
-                relevant_changes(&kctx.driver.caches.cluster_changes, cluster_relevance),
+                relevant_changes(
+                    &kctx.driver.caches.cluster_changes,
+                    relevance::cluster_for_providers,
+                ),
                 move |cl: Cluster| {
                     let r = if role == Role::InfraCluster {
                         cl.spec.infrastructure_ref.clone()

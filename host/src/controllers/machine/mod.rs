@@ -17,7 +17,6 @@ use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -151,11 +150,17 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<CoreCtx>) -> Result<Action, R
 /// Runs the Machine controller until the process ends.
 pub async fn run(
     ctx: Arc<CoreCtx>,
+    own: impl futures::Stream<Item = Arc<Machine>> + Send + 'static,
     triggers: impl futures::Stream<Item = ObjectRef<Machine>> + Send + 'static,
     concurrency: u16,
 ) {
-    let api: Api<Machine> = Api::all(ctx.client.clone());
-    Controller::new(api, watcher::Config::default())
+    use kube::runtime::WatchStreamExt;
+    // Changes of the machine itself come from the host's shared cache; its own status writes
+    // do not wake it again.
+    let own = own
+        .map(|o| Ok((*o).clone()))
+        .predicate_filter(super::relevance::metadata, Default::default());
+    Controller::for_stream(own, ctx.machines.clone())
         .with_config(
             // Provider objects change in bursts (status, then spec, then labels): a short debounce folds
             // them into one reconcile and one status write.
