@@ -427,6 +427,72 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
     out
 }
 
+/// One bundled provider call with a realistic context, component against native: where the
+/// end-to-end difference comes from.
+async fn probe() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = capw::runtime::Runtime::new(dir.path()).expect("runtime");
+    let bytes = std::fs::read(repo().join("target/plugins/bootstrap.wasm"))
+        .expect("target/plugins/bootstrap.wasm: run scripts/build-plugins first");
+    let grants = [capw::runtime::Capability::Log].into();
+    let wasm = Plugin::load(
+        &rt.engine,
+        &rt.cache,
+        &bytes,
+        None,
+        grants,
+        Limits::default(),
+    )
+    .await
+    .expect("bootstrap loads");
+    let native =
+        Plugin::native(native::<bootstrap::Bootstrap>(), Limits::default()).expect("native");
+    let (ca, key) = capw_apiserver::tls::generate_ca().expect("ca");
+    let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "c0", "namespace": "default", "uid": "u1", "resourceVersion": "10",
+            "labels": {"cluster.x-k8s.io/cluster-name": "c0"}, "finalizers": ["cluster.cluster.x-k8s.io"]},
+        "spec": {"controlPlaneEndpoint": {"host": "127.0.0.1", "port": 40000},
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryCluster", "name": "c0"},
+            "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "CapwControlPlane", "name": "c0"}},
+        "status": {"phase": "Provisioned", "initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true},
+            "conditions": (0..8).map(|i| json!({"type": format!("Cond{i}"), "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"})).collect::<Vec<_>>()}});
+    let machine = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "c0-w0", "namespace": "default", "uid": "u2", "labels": {"cluster.x-k8s.io/cluster-name": "c0"}},
+        "spec": {"clusterName": "c0", "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "CapwConfig", "name": "c0-w0"}},
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryMachine", "name": "c0-w0"}}});
+    let ctx = Context {
+        object: json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "CapwConfig",
+            "metadata": {"name": "c0-w0", "namespace": "default"}, "spec": {}})
+        .to_string(),
+        cluster: Some(cluster.to_string()),
+        machine: Some(machine.to_string()),
+        infrastructure_cluster: None,
+        bootstrap_data: None,
+        secrets: vec![
+            ("ca.crt".into(), ca),
+            ("ca.key".into(), key),
+            ("token".into(), "t".repeat(64)),
+        ],
+        owned_machines: vec![],
+    };
+    let bytes_in = ctx.object.len() + cluster.to_string().len() + machine.to_string().len();
+    for (label, p) in [("component", &wasm), ("native", &native)] {
+        for _ in 0..200 {
+            p.reconcile_bootstrap(&ctx).await.expect("warm-up");
+        }
+        let n = 2000;
+        let t = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(p.reconcile_bootstrap(&ctx).await.expect("call"));
+        }
+        println!(
+            "probe: bootstrap reconcile ({} B of objects in), {label}: {:.1?} per call",
+            bytes_in,
+            t.elapsed() / n
+        );
+    }
+}
+
 fn print(mode: Mode, clusters: usize, o: &Outcome) {
     println!(
         "{:<7} wall {:>8.1?}  {:>6.1} clusters/s  API requests {:>8}  ({:.1}/cluster)  core reconciles {:>7}  plugin calls {:>7}  peak host RSS {:>7.1} MiB",
@@ -450,15 +516,19 @@ fn main() {
         .unwrap_or(1000);
     let workers = 3;
     if let Ok(mode) = std::env::var("CAPW_BENCH_MODE") {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        if mode == "probe" {
+            rt.block_on(probe());
+            return;
+        }
         let mode = if mode == "native" {
             Mode::Native
         } else {
             Mode::Wasm
         };
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
         let o = rt.block_on(run(mode, clusters, workers));
         print(mode, clusters, &o);
         return;
@@ -469,7 +539,7 @@ fn main() {
     );
     let exe = std::env::current_exe().expect("this benchmark's path");
     let mut walls = vec![];
-    for mode in ["wasm", "native"] {
+    for mode in ["probe", "wasm", "native"] {
         eprintln!("running {mode}...");
         let out = Command::new(&exe)
             .env("CAPW_BENCH_MODE", mode)
@@ -480,6 +550,7 @@ fn main() {
         assert!(out.status.success(), "{mode} failed: {text}");
         for line in text.lines() {
             match line.strip_prefix("RESULT ") {
+                Some(_) if mode == "probe" => {}
                 Some(w) => walls.push(w.parse::<f64>().expect("wall time")),
                 None => println!("{line}"),
             }

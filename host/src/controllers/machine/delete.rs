@@ -34,7 +34,7 @@ async fn step(
         &message,
         generation,
     );
-    super::status::update(scope, ctx, true).await;
+    super::status::update(scope, true);
     write_back(scope, ctx).await?;
     Err(ReconcileError::waiting(reason, message, WAIT))
 }

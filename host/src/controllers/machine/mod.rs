@@ -127,7 +127,7 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
     if let Err(e) = node::reconcile_node(&mut scope, ctx).await {
         first_err.get_or_insert(e);
     }
-    status::update(&mut scope, ctx, first_err.is_none()).await;
+    status::update(&mut scope, first_err.is_none());
     write_back(&scope, ctx).await?;
     if let Some(e) = first_err {
         return Err(e);

@@ -3,7 +3,6 @@
 
 use super::Scope;
 use crate::controllers::conditions;
-use crate::controllers::context::CoreCtx;
 use kube::ResourceExt;
 
 pub(super) fn phase(scope: &Scope) -> &'static str {
@@ -27,7 +26,7 @@ pub(super) fn phase(scope: &Scope) -> &'static str {
     phase
 }
 
-pub(super) async fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
+pub(super) fn update(scope: &mut Scope, ok: bool) {
     let generation = scope.generation();
     let deleting = scope.machine.metadata.deletion_timestamp.is_some();
     if !deleting {
@@ -99,18 +98,9 @@ pub(super) async fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
         let from = scope.status.phase.clone().unwrap_or_default();
         scope.status.phase = Some(phase.to_string());
         scope.status.last_updated = Some(conditions::now());
-        if !from.is_empty() {
-            ctx.event(
-                &super::object_ref(&scope.machine),
-                false,
-                "PhaseChanged",
-                format!(
-                    "Machine {} phase changed from {from} to {phase}",
-                    scope.machine.name_any()
-                ),
-            )
-            .await;
-        }
+        // Upstream records phase changes in `lastUpdated`, not as Events; at a thousand
+        // clusters the Events would be a tenth of all API writes.
+        tracing::debug!(machine = %scope.machine.name_any(), %from, to = phase, "phase changed");
     }
     if ok {
         scope.status.observed_generation = generation;
