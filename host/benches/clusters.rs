@@ -538,8 +538,18 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let exe = std::env::current_exe().expect("this benchmark's path");
-    let mut walls = vec![];
-    for mode in ["probe", "wasm", "native"] {
+    // Rounds alternate the modes; the two share two cores with the API server, so one run of
+    // each is noisy and the per-round ratios are all printed.
+    let rounds: usize = std::env::var("CAPW_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let mut modes = vec!["probe"];
+    for _ in 0..rounds {
+        modes.extend(["wasm", "native"]);
+    }
+    let mut walls: Vec<f64> = vec![];
+    for mode in modes {
         eprintln!("running {mode}...");
         let out = Command::new(&exe)
             .env("CAPW_BENCH_MODE", mode)
@@ -550,11 +560,18 @@ fn main() {
         assert!(out.status.success(), "{mode} failed: {text}");
         for line in text.lines() {
             match line.strip_prefix("RESULT ") {
-                Some(_) if mode == "probe" => {}
                 Some(w) => walls.push(w.parse::<f64>().expect("wall time")),
                 None => println!("{line}"),
             }
         }
     }
-    println!("ratio Wasm/native wall time: {:.3}", walls[0] / walls[1]);
+    let mut ratios: Vec<f64> = walls.chunks(2).map(|p| p[0] / p[1]).collect();
+    for (i, r) in ratios.iter().enumerate() {
+        println!("round {}: ratio Wasm/native wall time {r:.3}", i + 1);
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "median ratio Wasm/native wall time over {rounds} round(s): {:.3}",
+        ratios[ratios.len() / 2]
+    );
 }
