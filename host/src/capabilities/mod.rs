@@ -2,4 +2,5 @@
 //! them into a Store only when the plugin's WasmProvider grants them.
 
 pub mod cloud_config;
+pub mod container_runtime;
 pub mod sim_cloud;

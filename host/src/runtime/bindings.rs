@@ -9,6 +9,8 @@ wasmtime::component::bindgen!({
     path: "../wit",
     world: "capw:provider/any-provider",
     exports: { default: async },
+    // Docker calls take milliseconds to seconds: they must not block an executor thread.
+    imports: { "capw:host/container-runtime": async },
 });
 
 pub use self::capw::host::{container_runtime, log, sim_cloud};

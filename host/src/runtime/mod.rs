@@ -79,6 +79,27 @@ impl Capability {
 #[derive(Default)]
 pub struct Services {
     pub sim_cloud: std::sync::OnceLock<std::sync::Arc<crate::capabilities::sim_cloud::SimCloud>>,
+    /// Connected on first use, so a host without Docker runs every other plugin.
+    docker: std::sync::OnceLock<
+        std::sync::Arc<crate::capabilities::container_runtime::ContainerRuntime>,
+    >,
+}
+
+impl Services {
+    pub fn container_runtime(
+        &self,
+    ) -> Result<
+        std::sync::Arc<crate::capabilities::container_runtime::ContainerRuntime>,
+        crate::capabilities::container_runtime::RuntimeError,
+    > {
+        if let Some(d) = self.docker.get() {
+            return Ok(d.clone());
+        }
+        let rt = crate::capabilities::container_runtime::ContainerRuntime::connect(
+            std::time::Duration::from_secs(30),
+        )?;
+        Ok(self.docker.get_or_init(|| std::sync::Arc::new(rt)).clone())
+    }
 }
 
 /// The engine and the artifact cache, shared by every plugin of the process.

@@ -1,0 +1,442 @@
+//! `capw:host/container-runtime` on the Docker engine, through bollard.
+//!
+//! Every container and network is created with the host's ownership labels, naming the plugin
+//! it was created for; a plugin sees and touches only those. Asking for anything else, a
+//! container another plugin or a person made, answers `not-found`, exactly as if it did not
+//! exist. Every call has a deadline.
+
+use bollard::Docker;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::models::{
+    ContainerCreateBody, ContainerInspectResponse, HostConfig, NetworkCreateRequest, PortBinding,
+};
+use bollard::query_parameters::{
+    CreateContainerOptions, ListContainersOptions, RemoveContainerOptions, StopContainerOptions,
+};
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The label every object the host creates carries.
+pub const MANAGED_BY: &str = "capw.dev/managed-by";
+/// The label naming the plugin an object was created for.
+pub const PLUGIN: &str = "capw.dev/plugin";
+
+/// Why a container-runtime call failed (the WIT's `runtime-error`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+pub struct PortMapping {
+    pub container_port: u16,
+    pub host_port: u16,
+}
+
+pub struct ContainerSpec {
+    pub name: String,
+    pub image: String,
+    pub command: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub labels: Vec<(String, String)>,
+    pub network: Option<String>,
+    pub ports: Vec<PortMapping>,
+    pub privileged: bool,
+}
+
+pub struct ContainerInfo {
+    pub id: String,
+    pub name: String,
+    pub running: bool,
+    pub labels: Vec<(String, String)>,
+    pub addresses: Vec<String>,
+    pub ports: Vec<PortMapping>,
+}
+
+pub struct ExecOutput {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// The Docker engine, with the deadline every call gets.
+pub struct ContainerRuntime {
+    docker: Docker,
+    timeout: Duration,
+}
+
+fn engine_error(what: &str, e: bollard::errors::Error) -> RuntimeError {
+    use bollard::errors::Error as E;
+    match e {
+        E::DockerResponseServerError {
+            status_code: 404,
+            message,
+        } => RuntimeError::NotFound(format!("{what}: {message}")),
+        E::DockerResponseServerError {
+            status_code: 400 | 409,
+            message,
+        } => RuntimeError::Invalid(format!("{what}: {message}")),
+        E::DockerResponseServerError {
+            status_code,
+            message,
+        } => RuntimeError::Other(format!(
+            "{what}: the engine answered {status_code}: {message}"
+        )),
+        other => RuntimeError::Unavailable(format!(
+            "{what}: cannot reach the Docker engine ({other}); is dockerd running?"
+        )),
+    }
+}
+
+fn owned_by(labels: Option<&HashMap<String, String>>, plugin: &str) -> bool {
+    labels.is_some_and(|l| {
+        l.get(MANAGED_BY).map(String::as_str) == Some("capw")
+            && l.get(PLUGIN).map(String::as_str) == Some(plugin)
+    })
+}
+
+fn not_yours(kind: &str, name: &str, plugin: &str) -> RuntimeError {
+    RuntimeError::NotFound(format!(
+        "no {kind} {name:?} was created for plugin {plugin}"
+    ))
+}
+
+impl ContainerRuntime {
+    /// Connects to the local engine (`DOCKER_HOST`, or the Unix socket).
+    pub fn connect(timeout: Duration) -> Result<ContainerRuntime, RuntimeError> {
+        let docker = Docker::connect_with_local_defaults()
+            .map_err(|e| engine_error("connecting", e))?
+            .with_timeout(timeout);
+        Ok(ContainerRuntime { docker, timeout })
+    }
+
+    async fn deadline<T>(
+        &self,
+        what: &str,
+        f: impl std::future::Future<Output = Result<T, bollard::errors::Error>>,
+    ) -> Result<T, RuntimeError> {
+        match tokio::time::timeout(self.timeout, f).await {
+            Ok(r) => r.map_err(|e| engine_error(what, e)),
+            Err(_) => Err(RuntimeError::Unavailable(format!(
+                "{what}: the Docker engine did not answer within {:?}",
+                self.timeout
+            ))),
+        }
+    }
+
+    fn labels(plugin: &str, extra: &[(String, String)]) -> HashMap<String, String> {
+        let mut l: HashMap<String, String> = extra.iter().cloned().collect();
+        l.insert(MANAGED_BY.into(), "capw".into());
+        l.insert(PLUGIN.into(), plugin.into());
+        l
+    }
+
+    /// The container, if it was created for `plugin`.
+    async fn owned(
+        &self,
+        plugin: &str,
+        name: &str,
+    ) -> Result<ContainerInspectResponse, RuntimeError> {
+        let c = self
+            .deadline(
+                &format!("inspecting container {name}"),
+                self.docker.inspect_container(
+                    name,
+                    None::<bollard::query_parameters::InspectContainerOptions>,
+                ),
+            )
+            .await?;
+        if !owned_by(c.config.as_ref().and_then(|c| c.labels.as_ref()), plugin) {
+            return Err(not_yours("container", name, plugin));
+        }
+        Ok(c)
+    }
+
+    pub async fn create_network(&self, plugin: &str, name: &str) -> Result<String, RuntimeError> {
+        if let Ok(n) = self
+            .docker
+            .inspect_network(
+                name,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
+            .await
+        {
+            if !owned_by(n.labels.as_ref(), plugin) {
+                return Err(RuntimeError::Invalid(format!(
+                    "network {name:?} exists and was not created for plugin {plugin}"
+                )));
+            }
+            return Ok(n.id.unwrap_or_default());
+        }
+        let req = NetworkCreateRequest {
+            name: name.into(),
+            labels: Some(Self::labels(plugin, &[])),
+            ..Default::default()
+        };
+        let r = self
+            .deadline(
+                &format!("creating network {name}"),
+                self.docker.create_network(req),
+            )
+            .await?;
+        Ok(r.id)
+    }
+
+    pub async fn remove_network(&self, plugin: &str, name: &str) -> Result<(), RuntimeError> {
+        let n = self
+            .deadline(
+                &format!("inspecting network {name}"),
+                self.docker.inspect_network(
+                    name,
+                    None::<bollard::query_parameters::InspectNetworkOptions>,
+                ),
+            )
+            .await?;
+        if !owned_by(n.labels.as_ref(), plugin) {
+            return Err(not_yours("network", name, plugin));
+        }
+        self.deadline(
+            &format!("removing network {name}"),
+            self.docker.remove_network(name),
+        )
+        .await
+    }
+
+    pub async fn create(&self, plugin: &str, spec: ContainerSpec) -> Result<String, RuntimeError> {
+        if spec.name.is_empty() || spec.image.is_empty() {
+            return Err(RuntimeError::Invalid(
+                "a container needs a name and an image".into(),
+            ));
+        }
+        let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
+        let mut exposed: HashMap<String, HashMap<(), ()>> = HashMap::new();
+        for p in &spec.ports {
+            let key = format!("{}/tcp", p.container_port);
+            exposed.insert(key.clone(), HashMap::new());
+            // Published on loopback only; port 0 lets the engine pick a free one.
+            bindings.insert(
+                key,
+                Some(vec![PortBinding {
+                    host_ip: Some("127.0.0.1".into()),
+                    host_port: Some(if p.host_port == 0 {
+                        String::new()
+                    } else {
+                        p.host_port.to_string()
+                    }),
+                }]),
+            );
+        }
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            cmd: (!spec.command.is_empty()).then(|| spec.command.clone()),
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            labels: Some(Self::labels(plugin, &spec.labels)),
+            exposed_ports: (!exposed.is_empty()).then_some(exposed),
+            host_config: Some(HostConfig {
+                privileged: Some(spec.privileged),
+                port_bindings: (!bindings.is_empty()).then_some(bindings),
+                network_mode: spec.network.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let opts = CreateContainerOptions {
+            name: Some(spec.name.clone()),
+            ..Default::default()
+        };
+        let r = self
+            .deadline(
+                &format!("creating container {}", spec.name),
+                self.docker.create_container(Some(opts), body),
+            )
+            .await?;
+        Ok(r.id)
+    }
+
+    pub async fn start(&self, plugin: &str, name: &str) -> Result<(), RuntimeError> {
+        self.owned(plugin, name).await?;
+        self.deadline(
+            &format!("starting container {name}"),
+            self.docker.start_container(
+                name,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            ),
+        )
+        .await
+    }
+
+    pub async fn inspect(&self, plugin: &str, name: &str) -> Result<ContainerInfo, RuntimeError> {
+        Ok(info(self.owned(plugin, name).await?))
+    }
+
+    pub async fn exec(
+        &self,
+        plugin: &str,
+        name: &str,
+        command: Vec<String>,
+    ) -> Result<ExecOutput, RuntimeError> {
+        self.owned(plugin, name).await?;
+        let what = format!("running {command:?} in container {name}");
+        let exec = self
+            .deadline(
+                &what,
+                self.docker.create_exec(
+                    name,
+                    CreateExecOptions {
+                        cmd: Some(command.clone()),
+                        attach_stdout: Some(true),
+                        attach_stderr: Some(true),
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await?;
+        let run = async {
+            let mut out = ExecOutput {
+                exit_code: -1,
+                stdout: String::new(),
+                stderr: String::new(),
+            };
+            if let StartExecResults::Attached { mut output, .. } = self
+                .docker
+                .start_exec(&exec.id, Some(StartExecOptions::default()))
+                .await?
+            {
+                while let Some(chunk) = output.next().await {
+                    match chunk? {
+                        bollard::container::LogOutput::StdErr { message } => {
+                            out.stderr.push_str(&String::from_utf8_lossy(&message))
+                        }
+                        other => out
+                            .stdout
+                            .push_str(&String::from_utf8_lossy(&other.into_bytes())),
+                    }
+                }
+            }
+            let inspect = self.docker.inspect_exec(&exec.id).await?;
+            out.exit_code = inspect
+                .exit_code
+                .and_then(|c| i32::try_from(c).ok())
+                .unwrap_or(-1);
+            Ok(out)
+        };
+        self.deadline(&what, run).await
+    }
+
+    pub async fn stop(&self, plugin: &str, name: &str) -> Result<(), RuntimeError> {
+        self.owned(plugin, name).await?;
+        self.deadline(
+            &format!("stopping container {name}"),
+            self.docker.stop_container(
+                name,
+                Some(StopContainerOptions {
+                    t: Some(5),
+                    ..Default::default()
+                }),
+            ),
+        )
+        .await
+    }
+
+    pub async fn remove(&self, plugin: &str, name: &str) -> Result<(), RuntimeError> {
+        self.owned(plugin, name).await?;
+        self.deadline(
+            &format!("removing container {name}"),
+            self.docker.remove_container(
+                name,
+                Some(RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                }),
+            ),
+        )
+        .await
+    }
+
+    /// The plugin's containers carrying every label in `labels`.
+    pub async fn list(
+        &self,
+        plugin: &str,
+        labels: Vec<(String, String)>,
+    ) -> Result<Vec<ContainerInfo>, RuntimeError> {
+        let mut filters: Vec<String> = Self::labels(plugin, &labels)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        filters.sort();
+        let opts = ListContainersOptions {
+            all: true,
+            filters: Some(HashMap::from([("label".to_string(), filters)])),
+            ..Default::default()
+        };
+        let found = self
+            .deadline(
+                "listing containers",
+                self.docker.list_containers(Some(opts)),
+            )
+            .await?;
+        let mut out = vec![];
+        for c in found {
+            let Some(id) = c.id else { continue };
+            // Inspect for addresses and ports; one that vanished meanwhile is skipped.
+            if let Ok(i) = self.owned(plugin, &id).await {
+                out.push(info(i));
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn info(c: ContainerInspectResponse) -> ContainerInfo {
+    let net = c.network_settings.unwrap_or_default();
+    let mut addresses: Vec<String> = net
+        .networks
+        .unwrap_or_default()
+        .into_values()
+        .filter_map(|e| e.ip_address.filter(|a| !a.is_empty()))
+        .collect();
+    addresses.sort();
+    let mut ports: Vec<PortMapping> = net
+        .ports
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let container_port = k.split('/').next()?.parse().ok()?;
+            let host_port = v?
+                .iter()
+                .find_map(|b| b.host_port.as_deref()?.parse().ok())?;
+            Some(PortMapping {
+                container_port,
+                host_port,
+            })
+        })
+        .collect();
+    ports.sort_by_key(|p| p.container_port);
+    let mut labels: Vec<(String, String)> = c
+        .config
+        .and_then(|c| c.labels)
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    labels.sort();
+    ContainerInfo {
+        id: c.id.unwrap_or_default(),
+        name: c
+            .name
+            .unwrap_or_default()
+            .trim_start_matches('/')
+            .to_string(),
+        running: c.state.and_then(|s| s.running).unwrap_or(false),
+        labels,
+        addresses,
+        ports,
+    }
+}
