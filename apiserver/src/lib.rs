@@ -78,6 +78,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The bearer token; when unset, the token in `DATA_DIR/token` is reused or a new one made.
     pub token: Option<String>,
+    /// A CA (certificate PEM, key PEM) to sign the serving certificate with, instead of the one
+    /// kept in the data directory: a workload cluster's CA, handed over by its bootstrap data.
+    pub ca: Option<(String, String)>,
     pub store: StoreConfig,
     pub http: HttpSettings,
     pub controllers: ControllerConfig,
@@ -91,6 +94,7 @@ impl Config {
             in_memory: false,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             token: None,
+            ca: None,
             store: StoreConfig::default(),
             http: HttpSettings::default(),
             controllers: ControllerConfig::default(),
@@ -211,7 +215,10 @@ impl Server {
         if !addr.ip().is_unspecified() && !addr.ip().is_loopback() {
             sans.push(addr.ip().to_string());
         }
-        let tls = tls::load_or_create(&config.data_dir, sans)?;
+        let tls = match &config.ca {
+            Some((crt, key)) => tls::from_ca(crt, key, &sans)?,
+            None => tls::load_or_create(&config.data_dir, sans)?,
+        };
         let kubeconfig = config.data_dir.join("kubeconfig");
         let host = if addr.ip().is_unspecified() {
             SocketAddr::from(([127, 0, 0, 1], addr.port()))

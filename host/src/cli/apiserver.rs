@@ -19,6 +19,24 @@ pub struct Args {
     /// Events kept for watch resumption, also across restarts (older resourceVersions get 410).
     #[arg(long, env = "CAPW_WATCH_RETENTION", default_value_t = 10_000)]
     pub watch_retention: usize,
+
+    /// Serve with a certificate signed by this CA (PEM) instead of the data directory's own CA:
+    /// what a workload cluster's control-plane machine does with the CA its bootstrap data
+    /// wrote. Needs --ca-key.
+    #[arg(long, requires = "ca_key")]
+    pub ca_cert: Option<PathBuf>,
+
+    /// The key of --ca-cert (PEM).
+    #[arg(long, requires = "ca_cert")]
+    pub ca_key: Option<PathBuf>,
+
+    /// Require the bearer token in this file instead of the data directory's own token.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+}
+
+fn read(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading the {what} {}", path.display()))
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -28,6 +46,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut config = Config::ephemeral(&args.data_dir);
     config.listen = args.listen;
     config.store.retention = args.watch_retention;
+    if let (Some(crt), Some(key)) = (&args.ca_cert, &args.ca_key) {
+        config.ca = Some((read(crt, "CA certificate")?, read(key, "CA key")?));
+    }
+    if let Some(t) = &args.token_file {
+        let token = read(t, "token file")?.trim().to_string();
+        anyhow::ensure!(!token.is_empty(), "the token file {} is empty", t.display());
+        config.token = Some(token);
+    }
     let server = Server::start(config).await.with_context(|| {
         format!(
             "starting the API server with data in {}",

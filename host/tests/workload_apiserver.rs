@@ -1,0 +1,72 @@
+//! `capw apiserver` as a workload cluster's control plane runs it from bootstrap data: with the
+//! cluster's CA and token from files. Clients that trust that CA and carry that token get in;
+//! a wrong token gets 401.
+
+mod support;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ListParams};
+
+#[tokio::test]
+async fn serves_with_the_ca_and_token_it_is_given() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (crt, key) = capw_apiserver::tls::generate_ca().expect("ca");
+    let files = dir.path().join("pki");
+    std::fs::create_dir_all(&files).expect("pki");
+    std::fs::write(files.join("ca.crt"), &crt).expect("crt");
+    std::fs::write(files.join("ca.key"), &key).expect("key");
+    std::fs::write(files.join("token"), "workload-token-123\n").expect("token");
+    let (c, k, t) = (
+        files.join("ca.crt"),
+        files.join("ca.key"),
+        files.join("token"),
+    );
+    let api = support::ApiServer::start_with(
+        &dir.path().join("data"),
+        &[
+            "--ca-cert",
+            c.to_str().expect("path"),
+            "--ca-key",
+            k.to_str().expect("path"),
+            "--token-file",
+            t.to_str().expect("path"),
+        ],
+    );
+    let render = |token: &str| capw_apiserver::kubeconfig::render(&api.url, &crt, token);
+    let client = |text: String| async move {
+        let kc = kube::config::Kubeconfig::from_yaml(&text).expect("kubeconfig");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("config");
+        kube::Client::try_from(cfg).expect("client")
+    };
+    let good: Api<Namespace> = Api::all(client(render("workload-token-123")).await);
+    let names: Vec<String> = good
+        .list(&ListParams::default())
+        .await
+        .expect("the cluster's CA and token are accepted")
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    assert!(names.contains(&"kube-system".to_string()), "{names:?}");
+    let bad: Api<Namespace> = Api::all(client(render("not-the-token")).await);
+    match bad.list(&ListParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 401),
+        other => panic!("a wrong token was not refused: {other:?}"),
+    }
+    // The kubeconfig it writes names the same CA and token.
+    let written = std::fs::read_to_string(&api.kubeconfig).expect("kubeconfig");
+    assert!(written.contains("workload-token-123"));
+}
+
+#[test]
+fn a_missing_ca_key_is_a_clear_error() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capw"))
+        .args(["apiserver", "--ca-cert", "/nonexistent/ca.crt"])
+        .output()
+        .expect("capw runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--ca-key"), "{err}");
+}
