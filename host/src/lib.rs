@@ -8,4 +8,5 @@ pub mod capabilities;
 pub mod controllers;
 pub mod manager;
 pub mod metrics;
+pub mod node;
 pub mod runtime;

@@ -58,6 +58,59 @@ async fn serves_with_the_ca_and_token_it_is_given() {
     // The kubeconfig it writes names the same CA and token.
     let written = std::fs::read_to_string(&api.kubeconfig).expect("kubeconfig");
     assert!(written.contains("workload-token-123"));
+
+    // A machine's node agent registers its Node with the provider ID from the file the
+    // infrastructure provider wrote.
+    std::fs::write(files.join("provider-id"), "docker:////c1-m0\n").expect("provider id");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capw"))
+        .args([
+            "node-agent",
+            "--once",
+            "--node-name",
+            "c1-m0",
+            "--server",
+            &api.url,
+        ])
+        .arg("--ca-cert")
+        .arg(&c)
+        .arg("--token-file")
+        .arg(&t)
+        .arg("--provider-id-file")
+        .arg(files.join("provider-id"))
+        .args(["--address", "172.18.0.3"])
+        .output()
+        .expect("capw node-agent runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let nodes: Api<k8s_openapi::api::core::v1::Node> =
+        Api::all(client(render("workload-token-123")).await);
+    let node = nodes.get("c1-m0").await.expect("the Node");
+    let spec = node.spec.expect("spec");
+    assert_eq!(spec.provider_id.as_deref(), Some("docker:////c1-m0"));
+    assert!(
+        spec.taints
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == "node.cluster.x-k8s.io/uninitialized")
+    );
+    let status = node.status.expect("status");
+    assert!(
+        status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
+    assert!(
+        status
+            .addresses
+            .unwrap_or_default()
+            .iter()
+            .any(|a| a.address == "172.18.0.3")
+    );
 }
 
 #[test]

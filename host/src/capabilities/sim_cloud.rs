@@ -11,7 +11,6 @@
 use super::cloud_config::{CloudConfig, flag};
 use capw_apiserver::core::{DeleteOptions, Op, PatchBody, WriteOptions};
 use capw_apiserver::{Core, InMemoryServer};
-use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -352,28 +351,20 @@ async fn register(
         field_manager: "capw-node-agent".into(),
         ..Default::default()
     };
-    let now = jiff::Timestamp::now().to_string();
-    let obj = json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": node, "labels": {
-            "kubernetes.io/hostname": node, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}},
-        "spec": {"providerID": provider_id,
-            "taints": [{"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"}]},
-    });
+    let addresses = [address.to_string()];
+    let r = crate::node::Registration {
+        name: node,
+        provider_id,
+        addresses: &addresses,
+        kubelet_version: "v1.33.0",
+    };
+    let obj = crate::node::object(&r);
     if let Err(e) = core.write(&rt, "", node, "", Op::Create(obj), &opts).await
         && e.code != 409
     {
         return Err(e);
     }
-    let status = json!({"status": {
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-            "message": "capw node-agent is posting ready status",
-            "lastHeartbeatTime": now, "lastTransitionTime": now}],
-        "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": node}],
-        "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "osImage": "capw simulated VM",
-            "kubeletVersion": "v1.33.0", "kubeProxyVersion": "v1.33.0", "containerRuntimeVersion": "sim://1",
-            "kernelVersion": "0", "machineID": node, "systemUUID": node, "bootID": node},
-    }});
+    let status = crate::node::ready_status(&r);
     core.write(
         &rt,
         "",

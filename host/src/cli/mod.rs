@@ -3,6 +3,7 @@
 mod apiserver;
 mod crds;
 mod describe;
+mod node_agent;
 mod plugin;
 mod up;
 
@@ -37,6 +38,9 @@ pub enum Command {
     /// Show Cluster API objects as a tree (`capw describe cluster NAME`).
     #[command(subcommand)]
     Describe(describe::Command),
+    /// Register this machine's Node in its workload cluster and keep it Ready (what the
+    /// bootstrap data of every machine starts).
+    NodeAgent(node_agent::Args),
     /// Print the CRDs generated from the host's types (Cluster, Machine, WasmProvider), or write
     /// them with `--write crds`.
     Crds(crds::Args),
@@ -50,5 +54,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => up::run(args).await,
         Command::Describe(cmd) => describe::run(cmd).await,
         Command::Crds(args) => crds::run(args),
+        Command::NodeAgent(args) => node_agent::run(args).await,
     }
 }

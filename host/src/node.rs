@@ -1,0 +1,67 @@
+//! What a node agent does for its machine: register the Node with the machine's provider ID
+//! (and the uninitialized taint core removes after its first sync), then keep it Ready.
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// A Node registration.
+pub struct Registration<'a> {
+    pub name: &'a str,
+    pub provider_id: &'a str,
+    pub addresses: &'a [String],
+    pub kubelet_version: &'a str,
+}
+
+/// The Node as it is first created: the provider ID and the uninitialized taint.
+pub fn object(r: &Registration<'_>) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": r.name, "labels": {
+            "kubernetes.io/hostname": r.name, "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": std::env::consts::ARCH}},
+        "spec": {"providerID": r.provider_id,
+            "taints": [{"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"}]},
+    })
+}
+
+/// The status patch that reports the Node Ready (the heartbeat).
+pub fn ready_status(r: &Registration<'_>) -> serde_json::Value {
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let mut addresses: Vec<serde_json::Value> = r
+        .addresses
+        .iter()
+        .map(|a| json!({"type": "InternalIP", "address": a}))
+        .collect();
+    addresses.push(json!({"type": "Hostname", "address": r.name}));
+    json!({"status": {
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "capw node-agent is posting ready status",
+            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+        "addresses": addresses,
+        "nodeInfo": {"architecture": std::env::consts::ARCH, "operatingSystem": "linux",
+            "osImage": "capw node", "kubeletVersion": r.kubelet_version,
+            "kubeProxyVersion": r.kubelet_version, "containerRuntimeVersion": "capw://1",
+            "kernelVersion": "", "machineID": r.name, "systemUUID": r.name, "bootID": r.name},
+    }})
+}
+
+/// Creates the Node if it is missing, then reports it Ready.
+pub async fn register(nodes: &Api<Node>, r: &Registration<'_>) -> Result<(), kube::Error> {
+    let node: Node = serde_json::from_value(object(r)).map_err(kube::Error::SerdeError)?;
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e),
+    }
+    nodes
+        .patch_status(
+            r.name,
+            &PatchParams::default(),
+            &Patch::Merge(&ready_status(r)),
+        )
+        .await?;
+    Ok(())
+}
