@@ -6,6 +6,7 @@
 pub mod api;
 pub mod capabilities;
 pub mod controllers;
+pub mod lb;
 pub mod manager;
 pub mod metrics;
 pub mod node;

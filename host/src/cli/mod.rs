@@ -3,6 +3,7 @@
 mod apiserver;
 mod crds;
 mod describe;
+mod lb;
 mod node_agent;
 mod plugin;
 mod up;
@@ -38,6 +39,8 @@ pub enum Command {
     /// Show Cluster API objects as a tree (`capw describe cluster NAME`).
     #[command(subcommand)]
     Describe(describe::Command),
+    /// A TCP load balancer with health checks, in front of a cluster's control plane.
+    Lb(lb::Args),
     /// Register this machine's Node in its workload cluster and keep it Ready (what the
     /// bootstrap data of every machine starts).
     NodeAgent(node_agent::Args),
@@ -55,5 +58,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Describe(cmd) => describe::run(cmd).await,
         Command::Crds(args) => crds::run(args),
         Command::NodeAgent(args) => node_agent::run(args).await,
+        Command::Lb(args) => lb::run(args).await,
     }
 }

@@ -1,0 +1,116 @@
+//! A TCP load balancer with health checks: the DockerCluster's load balancer container runs it
+//! in front of the control-plane machines' API servers. Backends come from a file the
+//! infrastructure provider rewrites as control-plane machines come and go (one `host:port` per
+//! line); it is re-read every second. A backend takes connections while a TCP connect to it
+//! succeeds; connections go round-robin over the healthy ones.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LbError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+pub struct Config {
+    pub listen: String,
+    pub backends_file: PathBuf,
+    /// Backends given on the command line, used in addition to the file.
+    pub backends: Vec<String>,
+    pub check_interval: Duration,
+}
+
+#[derive(Default)]
+struct State {
+    healthy: RwLock<Vec<String>>,
+    next: AtomicUsize,
+}
+
+fn configured(config: &Config) -> Vec<String> {
+    let mut all = config.backends.clone();
+    if let Ok(text) = std::fs::read_to_string(&config.backends_file) {
+        all.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_string),
+        );
+    }
+    all.sort();
+    all.dedup();
+    all
+}
+
+async fn check(backends: Vec<String>) -> Vec<String> {
+    let probes = backends.into_iter().map(|b| async move {
+        let ok = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(&b))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        ok.then_some(b)
+    });
+    futures::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// Runs until the process ends; returns only when it cannot listen.
+pub async fn run(config: Config) -> Result<(), LbError> {
+    let listener = TcpListener::bind(&config.listen)
+        .await
+        .map_err(|source| LbError::Listen {
+            addr: config.listen.clone(),
+            source,
+        })?;
+    let state = Arc::new(State::default());
+    {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut last = vec![];
+            loop {
+                let healthy = check(configured(&config)).await;
+                if healthy != last {
+                    tracing::info!(backends = ?healthy, "healthy backends changed");
+                    last = healthy.clone();
+                }
+                *state.healthy.write().unwrap_or_else(|p| p.into_inner()) = healthy;
+                tokio::time::sleep(config.check_interval).await;
+            }
+        });
+    }
+    loop {
+        let Ok((mut client, peer)) = listener.accept().await else {
+            continue;
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let healthy = state
+                .healthy
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            if healthy.is_empty() {
+                tracing::debug!(%peer, "no healthy backend; closing the connection");
+                return;
+            }
+            let start = state.next.fetch_add(1, Ordering::Relaxed);
+            for i in 0..healthy.len() {
+                let backend = &healthy[(start + i) % healthy.len()];
+                if let Ok(Ok(mut upstream)) =
+                    tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(backend)).await
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    return;
+                }
+            }
+        });
+    }
+}
