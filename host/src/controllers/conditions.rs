@@ -45,6 +45,27 @@ pub fn is_true(list: &[Condition], type_: &str) -> bool {
     list.iter().any(|c| c.type_ == type_ && c.status == "True")
 }
 
+/// The conditions a summary (Cluster `Available`, Machine `Ready`) still waits for: the
+/// `required` ones that are not True, and the user's gates (`(type, polarity)`) not at their
+/// wanted status.
+pub fn not_met<'a>(
+    list: &[Condition],
+    required: &[&str],
+    gates: impl Iterator<Item = (&'a str, Option<&'a str>)>,
+) -> Vec<String> {
+    let mut missing: Vec<String> = required
+        .iter()
+        .filter(|t| !is_true(list, t))
+        .map(|t| t.to_string())
+        .collect();
+    for (t, polarity) in gates {
+        if is_true(list, t) != (polarity != Some("Negative")) {
+            missing.push(t.to_string());
+        }
+    }
+    missing
+}
+
 /// A condition of a provider object read through the contract: `status.conditions` for
 /// v1beta2 objects, `status.v1beta2.conditions` for v1beta1 ones.
 pub fn of_object(obj: &Value, type_: &str) -> Option<Condition> {

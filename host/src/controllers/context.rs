@@ -91,6 +91,58 @@ where
     r
 }
 
+/// What tells the Cluster and Machine controllers apart.
+pub struct CoreController<K> {
+    pub name: &'static str,
+    pub finalizer: &'static str,
+    /// Folds bursts of triggers into one reconcile and one status write.
+    pub debounce: std::time::Duration,
+    pub apply: Phase<K>,
+    pub cleanup: Phase<K>,
+}
+
+/// Runs a core controller until the process ends. Changes of its own objects come from the
+/// host's shared cache (`store` and `own`), filtered so its own status writes do not wake it
+/// again; `triggers` carries requests from related objects.
+pub async fn run<K>(
+    ctx: Arc<CoreCtx>,
+    store: Store<K>,
+    own: impl futures::Stream<Item = Arc<K>> + Send + 'static,
+    triggers: impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<K>> + Send + 'static,
+    concurrency: u16,
+    c: CoreController<K>,
+) where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    let own = own
+        .map(|o| Ok((*o).clone()))
+        .predicate_filter(super::relevance::metadata, Default::default());
+    let (name, finalizer, apply, cleanup) = (c.name, c.finalizer, c.apply, c.cleanup);
+    kube::runtime::Controller::for_stream(own, store)
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(concurrency)
+                .debounce(c.debounce),
+        )
+        .reconcile_on(triggers)
+        .run(
+            move |obj, ctx| reconcile(obj, ctx, name, finalizer, apply, cleanup),
+            error_policy,
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
 /// Waits are requeued quietly after their delay; failures are logged and retried in 5 s.
 pub fn error_policy<K: kube::ResourceExt>(
     obj: Arc<K>,

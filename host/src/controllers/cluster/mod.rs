@@ -10,9 +10,8 @@ use super::context::CoreCtx;
 use super::error::ReconcileError;
 use crate::api::cluster::{Cluster, ClusterStatus};
 use crate::api::common::names::{CLUSTER_FINALIZER, PAUSED_ANNOTATION};
-use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
@@ -113,18 +112,6 @@ async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, Reconcile
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
 }
 
-async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<CoreCtx>) -> Result<Action, ReconcileError> {
-    super::context::reconcile(
-        cluster,
-        ctx,
-        "cluster",
-        CLUSTER_FINALIZER,
-        |o, ctx| Box::pin(apply(o, ctx)),
-        |o, ctx| Box::pin(delete::reconcile_delete(o, ctx)),
-    )
-    .await
-}
-
 /// Runs the Cluster controller until the process ends. `triggers` carries reconcile requests
 /// from Machines and from the dynamic watches on provider kinds.
 pub async fn run(
@@ -133,24 +120,17 @@ pub async fn run(
     triggers: impl futures::Stream<Item = ObjectRef<Cluster>> + Send + 'static,
     concurrency: u16,
 ) {
-    use kube::runtime::WatchStreamExt;
-    // Changes of the cluster itself come from the host's shared cache; its own status writes
-    // do not wake it again.
-    let own = own
-        .map(|o| Ok((*o).clone()))
-        .predicate_filter(super::relevance::metadata, Default::default());
-    Controller::for_stream(own, ctx.clusters.clone())
-        .with_config(
-            // A Cluster summarizes every Machine: a short debounce folds a burst of Machine changes into
-            // one reconcile and one status write.
-            Config::default()
-                .concurrency(concurrency)
-                .debounce(Duration::from_millis(300)),
-        )
-        .reconcile_on(triggers)
-        .run(reconcile, super::context::error_policy, ctx)
-        .for_each(|_| async {})
-        .await;
+    let store = ctx.clusters.clone();
+    let controller = super::context::CoreController {
+        name: "cluster",
+        finalizer: CLUSTER_FINALIZER,
+        // A Cluster summarizes every Machine: a short debounce folds a burst of Machine changes
+        // into one reconcile and one status write.
+        debounce: Duration::from_millis(300),
+        apply: |o, ctx| Box::pin(apply(o, ctx)),
+        cleanup: |o, ctx| Box::pin(delete::reconcile_delete(o, ctx)),
+    };
+    super::context::run(ctx, store, own, triggers, concurrency, controller).await
 }
 
 /// The reference an Event about `c` is attached to.

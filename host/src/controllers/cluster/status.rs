@@ -109,23 +109,20 @@ pub(super) fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
             generation,
         );
     }
-    let mut missing = vec![];
-    for t in [
-        "InfrastructureReady",
-        "ControlPlaneAvailable",
-        "WorkersAvailable",
-    ] {
-        if !conditions::is_true(&scope.status.conditions, t) {
-            missing.push(t);
-        }
-    }
-    for gate in &scope.cluster.spec.availability_gates {
-        let want = gate.polarity.as_deref() != Some("Negative");
-        let is = conditions::is_true(&scope.status.conditions, &gate.condition_type);
-        if is != want {
-            missing.push(gate.condition_type.as_str());
-        }
-    }
+    let missing = conditions::not_met(
+        &scope.status.conditions,
+        &[
+            "InfrastructureReady",
+            "ControlPlaneAvailable",
+            "WorkersAvailable",
+        ],
+        scope
+            .cluster
+            .spec
+            .availability_gates
+            .iter()
+            .map(|g| (g.condition_type.as_str(), g.polarity.as_deref())),
+    );
     let available = !deleting && missing.is_empty();
     let message = if deleting {
         "the Cluster is being deleted".to_string()

@@ -162,6 +162,7 @@ impl Driver {
     /// Starts controllers for newly served kinds and stops those of unloaded plugins.
     fn sync(self: &Arc<Self>) {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        // Kind.group → (plugin name, its current version, the served kind, role).
         let mut wanted = HashMap::new();
         for name in self.registry.names() {
             let Some(slot) = self.registry.get(&name) else {
@@ -169,20 +170,10 @@ impl Driver {
             };
             let p = slot.current();
             for k in &p.metadata.kinds {
-                let Some(role) = Role::of(p.metadata.provider_type, &k.kind) else {
-                    continue;
-                };
-                let Some(plural) = plural_of(&p.metadata.crds, &k.group, &k.kind) else {
-                    continue;
-                };
-                let ar = ApiResource {
-                    group: k.group.clone(),
-                    version: k.version.clone(),
-                    api_version: format!("{}/{}", k.group, k.version),
-                    kind: k.kind.clone(),
-                    plural,
-                };
-                wanted.insert(format!("{}.{}", k.kind, k.group), (name.clone(), ar, role));
+                if let Some(role) = Role::of(p.metadata.provider_type, &k.kind) {
+                    let key = format!("{}.{}", k.kind, k.group);
+                    wanted.insert(key, (name.clone(), p.clone(), k.clone(), role));
+                }
             }
         }
         running.retain(|key, (plugin, task)| {
@@ -192,10 +183,21 @@ impl Driver {
             }
             keep
         });
-        for (key, (plugin, ar, role)) in wanted {
+        for (key, (plugin, p, k, role)) in wanted {
             if running.contains_key(&key) {
                 continue;
             }
+            // Parsing the plugin's CRDs happens once per kind started, not on every pass.
+            let Some(plural) = plural_of(&p.metadata.crds, &k.group, &k.kind) else {
+                continue;
+            };
+            let ar = ApiResource {
+                api_version: format!("{}/{}", k.group, k.version),
+                group: k.group,
+                version: k.version,
+                kind: k.kind,
+                plural,
+            };
             tracing::info!(kind = %key, %plugin, "driving kind");
             let kctx = Arc::new(KindCtx {
                 driver: self.clone(),

@@ -13,9 +13,8 @@ use super::error::ReconcileError;
 use crate::api::cluster::Cluster;
 use crate::api::common::names::{MACHINE_FINALIZER, PAUSED_ANNOTATION};
 use crate::api::machine::{Machine, MachineStatus};
-use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value};
@@ -135,18 +134,6 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
 }
 
-async fn reconcile(machine: Arc<Machine>, ctx: Arc<CoreCtx>) -> Result<Action, ReconcileError> {
-    super::context::reconcile(
-        machine,
-        ctx,
-        "machine",
-        MACHINE_FINALIZER,
-        |o, ctx| Box::pin(apply(o, ctx)),
-        |o, ctx| Box::pin(delete::reconcile_delete(o, ctx)),
-    )
-    .await
-}
-
 /// Runs the Machine controller until the process ends.
 pub async fn run(
     ctx: Arc<CoreCtx>,
@@ -154,24 +141,17 @@ pub async fn run(
     triggers: impl futures::Stream<Item = ObjectRef<Machine>> + Send + 'static,
     concurrency: u16,
 ) {
-    use kube::runtime::WatchStreamExt;
-    // Changes of the machine itself come from the host's shared cache; its own status writes
-    // do not wake it again.
-    let own = own
-        .map(|o| Ok((*o).clone()))
-        .predicate_filter(super::relevance::metadata, Default::default());
-    Controller::for_stream(own, ctx.machines.clone())
-        .with_config(
-            // Provider objects change in bursts (status, then spec, then labels): a short debounce folds
-            // them into one reconcile and one status write.
-            Config::default()
-                .concurrency(concurrency)
-                .debounce(Duration::from_millis(150)),
-        )
-        .reconcile_on(triggers)
-        .run(reconcile, super::context::error_policy, ctx)
-        .for_each(|_| async {})
-        .await;
+    let store = ctx.machines.clone();
+    let controller = super::context::CoreController {
+        name: "machine",
+        finalizer: MACHINE_FINALIZER,
+        // Provider objects change in bursts (status, then spec, then labels): a short debounce
+        // folds them into one reconcile and one status write.
+        debounce: Duration::from_millis(150),
+        apply: |o, ctx| Box::pin(apply(o, ctx)),
+        cleanup: |o, ctx| Box::pin(delete::reconcile_delete(o, ctx)),
+    };
+    super::context::run(ctx, store, own, triggers, concurrency, controller).await
 }
 
 pub(crate) fn object_ref(m: &Machine) -> k8s_openapi::api::core::v1::ObjectReference {

@@ -39,17 +39,16 @@ pub(super) fn update(scope: &mut Scope, ok: bool) {
             generation,
         );
     }
-    let mut missing: Vec<String> = ["BootstrapConfigReady", "InfrastructureReady", "NodeHealthy"]
-        .iter()
-        .filter(|t| !conditions::is_true(&scope.status.conditions, t))
-        .map(|t| t.to_string())
-        .collect();
-    for gate in &scope.machine.spec.readiness_gates {
-        let want = gate.polarity.as_deref() != Some("Negative");
-        if conditions::is_true(&scope.status.conditions, &gate.condition_type) != want {
-            missing.push(gate.condition_type.clone());
-        }
-    }
+    let missing = conditions::not_met(
+        &scope.status.conditions,
+        &["BootstrapConfigReady", "InfrastructureReady", "NodeHealthy"],
+        scope
+            .machine
+            .spec
+            .readiness_gates
+            .iter()
+            .map(|g| (g.condition_type.as_str(), g.polarity.as_deref())),
+    );
     let ready = !deleting && missing.is_empty();
     let message = if deleting {
         "the Machine is being deleted".to_string()
