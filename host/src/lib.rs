@@ -10,4 +10,5 @@ pub mod lb;
 pub mod manager;
 pub mod metrics;
 pub mod node;
+pub mod node_image;
 pub mod runtime;

@@ -54,14 +54,23 @@ impl CloudConfig {
         Ok(cc)
     }
 
-    /// Every `runcmd` entry as an argv; shell lines are split on whitespace, which is all the
-    /// commands capw's bootstrap provider writes need.
+    /// Every `runcmd` entry as an argv. Shell lines are split on whitespace, which is all the
+    /// commands capw's bootstrap provider writes need; a backgrounded service
+    /// (`nohup CMD >LOG 2>&1 &`) is its command alone, since the simulated cloud runs it in
+    /// the host anyway.
     pub fn argvs(&self) -> Vec<Vec<String>> {
         self.runcmd
             .iter()
             .map(|c| match c {
                 Command::Argv(v) => v.clone(),
-                Command::Shell(s) => s.split_whitespace().map(str::to_string).collect(),
+                Command::Shell(s) => {
+                    let mut words = s.split_whitespace().peekable();
+                    words.next_if_eq(&"nohup");
+                    words
+                        .take_while(|w| !w.starts_with('>') && !w.starts_with("2>") && *w != "&")
+                        .map(str::to_string)
+                        .collect()
+                }
             })
             .collect()
     }
@@ -95,12 +104,12 @@ mod tests {
     #[test]
     fn parses_files_and_both_command_forms() {
         let cc = CloudConfig::parse(
-            "#cloud-config\nwrite_files:\n- path: /etc/a\n  content: hi\nruncmd:\n- capw node-agent --node-name n1\n- [touch, /x]\n",
+            "#cloud-config\nwrite_files:\n- path: /etc/a\n  content: hi\nruncmd:\n- nohup capw node-agent --node-name n1 >/var/log/a.log 2>&1 &\n- [touch, /x]\n",
         )
         .unwrap();
         assert_eq!(cc.file("/etc/a"), Some("hi"));
         let argvs = cc.argvs();
-        assert_eq!(flag(&argvs[0], "node-name"), Some("n1"));
+        assert_eq!(argvs[0], vec!["capw", "node-agent", "--node-name", "n1"]);
         assert_eq!(argvs[1], vec!["touch", "/x"]);
     }
 

@@ -3,6 +3,7 @@
 mod apiserver;
 mod crds;
 mod describe;
+mod image;
 mod lb;
 mod node_agent;
 mod plugin;
@@ -39,6 +40,9 @@ pub enum Command {
     /// Show Cluster API objects as a tree (`capw describe cluster NAME`).
     #[command(subcommand)]
     Describe(describe::Command),
+    /// Build the node image the Docker provider runs (`capw image build`).
+    #[command(subcommand)]
+    Image(image::Command),
     /// A TCP load balancer with health checks, in front of a cluster's control plane.
     Lb(lb::Args),
     /// Register this machine's Node in its workload cluster and keep it Ready (what the
@@ -59,5 +63,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Crds(args) => crds::run(args),
         Command::NodeAgent(args) => node_agent::run(args).await,
         Command::Lb(args) => lb::run(args).await,
+        Command::Image(cmd) => image::run(cmd),
     }
 }

@@ -122,16 +122,20 @@ impl Provider for Bootstrap {
         if control_plane {
             files.push(File { path: format!("{PKI}/ca.crt"), content: ca.into(), permissions: "0644" });
             files.push(File { path: format!("{PKI}/ca.key"), content: ca_key.into(), permissions: "0600" });
-            run.push(format!(
-                "capw apiserver --listen 0.0.0.0:6443 --ca-cert {PKI}/ca.crt --ca-key {PKI}/ca.key --token-file {TOKEN}"
+            run.push(daemon(
+                "apiserver",
+                &format!("capw apiserver --listen 0.0.0.0:6443 --ca-cert {PKI}/ca.crt --ca-key {PKI}/ca.key --token-file {TOKEN}"),
             ));
         } else {
             files.push(File { path: format!("{PKI}/ca.crt"), content: ca.into(), permissions: "0644" });
         }
         files.extend(user_files(&obj)?);
-        run.push(format!(
-            "capw node-agent --node-name {} --server https://{host}:{port} --ca-cert {PKI}/ca.crt --token-file {TOKEN}",
-            machine.name()
+        run.push(daemon(
+            "node-agent",
+            &format!(
+                "capw node-agent --node-name {} --server https://{host}:{port} --ca-cert {PKI}/ca.crt --token-file {TOKEN}",
+                machine.name()
+            ),
         ));
         run.extend(commands(&obj, "postCommands")?);
         run.push(format!("touch {SENTINEL}"));
@@ -140,6 +144,12 @@ impl Provider for Bootstrap {
             common: common(vec![condition("Ready", true, "DataSecretAvailable", "")], None),
         })
     }
+}
+
+/// A long-running service as a shell line: runcmd entries run one after the other and must
+/// return, as `kubeadm init` does once it has handed its services to systemd.
+fn daemon(name: &str, command: &str) -> String {
+    format!("nohup {command} >/var/log/capw-{name}.log 2>&1 &")
 }
 
 fn waiting(reason: &str, message: &str) -> BootstrapStatus {

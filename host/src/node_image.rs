@@ -1,0 +1,167 @@
+//! The node image: a static musl `capw` and busybox, put together on this machine and loaded
+//! with `docker import`, so nothing is pulled. The Docker provider runs machines and load
+//! balancers from it.
+
+use std::os::unix::fs::{PermissionsExt as _, symlink};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The tag `capw image build` gives by default, and the one the docker provider runs.
+pub const DEFAULT_TAG: &str = concat!("capw-node:", env!("CARGO_PKG_VERSION"));
+
+/// PID 1 of every machine. A restarted container is a rebooted machine: `/run` is cleared, as a
+/// tmpfs would be, so the provider sees no sentinel and runs the bootstrap data again.
+const INIT: &str = "#!/bin/sh
+rm -rf /run/capw /run/cluster-api
+mkdir -p /run/capw /var/log /tmp /etc/capw
+trap 'exit 0' TERM INT
+while :; do sleep 3600 & wait $!; done
+";
+
+const NOHUP: &str = "#!/bin/sh\ntrap '' HUP\nexec \"$@\"\n";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error(
+        "{0} is not a statically linked binary, and node containers have no C library. Build a static capw with \
+         `cargo build --release --target x86_64-unknown-linux-musl -p capw` (Debian: apt-get install musl-tools) \
+         and pass --capw target/x86_64-unknown-linux-musl/release/capw"
+    )]
+    NotStatic(PathBuf),
+    #[error(
+        "no static capw found (looked at {0}). Build one with \
+         `cargo build --release --target x86_64-unknown-linux-musl -p capw` (Debian: apt-get install musl-tools), \
+         or pass --capw PATH"
+    )]
+    NoStaticCapw(String),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{tool} failed: {detail}. Is the Docker engine running? (`docker info`)")]
+    Tool { tool: String, detail: String },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ImageError + '_ {
+    move |source| ImageError::Io { path: path.to_path_buf(), source }
+}
+
+/// True when the ELF file asks for no program interpreter (no `PT_INTERP`), i.e. it runs
+/// without a dynamic loader.
+pub fn is_static(path: &Path) -> Result<bool, ImageError> {
+    let bytes = std::fs::read(path).map_err(io(path))?;
+    let u16_at = |o: usize| bytes.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
+    let u64_at = |o: usize| {
+        bytes.get(o..o + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes)
+    };
+    if bytes.get(..4) != Some(b"\x7fELF") || bytes.get(4) != Some(&2) {
+        return Ok(false);
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38)) else {
+        return Ok(false);
+    };
+    const PT_INTERP: u32 = 3;
+    Ok((0..phnum).all(|i| {
+        let at = phoff as usize + i * phentsize;
+        bytes.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) != Some(PT_INTERP)
+    }))
+}
+
+/// The static capw to put in the image: `explicit` when given, else this binary when it is
+/// static, else the newest musl build next to it in the cargo target directory.
+pub fn find_static_capw(explicit: Option<&Path>) -> Result<PathBuf, ImageError> {
+    if let Some(p) = explicit {
+        return if is_static(p)? { Ok(p.to_path_buf()) } else { Err(ImageError::NotStatic(p.to_path_buf())) };
+    }
+    let exe = std::env::current_exe().map_err(io(Path::new("/proc/self/exe")))?;
+    if is_static(&exe)? {
+        return Ok(exe);
+    }
+    // target/{debug,release}/capw (or deps/ in tests) -> target/x86_64-unknown-linux-musl/*/capw
+    let mut looked = vec![];
+    let mut candidates = vec![];
+    for dir in exe.ancestors().skip(1).take(3) {
+        for profile in ["release", "debug"] {
+            let p = dir.join("x86_64-unknown-linux-musl").join(profile).join("capw");
+            looked.push(p.display().to_string());
+            if let Ok(meta) = p.metadata() {
+                candidates.push((meta.modified().ok(), p));
+            }
+        }
+    }
+    candidates.sort();
+    match candidates.pop() {
+        Some((_, p)) if is_static(&p)? => Ok(p),
+        Some((_, p)) => Err(ImageError::NotStatic(p)),
+        None => Err(ImageError::NoStaticCapw(looked.join(", "))),
+    }
+}
+
+pub struct BuildOptions<'a> {
+    pub tag: &'a str,
+    pub capw: &'a Path,
+    pub busybox: &'a Path,
+}
+
+fn run(tool: &str, cmd: &mut Command) -> Result<String, ImageError> {
+    let out = cmd.output().map_err(|e| ImageError::Tool { tool: tool.into(), detail: e.to_string() })?;
+    if !out.status.success() {
+        return Err(ImageError::Tool { tool: tool.into(), detail: String::from_utf8_lossy(&out.stderr).trim().to_string() });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Lays out the root filesystem in `root`: busybox with a link per applet, capw, the init.
+fn layout(root: &Path, opts: &BuildOptions) -> Result<(), ImageError> {
+    for d in ["bin", "usr/local/bin", "etc/capw", "run/capw", "var/log", "tmp", "root"] {
+        let p = root.join(d);
+        std::fs::create_dir_all(&p).map_err(io(&p))?;
+    }
+    let bb = root.join("bin/busybox");
+    std::fs::copy(opts.busybox, &bb).map_err(io(opts.busybox))?;
+    let applets = run("busybox --list", Command::new(opts.busybox).arg("--list"))?;
+    for applet in applets.lines().map(str::trim).filter(|a| !a.is_empty() && *a != "busybox") {
+        let link = root.join("bin").join(applet);
+        symlink("busybox", &link).map_err(io(&link))?;
+    }
+    let capw = root.join("usr/local/bin/capw");
+    std::fs::copy(opts.capw, &capw).map_err(io(opts.capw))?;
+    let init = root.join("etc/capw/init.sh");
+    std::fs::write(&init, INIT).map_err(io(&init))?;
+    std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755)).map_err(io(&init))?;
+    // Debian's static busybox has no nohup applet; bootstrap data backgrounds services with it.
+    let nohup = root.join("bin/nohup");
+    if !nohup.exists() {
+        std::fs::write(&nohup, NOHUP).map_err(io(&nohup))?;
+        std::fs::set_permissions(&nohup, std::fs::Permissions::from_mode(0o755)).map_err(io(&nohup))?;
+    }
+    let passwd = root.join("etc/passwd");
+    std::fs::write(&passwd, "root:x:0:0:root:/root:/bin/sh\n").map_err(io(&passwd))?;
+    Ok(())
+}
+
+/// Builds the image and returns its id. `progress` hears each step.
+pub fn build(opts: &BuildOptions, mut progress: impl FnMut(&str)) -> Result<String, ImageError> {
+    if !is_static(opts.capw)? {
+        return Err(ImageError::NotStatic(opts.capw.to_path_buf()));
+    }
+    if !is_static(opts.busybox)? {
+        return Err(ImageError::NotStatic(opts.busybox.to_path_buf()));
+    }
+    let staging = tempfile::tempdir().map_err(io(&std::env::temp_dir()))?;
+    progress(&format!("laying out the root filesystem (capw from {}, busybox from {})", opts.capw.display(), opts.busybox.display()));
+    layout(staging.path(), opts)?;
+    progress("packing it with tar");
+    let tarball = staging.path().with_extension("tar");
+    run("tar", Command::new("tar").arg("-C").arg(staging.path()).arg("-cf").arg(&tarball).arg("."))?;
+    progress(&format!("importing it as {} (docker import)", opts.tag));
+    let id = run(
+        "docker import",
+        Command::new("docker")
+            .args(["import", "--change", r#"CMD ["/bin/sh", "/etc/capw/init.sh"]"#])
+            .args(["--change", "ENV PATH=/usr/local/bin:/bin"])
+            .arg(&tarball)
+            .arg(opts.tag)
+            .stdin(Stdio::null()),
+    );
+    let _ = std::fs::remove_file(&tarball);
+    Ok(id?.trim().to_string())
+}

@@ -1,0 +1,153 @@
+//! The bootstrap data as one shell script, run through exec. Only cloud-config's `write_files`
+//! and `runcmd` are executed, as in CAPD; other modules are ignored.
+
+use capw_sdk::ProviderError;
+use serde::Deserialize;
+
+pub const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
+const STARTED: &str = "/run/capw/bootstrap.started";
+const FAILED: &str = "/run/capw/bootstrap.failed";
+const LOG: &str = "/var/log/capw-bootstrap.log";
+
+#[derive(Deserialize)]
+struct CloudConfig {
+    #[serde(default)]
+    write_files: Vec<WriteFile>,
+    #[serde(default)]
+    runcmd: Vec<Command>,
+}
+
+#[derive(Deserialize)]
+struct WriteFile {
+    path: String,
+    #[serde(default)]
+    content: String,
+    /// Usually a quoted string ('0600'); an unquoted YAML number is taken as written.
+    #[serde(default)]
+    permissions: Option<serde_yaml::Value>,
+    #[serde(default)]
+    encoding: Option<String>,
+    #[serde(default)]
+    append: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Command {
+    Shell(String),
+    Argv(Vec<String>),
+}
+
+/// Where a machine's bootstrap stands, as the state files inside the container say.
+#[derive(Debug, PartialEq)]
+pub enum Progress {
+    /// It was started by this call.
+    Started,
+    Running,
+    Done,
+    /// A command failed; the tail of its log.
+    Failed(String),
+}
+
+/// Bootstrap data that is parsed and ready to run.
+pub struct Bootstrap {
+    files: Vec<WriteFile>,
+    commands: Vec<String>,
+}
+
+fn quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+impl Bootstrap {
+    /// Parses cloud-config; any other format, or a file it cannot write, is an `invalid-spec`
+    /// error naming the field.
+    pub fn parse(data: &str) -> Result<Bootstrap, ProviderError> {
+        if !data.trim_start().starts_with("#cloud-config") {
+            return Err(ProviderError::InvalidSpec(
+                "the bootstrap data is not cloud-config (it must start with #cloud-config); the docker provider runs only cloud-config's write_files and runcmd".into(),
+            ));
+        }
+        let cc: CloudConfig = serde_yaml::from_str(data)
+            .map_err(|e| ProviderError::InvalidSpec(format!("the bootstrap data is not valid cloud-config: {e}")))?;
+        for (i, f) in cc.write_files.iter().enumerate() {
+            if !f.path.starts_with('/') {
+                return Err(ProviderError::InvalidSpec(format!(
+                    "bootstrap data write_files[{i}].path {:?} must be absolute",
+                    f.path
+                )));
+            }
+            if let Some(enc) = f.encoding.as_deref().filter(|e| !e.is_empty() && *e != "text/plain") {
+                return Err(ProviderError::InvalidSpec(format!(
+                    "bootstrap data write_files[{i}] ({}) has encoding {enc:?}; the docker provider writes plain content only",
+                    f.path
+                )));
+            }
+        }
+        let commands = cc
+            .runcmd
+            .into_iter()
+            .map(|c| match c {
+                Command::Shell(line) => line,
+                Command::Argv(argv) => argv.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" "),
+            })
+            .collect();
+        Ok(Bootstrap { files: cc.write_files, commands })
+    }
+
+    /// One exec's script and arguments. It reports the progress; when bootstrap never started
+    /// in this container it writes the provider ID and the files, then starts `prelude` and the
+    /// commands in the background (they may take longer than an exec may) and answers
+    /// `started`. A marker file makes sure it never starts twice in one container.
+    pub fn script(&self, provider_id: &str, prelude: &str) -> (String, Vec<String>) {
+        let mut commands = String::new();
+        for c in std::iter::once(prelude).chain(self.commands.iter().map(String::as_str)) {
+            commands.push_str(c);
+            commands.push('\n');
+        }
+        let script = format!(
+            r#"set -e
+if [ -e {SENTINEL} ]; then echo done; exit 0; fi
+if [ -e {FAILED} ]; then echo failed; tail -n 20 {LOG}; exit 0; fi
+if [ -e {STARTED} ]; then echo running; exit 0; fi
+mkdir -p /run/capw /var/log
+touch {STARTED}
+printf '%s\n' "$1" > /run/capw/provider-id
+shift
+while [ $# -gt 0 ]; do
+  mkdir -p "$(dirname "$1")"
+  if [ "$4" = append ]; then printf '%s' "$2" >> "$1"; else printf '%s' "$2" > "$1"; fi
+  chmod "$3" "$1"
+  shift 4
+done
+{{ ( set -e
+{commands}) >{LOG} 2>&1 </dev/null || touch {FAILED}; }} >/dev/null 2>&1 </dev/null &
+echo started
+"#
+        );
+        let mut args = vec![provider_id.to_string()];
+        for f in &self.files {
+            args.push(f.path.clone());
+            args.push(f.content.clone());
+            args.push(match &f.permissions {
+                Some(serde_yaml::Value::String(p)) => p.clone(),
+                Some(serde_yaml::Value::Number(n)) => n.to_string(),
+                _ => "0644".into(),
+            });
+            args.push(if f.append { "append" } else { "write" }.into());
+        }
+        (script, args)
+    }
+}
+
+/// Reads the first line the script printed.
+pub fn progress(stdout: &str) -> Option<Progress> {
+    let (first, rest) = stdout.split_once('\n').unwrap_or((stdout, ""));
+    match first.trim() {
+        "started" => Some(Progress::Started),
+        "running" => Some(Progress::Running),
+        "done" => Some(Progress::Done),
+        "failed" => Some(Progress::Failed(rest.trim().to_string())),
+        _ => None,
+    }
+}

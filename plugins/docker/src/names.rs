@@ -1,0 +1,33 @@
+//! How the provider names and labels what it creates, so every call can find it again.
+
+/// The node image `capw image build` makes by default.
+pub const DEFAULT_IMAGE: &str = "capw-node:0.1.0";
+/// Where the workload API listens inside control-plane machines and the load balancer.
+pub const API_PORT: u16 = 6443;
+pub const LB_BACKENDS: &str = "/etc/capw/lb-backends";
+
+pub const CLUSTER_LABEL: &str = "capw.dev/cluster";
+pub const ROLE_LABEL: &str = "capw.dev/role";
+pub const MACHINE_LABEL: &str = "capw.dev/machine";
+
+/// A cluster's identity on the engine: names are global there, so the namespace is in it.
+pub fn cluster_id(namespace: &str, cluster: &str) -> String {
+    format!("{namespace}.{cluster}")
+}
+
+pub fn network(cluster: &str) -> String {
+    format!("capw-{cluster}")
+}
+
+pub fn load_balancer(cluster: &str) -> String {
+    format!("{cluster}-lb")
+}
+
+/// `<cluster>-<machine>`, which is also what the provider ID names.
+pub fn machine_container(cluster: &str, machine: &str) -> String {
+    format!("{cluster}-{machine}")
+}
+
+pub fn provider_id(container: &str) -> String {
+    format!("docker:////{container}")
+}
