@@ -35,33 +35,50 @@ pub enum ImageError {
     )]
     NoStaticCapw(String),
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{tool} failed: {detail}. Is the Docker engine running? (`docker info`)")]
     Tool { tool: String, detail: String },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ImageError + '_ {
-    move |source| ImageError::Io { path: path.to_path_buf(), source }
+    move |source| ImageError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// True when the ELF file asks for no program interpreter (no `PT_INTERP`), i.e. it runs
 /// without a dynamic loader.
 pub fn is_static(path: &Path) -> Result<bool, ImageError> {
     let bytes = std::fs::read(path).map_err(io(path))?;
-    let u16_at = |o: usize| bytes.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
+    let u16_at = |o: usize| {
+        bytes
+            .get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+    };
     let u64_at = |o: usize| {
-        bytes.get(o..o + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes)
+        bytes
+            .get(o..o + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
     };
     if bytes.get(..4) != Some(b"\x7fELF") || bytes.get(4) != Some(&2) {
         return Ok(false);
     }
-    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38)) else {
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    else {
         return Ok(false);
     };
     const PT_INTERP: u32 = 3;
     Ok((0..phnum).all(|i| {
         let at = phoff as usize + i * phentsize;
-        bytes.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) != Some(PT_INTERP)
+        bytes
+            .get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            != Some(PT_INTERP)
     }))
 }
 
@@ -69,7 +86,11 @@ pub fn is_static(path: &Path) -> Result<bool, ImageError> {
 /// static, else the newest musl build next to it in the cargo target directory.
 pub fn find_static_capw(explicit: Option<&Path>) -> Result<PathBuf, ImageError> {
     if let Some(p) = explicit {
-        return if is_static(p)? { Ok(p.to_path_buf()) } else { Err(ImageError::NotStatic(p.to_path_buf())) };
+        return if is_static(p)? {
+            Ok(p.to_path_buf())
+        } else {
+            Err(ImageError::NotStatic(p.to_path_buf()))
+        };
     }
     let exe = std::env::current_exe().map_err(io(Path::new("/proc/self/exe")))?;
     if is_static(&exe)? {
@@ -80,7 +101,10 @@ pub fn find_static_capw(explicit: Option<&Path>) -> Result<PathBuf, ImageError> 
     let mut candidates = vec![];
     for dir in exe.ancestors().skip(1).take(3) {
         for profile in ["release", "debug"] {
-            let p = dir.join("x86_64-unknown-linux-musl").join(profile).join("capw");
+            let p = dir
+                .join("x86_64-unknown-linux-musl")
+                .join(profile)
+                .join("capw");
             looked.push(p.display().to_string());
             if let Ok(meta) = p.metadata() {
                 candidates.push((meta.modified().ok(), p));
@@ -102,23 +126,41 @@ pub struct BuildOptions<'a> {
 }
 
 fn run(tool: &str, cmd: &mut Command) -> Result<String, ImageError> {
-    let out = cmd.output().map_err(|e| ImageError::Tool { tool: tool.into(), detail: e.to_string() })?;
+    let out = cmd.output().map_err(|e| ImageError::Tool {
+        tool: tool.into(),
+        detail: e.to_string(),
+    })?;
     if !out.status.success() {
-        return Err(ImageError::Tool { tool: tool.into(), detail: String::from_utf8_lossy(&out.stderr).trim().to_string() });
+        return Err(ImageError::Tool {
+            tool: tool.into(),
+            detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Lays out the root filesystem in `root`: busybox with a link per applet, capw, the init.
 fn layout(root: &Path, opts: &BuildOptions) -> Result<(), ImageError> {
-    for d in ["bin", "usr/local/bin", "etc/capw", "run/capw", "var/log", "tmp", "root"] {
+    for d in [
+        "bin",
+        "usr/local/bin",
+        "etc/capw",
+        "run/capw",
+        "var/log",
+        "tmp",
+        "root",
+    ] {
         let p = root.join(d);
         std::fs::create_dir_all(&p).map_err(io(&p))?;
     }
     let bb = root.join("bin/busybox");
     std::fs::copy(opts.busybox, &bb).map_err(io(opts.busybox))?;
     let applets = run("busybox --list", Command::new(opts.busybox).arg("--list"))?;
-    for applet in applets.lines().map(str::trim).filter(|a| !a.is_empty() && *a != "busybox") {
+    for applet in applets
+        .lines()
+        .map(str::trim)
+        .filter(|a| !a.is_empty() && *a != "busybox")
+    {
         let link = root.join("bin").join(applet);
         symlink("busybox", &link).map_err(io(&link))?;
     }
@@ -131,7 +173,8 @@ fn layout(root: &Path, opts: &BuildOptions) -> Result<(), ImageError> {
     let nohup = root.join("bin/nohup");
     if !nohup.exists() {
         std::fs::write(&nohup, NOHUP).map_err(io(&nohup))?;
-        std::fs::set_permissions(&nohup, std::fs::Permissions::from_mode(0o755)).map_err(io(&nohup))?;
+        std::fs::set_permissions(&nohup, std::fs::Permissions::from_mode(0o755))
+            .map_err(io(&nohup))?;
     }
     let passwd = root.join("etc/passwd");
     std::fs::write(&passwd, "root:x:0:0:root:/root:/bin/sh\n").map_err(io(&passwd))?;
@@ -147,16 +190,32 @@ pub fn build(opts: &BuildOptions, mut progress: impl FnMut(&str)) -> Result<Stri
         return Err(ImageError::NotStatic(opts.busybox.to_path_buf()));
     }
     let staging = tempfile::tempdir().map_err(io(&std::env::temp_dir()))?;
-    progress(&format!("laying out the root filesystem (capw from {}, busybox from {})", opts.capw.display(), opts.busybox.display()));
+    progress(&format!(
+        "laying out the root filesystem (capw from {}, busybox from {})",
+        opts.capw.display(),
+        opts.busybox.display()
+    ));
     layout(staging.path(), opts)?;
     progress("packing it with tar");
     let tarball = staging.path().with_extension("tar");
-    run("tar", Command::new("tar").arg("-C").arg(staging.path()).arg("-cf").arg(&tarball).arg("."))?;
+    run(
+        "tar",
+        Command::new("tar")
+            .arg("-C")
+            .arg(staging.path())
+            .arg("-cf")
+            .arg(&tarball)
+            .arg("."),
+    )?;
     progress(&format!("importing it as {} (docker import)", opts.tag));
     let id = run(
         "docker import",
         Command::new("docker")
-            .args(["import", "--change", r#"CMD ["/bin/sh", "/etc/capw/init.sh"]"#])
+            .args([
+                "import",
+                "--change",
+                r#"CMD ["/bin/sh", "/etc/capw/init.sh"]"#,
+            ])
             .args(["--change", "ENV PATH=/usr/local/bin:/bin"])
             .arg(&tarball)
             .arg(opts.tag)

@@ -70,6 +70,7 @@ pub struct ExecOutput {
 pub struct ContainerRuntime {
     docker: Docker,
     timeout: Duration,
+    network_lock: tokio::sync::Mutex<()>,
 }
 
 fn engine_error(what: &str, e: bollard::errors::Error) -> RuntimeError {
@@ -114,7 +115,11 @@ impl ContainerRuntime {
         let docker = Docker::connect_with_local_defaults()
             .map_err(|e| engine_error("connecting", e))?
             .with_timeout(timeout);
-        Ok(ContainerRuntime { docker, timeout })
+        Ok(ContainerRuntime {
+            docker,
+            timeout,
+            network_lock: tokio::sync::Mutex::new(()),
+        })
     }
 
     async fn deadline<T>(
@@ -159,21 +164,44 @@ impl ContainerRuntime {
         Ok(c)
     }
 
-    pub async fn create_network(&self, plugin: &str, name: &str) -> Result<String, RuntimeError> {
-        if let Ok(n) = self
-            .docker
-            .inspect_network(
-                name,
-                None::<bollard::query_parameters::InspectNetworkOptions>,
+    /// The networks called exactly `name` (the engine's name filter also matches substrings,
+    /// and it allows several networks of one name).
+    async fn networks_named(
+        &self,
+        name: &str,
+    ) -> Result<Vec<bollard::models::Network>, RuntimeError> {
+        let opts = bollard::query_parameters::ListNetworksOptions {
+            filters: Some(HashMap::from([(
+                "name".to_string(),
+                vec![name.to_string()],
+            )])),
+        };
+        let all = self
+            .deadline(
+                &format!("listing networks named {name}"),
+                self.docker.list_networks(Some(opts)),
             )
-            .await
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter(|n| n.name.as_deref() == Some(name))
+            .collect())
+    }
+
+    pub async fn create_network(&self, plugin: &str, name: &str) -> Result<String, RuntimeError> {
+        // One creation at a time, so two calls cannot both find no network and make two.
+        let _one = self.network_lock.lock().await;
+        let existing = self.networks_named(name).await?;
+        if let Some(n) = existing
+            .iter()
+            .find(|n| owned_by(n.labels.as_ref(), plugin))
         {
-            if !owned_by(n.labels.as_ref(), plugin) {
-                return Err(RuntimeError::Invalid(format!(
-                    "network {name:?} exists and was not created for plugin {plugin}"
-                )));
-            }
-            return Ok(n.id.unwrap_or_default());
+            return Ok(n.id.clone().unwrap_or_default());
+        }
+        if !existing.is_empty() {
+            return Err(RuntimeError::Invalid(format!(
+                "network {name:?} exists and was not created for plugin {plugin}"
+            )));
         }
         let req = NetworkCreateRequest {
             name: name.into(),
@@ -189,24 +217,26 @@ impl ContainerRuntime {
         Ok(r.id)
     }
 
+    /// Removes every network of that name made for the plugin; `NotFound` when there is none.
     pub async fn remove_network(&self, plugin: &str, name: &str) -> Result<(), RuntimeError> {
-        let n = self
-            .deadline(
-                &format!("inspecting network {name}"),
-                self.docker.inspect_network(
-                    name,
-                    None::<bollard::query_parameters::InspectNetworkOptions>,
-                ),
-            )
-            .await?;
-        if !owned_by(n.labels.as_ref(), plugin) {
+        let mine: Vec<String> = self
+            .networks_named(name)
+            .await?
+            .into_iter()
+            .filter(|n| owned_by(n.labels.as_ref(), plugin))
+            .filter_map(|n| n.id)
+            .collect();
+        if mine.is_empty() {
             return Err(not_yours("network", name, plugin));
         }
-        self.deadline(
-            &format!("removing network {name}"),
-            self.docker.remove_network(name),
-        )
-        .await
+        for id in mine {
+            self.deadline(
+                &format!("removing network {name}"),
+                self.docker.remove_network(&id),
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     pub async fn create(&self, plugin: &str, spec: ContainerSpec) -> Result<String, RuntimeError> {

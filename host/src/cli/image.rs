@@ -30,7 +30,11 @@ pub struct BuildArgs {
 pub fn run(cmd: Command) -> anyhow::Result<()> {
     let Command::Build(args) = cmd;
     let capw = capw::node_image::find_static_capw(args.capw.as_deref())?;
-    let opts = capw::node_image::BuildOptions { tag: &args.tag, capw: &capw, busybox: &args.busybox };
+    let opts = capw::node_image::BuildOptions {
+        tag: &args.tag,
+        capw: &capw,
+        busybox: &args.busybox,
+    };
     let id = capw::node_image::build(&opts, |step| println!("==> {step}"))?;
     println!("built {} ({id})", args.tag);
     Ok(())

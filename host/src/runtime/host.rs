@@ -137,7 +137,10 @@ impl container_runtime::Host for HostState {
             .await
             .map_err(to_wit)
     }
-    async fn remove_network(&mut self, name: String) -> Result<(), container_runtime::RuntimeError> {
+    async fn remove_network(
+        &mut self,
+        name: String,
+    ) -> Result<(), container_runtime::RuntimeError> {
         let rt = self.docker()?;
         rt.remove_network(&self.log.plugin, &name)
             .await

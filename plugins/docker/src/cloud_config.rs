@@ -68,8 +68,9 @@ impl Bootstrap {
                 "the bootstrap data is not cloud-config (it must start with #cloud-config); the docker provider runs only cloud-config's write_files and runcmd".into(),
             ));
         }
-        let cc: CloudConfig = serde_yaml::from_str(data)
-            .map_err(|e| ProviderError::InvalidSpec(format!("the bootstrap data is not valid cloud-config: {e}")))?;
+        let cc: CloudConfig = serde_yaml::from_str(data).map_err(|e| {
+            ProviderError::InvalidSpec(format!("the bootstrap data is not valid cloud-config: {e}"))
+        })?;
         for (i, f) in cc.write_files.iter().enumerate() {
             if !f.path.starts_with('/') {
                 return Err(ProviderError::InvalidSpec(format!(
@@ -77,7 +78,11 @@ impl Bootstrap {
                     f.path
                 )));
             }
-            if let Some(enc) = f.encoding.as_deref().filter(|e| !e.is_empty() && *e != "text/plain") {
+            if let Some(enc) = f
+                .encoding
+                .as_deref()
+                .filter(|e| !e.is_empty() && *e != "text/plain")
+            {
                 return Err(ProviderError::InvalidSpec(format!(
                     "bootstrap data write_files[{i}] ({}) has encoding {enc:?}; the docker provider writes plain content only",
                     f.path
@@ -92,7 +97,10 @@ impl Bootstrap {
                 Command::Argv(argv) => argv.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" "),
             })
             .collect();
-        Ok(Bootstrap { files: cc.write_files, commands })
+        Ok(Bootstrap {
+            files: cc.write_files,
+            commands,
+        })
     }
 
     /// One exec's script and arguments. It reports the progress; when bootstrap never started

@@ -27,20 +27,33 @@ pub struct Docker;
 
 /// The Cluster this object belongs to, or a wait until core sets the owner.
 fn owning_cluster(ctx: &Context, obj: &View) -> Result<View, ProviderError> {
-    ctx.cluster_view()?
-        .ok_or_else(|| wait(format!("waiting for the Cluster controller to set an owner reference on {}", obj.name()), 5))
+    ctx.cluster_view()?.ok_or_else(|| {
+        wait(
+            format!(
+                "waiting for the Cluster controller to set an owner reference on {}",
+                obj.name()
+            ),
+            5,
+        )
+    })
 }
 
 /// The cluster name for deletion, when the owner may already be gone.
 fn cluster_name(ctx: &Context, obj: &View) -> Result<String, ProviderError> {
     Ok(match ctx.cluster_view()? {
         Some(c) => c.name().to_string(),
-        None => obj.str("/metadata/labels/cluster.x-k8s.io~1cluster-name").to_string(),
+        None => obj
+            .str("/metadata/labels/cluster.x-k8s.io~1cluster-name")
+            .to_string(),
     })
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs.iter().chain(VERSION_LABELS).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .chain(VERSION_LABELS)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn failure_domains(obj: &View) -> Vec<FailureDomain> {
@@ -51,7 +64,10 @@ fn failure_domains(obj: &View) -> Vec<FailureDomain> {
                 .filter_map(|fd| {
                     Some(FailureDomain {
                         name: fd.get("name")?.as_str()?.into(),
-                        control_plane: fd.get("controlPlane").and_then(Value::as_bool).unwrap_or(true),
+                        control_plane: fd
+                            .get("controlPlane")
+                            .and_then(Value::as_bool)
+                            .unwrap_or(true),
                         attributes: vec![],
                     })
                 })
@@ -68,12 +84,13 @@ fn sync_backends(cluster: &str, id: &str) -> Result<(), ProviderError> {
     if runtime::find(&lb)?.is_none() {
         return Ok(());
     }
-    let mut backends: Vec<String> = runtime::list(&[(CLUSTER_LABEL, id), (ROLE_LABEL, "control-plane")])?
-        .into_iter()
-        .filter(|c| c.running)
-        .filter_map(|c| c.addresses.into_iter().next())
-        .map(|ip| format!("{ip}:{API_PORT}"))
-        .collect();
+    let mut backends: Vec<String> =
+        runtime::list(&[(CLUSTER_LABEL, id), (ROLE_LABEL, "control-plane")])?
+            .into_iter()
+            .filter(|c| c.running)
+            .filter_map(|c| c.addresses.into_iter().next())
+            .map(|ip| format!("{ip}:{API_PORT}"))
+            .collect();
     backends.sort();
     let out = runtime::sh(
         &lb,
@@ -84,19 +101,36 @@ mkdir -p "$(dirname {LB_BACKENDS})"; printf '%s\n' "$1" > {LB_BACKENDS}.new && m
         &[backends.join("\n")],
     )?;
     if out.exit_code != 0 {
-        return Err(wait(format!("writing the backends of load balancer {lb} failed: {}", out.stderr.trim()), 5));
+        return Err(wait(
+            format!(
+                "writing the backends of load balancer {lb} failed: {}",
+                out.stderr.trim()
+            ),
+            5,
+        ));
     }
     Ok(())
 }
 
 fn host_port(info: &ContainerInfo, container_port: u16) -> u16 {
-    info.ports.iter().find(|p| p.container_port == container_port).map(|p| p.host_port).unwrap_or(0)
+    info.ports
+        .iter()
+        .find(|p| p.container_port == container_port)
+        .map(|p| p.host_port)
+        .unwrap_or(0)
 }
 
 fn machine_pending(conditions: Vec<Condition>, requeue: u32) -> MachineStatus {
     let mut c = common(conditions, None);
     c.requeue_after_seconds = Some(requeue);
-    MachineStatus { provisioned: false, provider_id: None, addresses: vec![], failure_domain: None, interruptible: false, common: c }
+    MachineStatus {
+        provisioned: false,
+        provider_id: None,
+        addresses: vec![],
+        failure_domain: None,
+        interruptible: false,
+        common: c,
+    }
 }
 
 fn not_ready(reason: &str, message: &str) -> Vec<Condition> {
@@ -105,13 +139,21 @@ fn not_ready(reason: &str, message: &str) -> Vec<Condition> {
 
 impl Provider for Docker {
     fn metadata() -> Metadata {
-        let cluster_col = ("Cluster", "string", ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']");
+        let cluster_col = (
+            "Cluster",
+            "string",
+            ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+        );
         Metadata {
             name: "docker".into(),
             version: VERSION.into(),
             provider_type: ProviderType::Infrastructure,
             contract_version: "v1beta2".into(),
-            kinds: vec![kind(GROUP, "DockerCluster"), kind(GROUP, "DockerMachine"), kind(GROUP, "DockerMachineTemplate")],
+            kinds: vec![
+                kind(GROUP, "DockerCluster"),
+                kind(GROUP, "DockerMachine"),
+                kind(GROUP, "DockerMachineTemplate"),
+            ],
             crds: vec![
                 crd(
                     GROUP,
@@ -119,7 +161,11 @@ impl Provider for Docker {
                     "dockerclusters",
                     &[
                         cluster_col,
-                        ("Provisioned", "boolean", ".status.initialization.provisioned"),
+                        (
+                            "Provisioned",
+                            "boolean",
+                            ".status.initialization.provisioned",
+                        ),
                         ("Host", "string", ".spec.controlPlaneEndpoint.host"),
                         ("Port", "integer", ".spec.controlPlaneEndpoint.port"),
                     ],
@@ -130,12 +176,25 @@ impl Provider for Docker {
                     "dockermachines",
                     &[
                         cluster_col,
-                        ("Machine", "string", ".metadata.ownerReferences[?(@.kind==\"Machine\")].name"),
-                        ("Provisioned", "boolean", ".status.initialization.provisioned"),
+                        (
+                            "Machine",
+                            "string",
+                            ".metadata.ownerReferences[?(@.kind==\"Machine\")].name",
+                        ),
+                        (
+                            "Provisioned",
+                            "boolean",
+                            ".status.initialization.provisioned",
+                        ),
                         ("ProviderID", "string", ".spec.providerID"),
                     ],
                 ),
-                crd(GROUP, "DockerMachineTemplate", "dockermachinetemplates", &[]),
+                crd(
+                    GROUP,
+                    "DockerMachineTemplate",
+                    "dockermachinetemplates",
+                    &[],
+                ),
             ],
         }
     }
@@ -148,18 +207,33 @@ impl Provider for Docker {
         // Once reported, the endpoint must not move: a recreated load balancer asks for the
         // same port.
         let port_before = match obj.str("/spec/controlPlaneEndpoint/host") {
-            "127.0.0.1" => obj.get("/spec/controlPlaneEndpoint/port").and_then(Value::as_u64).unwrap_or(0) as u16,
+            "127.0.0.1" => obj
+                .get("/spec/controlPlaneEndpoint/port")
+                .and_then(Value::as_u64)
+                .unwrap_or(0) as u16,
             _ => 0,
         };
         let lb = load_balancer(name);
         let spec = ContainerSpec {
             name: lb.clone(),
             image: DEFAULT_IMAGE.into(),
-            command: ["capw", "lb", "--listen", "0.0.0.0:6443", "--backends-file", LB_BACKENDS].map(String::from).to_vec(),
+            command: [
+                "capw",
+                "lb",
+                "--listen",
+                "0.0.0.0:6443",
+                "--backends-file",
+                LB_BACKENDS,
+            ]
+            .map(String::from)
+            .to_vec(),
             env: vec![],
             labels: labels(&[(CLUSTER_LABEL, &id), (ROLE_LABEL, "loadbalancer")]),
             network: Some(network(name)),
-            ports: vec![PortMapping { container_port: API_PORT, host_port: port_before }],
+            ports: vec![PortMapping {
+                container_port: API_PORT,
+                host_port: port_before,
+            }],
             privileged: false,
         };
         let (info, _) = runtime::ensure_running(&spec)?;
@@ -167,20 +241,33 @@ impl Provider for Docker {
         if port == 0 || (port_before != 0 && port != port_before) {
             // A restarted engine may publish a stopped container on another port.
             runtime::remove(&lb)?;
-            return Err(wait(format!("load balancer {lb} came back on port {port}, not {port_before}; recreating it"), 1));
+            return Err(wait(
+                format!(
+                    "load balancer {lb} came back on port {port}, not {port_before}; recreating it"
+                ),
+                1,
+            ));
         }
         sync_backends(name, &id)?;
         let mut c = common(
             vec![
                 condition("Ready", true, "Provisioned", ""),
-                condition("LoadBalancerAvailable", true, "Available", &format!("{lb} on 127.0.0.1:{port}")),
+                condition(
+                    "LoadBalancerAvailable",
+                    true,
+                    "Available",
+                    &format!("{lb} on 127.0.0.1:{port}"),
+                ),
             ],
             None,
         );
         c.requeue_after_seconds = Some(RESYNC_SECONDS);
         Ok(ClusterStatus {
             provisioned: true,
-            control_plane_endpoint: Some(ApiEndpoint { host: "127.0.0.1".into(), port }),
+            control_plane_endpoint: Some(ApiEndpoint {
+                host: "127.0.0.1".into(),
+                port,
+            }),
             failure_domains: failure_domains(&obj),
             common: c,
         })
@@ -197,7 +284,10 @@ impl Provider for Docker {
             gone &= runtime::remove(&c.name)?;
         }
         if !gone || !runtime::remove_network(&network(&name))? {
-            return Err(wait(format!("waiting for the containers of cluster {name} to be removed"), 2));
+            return Err(wait(
+                format!("waiting for the containers of cluster {name} to be removed"),
+                2,
+            ));
         }
         Ok(deleted())
     }
@@ -205,21 +295,52 @@ impl Provider for Docker {
     fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
         let obj = ctx.view()?;
         let cluster = owning_cluster(&ctx, &obj)?;
-        let machine = ctx
-            .machine_view()?
-            .ok_or_else(|| wait(format!("waiting for the Machine controller to set an owner reference on {}", obj.name()), 5))?;
+        let machine = ctx.machine_view()?.ok_or_else(|| {
+            wait(
+                format!(
+                    "waiting for the Machine controller to set an owner reference on {}",
+                    obj.name()
+                ),
+                5,
+            )
+        })?;
         let (name, id) = (cluster.name(), cluster_id(obj.namespace(), cluster.name()));
-        if cluster.get("/status/initialization/infrastructureProvisioned").and_then(Value::as_bool) != Some(true) {
-            return Ok(machine_pending(not_ready("WaitingForClusterInfrastructure", "the DockerCluster is not provisioned yet"), 30));
+        if cluster
+            .get("/status/initialization/infrastructureProvisioned")
+            .and_then(Value::as_bool)
+            != Some(true)
+        {
+            return Ok(machine_pending(
+                not_ready(
+                    "WaitingForClusterInfrastructure",
+                    "the DockerCluster is not provisioned yet",
+                ),
+                30,
+            ));
         }
-        let endpoint_port = cluster.get("/spec/controlPlaneEndpoint/port").and_then(Value::as_u64).unwrap_or(0);
+        let endpoint_port = cluster
+            .get("/spec/controlPlaneEndpoint/port")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         let Some(data) = ctx.bootstrap_data.as_deref() else {
             // The Machine changing (its dataSecretName) calls again; this is only a fallback.
-            return Ok(machine_pending(not_ready("WaitingForBootstrapData", "the bootstrap provider has not made the data yet"), 30));
+            return Ok(machine_pending(
+                not_ready(
+                    "WaitingForBootstrapData",
+                    "the bootstrap provider has not made the data yet",
+                ),
+                30,
+            ));
         };
         let bootstrap = Bootstrap::parse(data)?;
-        let control_plane = machine.get("/metadata/labels/cluster.x-k8s.io~1control-plane").is_some();
-        let role = if control_plane { "control-plane" } else { "worker" };
+        let control_plane = machine
+            .get("/metadata/labels/cluster.x-k8s.io~1control-plane")
+            .is_some();
+        let role = if control_plane {
+            "control-plane"
+        } else {
+            "worker"
+        };
         let container = machine_container(name, machine.name());
         let image = match obj.str("/spec/customImage") {
             "" => DEFAULT_IMAGE,
@@ -244,14 +365,23 @@ impl Provider for Docker {
         };
         let existed = runtime::find(&container)?.is_some();
         let (info, _) = runtime::ensure_running(&spec)?;
-        let recreated = !existed && obj.get("/status/initialization/provisioned").and_then(Value::as_bool) == Some(true);
+        let recreated = !existed
+            && obj
+                .get("/status/initialization/provisioned")
+                .and_then(Value::as_bool)
+                == Some(true);
         if control_plane {
             sync_backends(name, &id)?;
         }
         let lb = load_balancer(name);
         let lb_ip = runtime::find(&lb)?
             .and_then(|i| i.addresses.into_iter().next())
-            .ok_or_else(|| wait(format!("waiting for load balancer {lb} to have an address"), 2))?;
+            .ok_or_else(|| {
+                wait(
+                    format!("waiting for load balancer {lb} to have an address"),
+                    2,
+                )
+            })?;
         // The endpoint is 127.0.0.1:PORT on the host; a forwarder makes it the same inside.
         let prelude = format!(
             "nohup capw lb --listen 127.0.0.1:{endpoint_port} --backend {lb_ip}:{API_PORT} --backends-file /run/capw/none >/var/log/capw-endpoint.log 2>&1 &"
@@ -259,40 +389,79 @@ impl Provider for Docker {
         let provider_id = provider_id(&container);
         let (script, args) = bootstrap.script(&provider_id, &prelude);
         let out = runtime::sh(&container, &script, &args)?;
-        let Some(step) = (out.exit_code == 0).then(|| progress(&out.stdout)).flatten() else {
+        let Some(step) = (out.exit_code == 0)
+            .then(|| progress(&out.stdout))
+            .flatten()
+        else {
             return Err(wait(
-                format!("running the bootstrap data in {container} failed (exit {}): {}", out.exit_code, out.stderr.trim()),
+                format!(
+                    "running the bootstrap data in {container} failed (exit {}): {}",
+                    out.exit_code,
+                    out.stderr.trim()
+                ),
                 5,
             ));
         };
         let container_ok = if recreated {
-            condition("ContainerProvisioned", false, "ContainerRecreated", &format!("container {container} was gone; it was created again"))
+            condition(
+                "ContainerProvisioned",
+                false,
+                "ContainerRecreated",
+                &format!("container {container} was gone; it was created again"),
+            )
         } else {
             condition("ContainerProvisioned", true, "Provisioned", "")
         };
         match step {
             Progress::Done => {}
             Progress::Failed(log) => {
-                let msg = format!("a bootstrap command failed in {container}; the end of /var/log/capw-bootstrap.log: {log}");
+                let msg = format!(
+                    "a bootstrap command failed in {container}; the end of /var/log/capw-bootstrap.log: {log}"
+                );
                 return Ok(machine_pending(
-                    vec![condition("Ready", false, "BootstrapFailed", &msg), container_ok, condition("BootstrapCompleted", false, "BootstrapFailed", &msg)],
+                    vec![
+                        condition("Ready", false, "BootstrapFailed", &msg),
+                        container_ok,
+                        condition("BootstrapCompleted", false, "BootstrapFailed", &msg),
+                    ],
                     60,
                 ));
             }
             Progress::Started | Progress::Running => {
                 let msg = format!("container {container} is running its bootstrap data");
-                let reason = if recreated { "ContainerRecreated" } else { "Bootstrapping" };
+                let reason = if recreated {
+                    "ContainerRecreated"
+                } else {
+                    "Bootstrapping"
+                };
                 return Ok(machine_pending(
-                    vec![condition("Ready", false, reason, &msg), container_ok, condition("BootstrapCompleted", false, "Bootstrapping", &msg)],
+                    vec![
+                        condition("Ready", false, reason, &msg),
+                        container_ok,
+                        condition("BootstrapCompleted", false, "Bootstrapping", &msg),
+                    ],
                     1,
                 ));
             }
         }
-        let mut addresses: Vec<Address> =
-            info.addresses.into_iter().map(|a| Address { type_: "InternalIP".into(), address: a }).collect();
-        addresses.push(Address { type_: "Hostname".into(), address: container.clone() });
+        let mut addresses: Vec<Address> = info
+            .addresses
+            .into_iter()
+            .map(|a| Address {
+                type_: "InternalIP".into(),
+                address: a,
+            })
+            .collect();
+        addresses.push(Address {
+            type_: "Hostname".into(),
+            address: container.clone(),
+        });
         let mut c = common(
-            vec![condition("Ready", true, "Provisioned", ""), container_ok, condition("BootstrapCompleted", true, "Completed", "")],
+            vec![
+                condition("Ready", true, "Provisioned", ""),
+                container_ok,
+                condition("BootstrapCompleted", true, "Completed", ""),
+            ],
             None,
         );
         c.requeue_after_seconds = Some(RESYNC_SECONDS);
@@ -312,7 +481,11 @@ impl Provider for Docker {
         let id = cluster_id(obj.namespace(), &name);
         // Found by label, not by name: the Machine may already be gone.
         let mine = runtime::list(&[(CLUSTER_LABEL, &id), (INFRA_MACHINE_LABEL, obj.name())])?;
-        let control_plane = mine.iter().any(|c| c.labels.iter().any(|(k, v)| k == ROLE_LABEL && v == "control-plane"));
+        let control_plane = mine.iter().any(|c| {
+            c.labels
+                .iter()
+                .any(|(k, v)| k == ROLE_LABEL && v == "control-plane")
+        });
         let mut gone = true;
         for c in &mine {
             gone &= runtime::remove(&c.name)?;
@@ -320,6 +493,9 @@ impl Provider for Docker {
         if control_plane {
             sync_backends(&name, &id)?;
         }
-        Ok(DeleteStatus { done: gone, common: common(vec![], None) })
+        Ok(DeleteStatus {
+            done: gone,
+            common: common(vec![], None),
+        })
     }
 }

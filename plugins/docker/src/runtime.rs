@@ -15,7 +15,9 @@ pub fn fail(what: &str, e: RuntimeError) -> ProviderError {
             5,
         ),
         RuntimeError::Invalid(m) if m.contains("No such image") => wait(
-            format!("{what}: {m}; build the node image with `capw image build`, or set spec.customImage to an image on this engine"),
+            format!(
+                "{what}: {m}; build the node image with `capw image build`, or set spec.customImage to an image on this engine"
+            ),
             15,
         ),
         RuntimeError::Invalid(m) => wait(format!("{what}: the Docker engine refused it: {m}"), 15),
@@ -40,14 +42,20 @@ pub fn ensure_running(spec: &ContainerSpec) -> Result<(ContainerInfo, bool), Pro
         Some(info) => info,
         None => {
             cr::create(spec).map_err(|e| fail(&format!("creating container {name}"), e))?;
-            find(name)?.ok_or_else(|| wait(format!("container {name} vanished right after it was created"), 2))?
+            find(name)?.ok_or_else(|| {
+                wait(
+                    format!("container {name} vanished right after it was created"),
+                    2,
+                )
+            })?
         }
     };
     if info.running {
         return Ok((info, false));
     }
     cr::start(name).map_err(|e| fail(&format!("starting container {name}"), e))?;
-    let info = find(name)?.ok_or_else(|| wait(format!("container {name} vanished while starting"), 2))?;
+    let info =
+        find(name)?.ok_or_else(|| wait(format!("container {name} vanished while starting"), 2))?;
     Ok((info, true))
 }
 
@@ -61,18 +69,29 @@ pub fn remove(name: &str) -> Result<bool, ProviderError> {
 
 /// Runs a shell script with positional arguments in the container.
 pub fn sh(container: &str, script: &str, args: &[String]) -> Result<ExecOutput, ProviderError> {
-    let mut argv = vec!["/bin/sh".to_string(), "-c".into(), script.into(), "sh".into()];
+    let mut argv = vec![
+        "/bin/sh".to_string(),
+        "-c".into(),
+        script.into(),
+        "sh".into(),
+    ];
     argv.extend(args.iter().cloned());
-    cr::exec(container, &argv).map_err(|e| fail(&format!("running a command in container {container}"), e))
+    cr::exec(container, &argv)
+        .map_err(|e| fail(&format!("running a command in container {container}"), e))
 }
 
 pub fn list(labels: &[(&str, &str)]) -> Result<Vec<ContainerInfo>, ProviderError> {
-    let labels: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let labels: Vec<(String, String)> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     cr::list(&labels).map_err(|e| fail("listing containers", e))
 }
 
 pub fn ensure_network(name: &str) -> Result<(), ProviderError> {
-    cr::create_network(name).map(|_| ()).map_err(|e| fail(&format!("creating network {name}"), e))
+    cr::create_network(name)
+        .map(|_| ())
+        .map_err(|e| fail(&format!("creating network {name}"), e))
 }
 
 /// Removes the network; true once it is gone. Containers still attached make it wait.

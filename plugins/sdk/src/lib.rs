@@ -23,15 +23,20 @@ pub mod bindings {
 }
 
 pub use bindings::capw::host::log::Level;
-pub use bindings::capw::provider::types::{
-    Address, ApiEndpoint, Common, Condition, Context, DeleteStatus, FailureDomain, ProviderError, Retry,
-};
 pub use bindings::capw::host::sim_cloud;
+pub use bindings::capw::provider::types::{
+    Address, ApiEndpoint, Common, Condition, Context, DeleteStatus, FailureDomain, ProviderError,
+    Retry,
+};
 pub use bindings::exports::capw::provider::bootstrap_config::{BootstrapData, BootstrapStatus};
-pub use bindings::exports::capw::provider::control_plane::{ControlPlaneStatus, MachineRequest, ReplicaCounts};
+pub use bindings::exports::capw::provider::control_plane::{
+    ControlPlaneStatus, MachineRequest, ReplicaCounts,
+};
 pub use bindings::exports::capw::provider::infrastructure_cluster::ClusterStatus;
 pub use bindings::exports::capw::provider::infrastructure_machine::MachineStatus;
-pub use bindings::exports::capw::provider::plugin_info::{PluginMetadata as Metadata, ProviderType, ServedKind};
+pub use bindings::exports::capw::provider::plugin_info::{
+    PluginMetadata as Metadata, ProviderType, ServedKind,
+};
 pub use serde_json::{self, Value, json};
 
 /// Writes to the host log (which caps what one call may log).
@@ -92,4 +97,3 @@ macro_rules! export_provider {
         $crate::bindings::export_any!(__CapwExport with_types_in $crate::bindings);
     };
 }
-

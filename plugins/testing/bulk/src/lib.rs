@@ -19,9 +19,13 @@ impl Provider for Bulk {
 
     fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
         let obj = ctx.view()?;
-        let re = regex::Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").map_err(|e| ProviderError::Other(e.to_string()))?;
+        let re = regex::Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+            .map_err(|e| ProviderError::Other(e.to_string()))?;
         if !re.is_match(obj.name()) {
-            return Err(ProviderError::InvalidSpec(format!("metadata.name {:?} is not a DNS label", obj.name())));
+            return Err(ProviderError::InvalidSpec(format!(
+                "metadata.name {:?} is not a DNS label",
+                obj.name()
+            )));
         }
         Ok(MachineStatus {
             provisioned: true,

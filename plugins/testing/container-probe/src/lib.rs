@@ -35,8 +35,11 @@ impl Provider for Probe {
 
     fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
         let obj = ctx.view()?;
-        let (image, name, foreign) =
-            (obj.str("/spec/image"), obj.str("/spec/container"), obj.str("/spec/foreign"));
+        let (image, name, foreign) = (
+            obj.str("/spec/image"),
+            obj.str("/spec/container"),
+            obj.str("/spec/foreign"),
+        );
         let spec = cr::ContainerSpec {
             name: name.into(),
             image: image.into(),
@@ -48,17 +51,28 @@ impl Provider for Probe {
             privileged: false,
         };
         let mut report = serde_json::Map::new();
-        report.insert("create".into(), cr::create(&spec).map(|_| json!("ok")).unwrap_or_else(err));
-        report.insert("start".into(), cr::start(name).map(|_| json!("ok")).unwrap_or_else(err));
+        report.insert(
+            "create".into(),
+            cr::create(&spec).map(|_| json!("ok")).unwrap_or_else(err),
+        );
+        report.insert(
+            "start".into(),
+            cr::start(name).map(|_| json!("ok")).unwrap_or_else(err),
+        );
         report.insert(
             "exec".into(),
-            cr::exec(name, &["/bin/sh".into(), "-c".into(), "echo hi; exit 4".into()])
-                .map(|o| json!({"exitCode": o.exit_code, "stdout": o.stdout}))
-                .unwrap_or_else(err),
+            cr::exec(
+                name,
+                &["/bin/sh".into(), "-c".into(), "echo hi; exit 4".into()],
+            )
+            .map(|o| json!({"exitCode": o.exit_code, "stdout": o.stdout}))
+            .unwrap_or_else(err),
         );
         report.insert(
             "inspect".into(),
-            cr::inspect(name).map(|i| json!({"running": i.running, "name": i.name})).unwrap_or_else(err),
+            cr::inspect(name)
+                .map(|i| json!({"running": i.running, "name": i.name}))
+                .unwrap_or_else(err),
         );
         report.insert(
             "list".into(),
@@ -66,9 +80,22 @@ impl Provider for Probe {
                 .map(|l| json!(l.into_iter().map(|c| c.name).collect::<Vec<_>>()))
                 .unwrap_or_else(err),
         );
-        report.insert("inspectForeign".into(), cr::inspect(foreign).map(|_| json!("visible")).unwrap_or_else(err));
-        report.insert("removeForeign".into(), cr::remove(foreign).map(|_| json!("removed")).unwrap_or_else(err));
-        report.insert("remove".into(), cr::remove(name).map(|_| json!("ok")).unwrap_or_else(err));
+        report.insert(
+            "inspectForeign".into(),
+            cr::inspect(foreign)
+                .map(|_| json!("visible"))
+                .unwrap_or_else(err),
+        );
+        report.insert(
+            "removeForeign".into(),
+            cr::remove(foreign)
+                .map(|_| json!("removed"))
+                .unwrap_or_else(err),
+        );
+        report.insert(
+            "remove".into(),
+            cr::remove(name).map(|_| json!("ok")).unwrap_or_else(err),
+        );
         Ok(MachineStatus {
             provisioned: false,
             provider_id: None,

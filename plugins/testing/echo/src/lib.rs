@@ -45,21 +45,41 @@ impl Provider for Echo {
             provider_type: ProviderType::Infrastructure,
             contract_version: "v1beta2".into(),
             kinds: vec![
-                ServedKind { group: GROUP.into(), version: "v1beta2".into(), kind: "EchoCluster".into() },
-                ServedKind { group: GROUP.into(), version: "v1beta2".into(), kind: "EchoMachine".into() },
+                ServedKind {
+                    group: GROUP.into(),
+                    version: "v1beta2".into(),
+                    kind: "EchoCluster".into(),
+                },
+                ServedKind {
+                    group: GROUP.into(),
+                    version: "v1beta2".into(),
+                    kind: "EchoMachine".into(),
+                },
             ],
-            crds: vec![crd("EchoCluster", "echoclusters"), crd("EchoMachine", "echomachines")],
+            crds: vec![
+                crd("EchoCluster", "echoclusters"),
+                crd("EchoMachine", "echomachines"),
+            ],
         }
     }
 
     fn reconcile_cluster(ctx: Context) -> Result<ClusterStatus, ProviderError> {
         let obj = ctx.view()?;
-        log(Level::Info, &format!("echo {VERSION} reconciling cluster {}", obj.name()));
+        log(
+            Level::Info,
+            &format!("echo {VERSION} reconciling cluster {}", obj.name()),
+        );
         Ok(ClusterStatus {
             provisioned: true,
-            control_plane_endpoint: Some(ApiEndpoint { host: "127.0.0.1".into(), port: 6443 }),
+            control_plane_endpoint: Some(ApiEndpoint {
+                host: "127.0.0.1".into(),
+                port: 6443,
+            }),
             failure_domains: vec![],
-            common: common(vec![condition("Ready", true, &reason(), "echoed")], Some(json!({"echo": VERSION}))),
+            common: common(
+                vec![condition("Ready", true, &reason(), "echoed")],
+                Some(json!({"echo": VERSION})),
+            ),
         })
     }
 
@@ -68,14 +88,23 @@ impl Provider for Echo {
             panic!("echo 3.0.0 is broken on purpose");
         }
         let obj = ctx.view()?;
-        log(Level::Info, &format!("echo {VERSION} reconciling machine {}", obj.name()));
+        log(
+            Level::Info,
+            &format!("echo {VERSION} reconciling machine {}", obj.name()),
+        );
         Ok(MachineStatus {
             provisioned: true,
             provider_id: Some(format!("echo:///{}/{}", obj.namespace(), obj.name())),
-            addresses: vec![Address { type_: "InternalIP".into(), address: "10.0.0.1".into() }],
+            addresses: vec![Address {
+                type_: "InternalIP".into(),
+                address: "10.0.0.1".into(),
+            }],
             failure_domain: None,
             interruptible: false,
-            common: common(vec![condition("Ready", true, &reason(), "echoed")], Some(json!({"echo": VERSION}))),
+            common: common(
+                vec![condition("Ready", true, &reason(), "echoed")],
+                Some(json!({"echo": VERSION})),
+            ),
         })
     }
 }

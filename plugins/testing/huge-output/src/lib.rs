@@ -5,7 +5,14 @@ struct Flood;
 
 impl Provider for Flood {
     fn metadata() -> Metadata {
-        Metadata { name: "huge-output".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
+        Metadata {
+            name: "huge-output".into(),
+            version: "0.1.0".into(),
+            provider_type: ProviderType::Infrastructure,
+            contract_version: "v1beta2".into(),
+            kinds: vec![],
+            crds: vec![],
+        }
     }
 
     fn reconcile_machine(_ctx: Context) -> Result<MachineStatus, ProviderError> {
@@ -16,7 +23,11 @@ impl Provider for Flood {
             addresses: vec![],
             failure_domain: None,
             interruptible: false,
-            common: Common { conditions: vec![], status_patch: Some(huge), requeue_after_seconds: None },
+            common: Common {
+                conditions: vec![],
+                status_patch: Some(huge),
+                requeue_after_seconds: None,
+            },
         })
     }
 }

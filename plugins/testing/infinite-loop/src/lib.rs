@@ -5,7 +5,14 @@ struct Spin;
 
 impl Provider for Spin {
     fn metadata() -> Metadata {
-        Metadata { name: "infinite-loop".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
+        Metadata {
+            name: "infinite-loop".into(),
+            version: "0.1.0".into(),
+            provider_type: ProviderType::Infrastructure,
+            contract_version: "v1beta2".into(),
+            kinds: vec![],
+            crds: vec![],
+        }
     }
 
     fn reconcile_machine(_ctx: Context) -> Result<MachineStatus, ProviderError> {

@@ -6,7 +6,14 @@ struct Liar;
 
 impl Provider for Liar {
     fn metadata() -> Metadata {
-        Metadata { name: "invalid-results".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
+        Metadata {
+            name: "invalid-results".into(),
+            version: "0.1.0".into(),
+            provider_type: ProviderType::Infrastructure,
+            contract_version: "v1beta2".into(),
+            kinds: vec![],
+            crds: vec![],
+        }
     }
 
     fn reconcile_machine(_ctx: Context) -> Result<MachineStatus, ProviderError> {
@@ -16,7 +23,11 @@ impl Provider for Liar {
             addresses: vec![],
             failure_domain: None,
             interruptible: false,
-            common: Common { conditions: vec![], status_patch: Some("{not json".into()), requeue_after_seconds: None },
+            common: Common {
+                conditions: vec![],
+                status_patch: Some("{not json".into()),
+                requeue_after_seconds: None,
+            },
         })
     }
 }

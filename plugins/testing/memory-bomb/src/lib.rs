@@ -5,7 +5,14 @@ struct Bomb;
 
 impl Provider for Bomb {
     fn metadata() -> Metadata {
-        Metadata { name: "memory-bomb".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
+        Metadata {
+            name: "memory-bomb".into(),
+            version: "0.1.0".into(),
+            provider_type: ProviderType::Infrastructure,
+            contract_version: "v1beta2".into(),
+            kinds: vec![],
+            crds: vec![],
+        }
     }
 
     fn reconcile_machine(_ctx: Context) -> Result<MachineStatus, ProviderError> {

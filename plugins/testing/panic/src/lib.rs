@@ -5,11 +5,21 @@ struct Boom;
 
 impl Provider for Boom {
     fn metadata() -> Metadata {
-        Metadata { name: "panic".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
+        Metadata {
+            name: "panic".into(),
+            version: "0.1.0".into(),
+            provider_type: ProviderType::Infrastructure,
+            contract_version: "v1beta2".into(),
+            kinds: vec![],
+            crds: vec![],
+        }
     }
 
     fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
-        panic!("the panic plugin always panics (object was {} bytes)", ctx.object.len());
+        panic!(
+            "the panic plugin always panics (object was {} bytes)",
+            ctx.object.len()
+        );
     }
 }
 

@@ -5,12 +5,23 @@ struct Deep;
 
 #[inline(never)]
 fn dive(n: u64) -> u64 {
-    if n == u64::MAX { 0 } else { dive(std::hint::black_box(n + 1)).wrapping_add(n) }
+    if n == u64::MAX {
+        0
+    } else {
+        dive(std::hint::black_box(n + 1)).wrapping_add(n)
+    }
 }
 
 impl Provider for Deep {
     fn metadata() -> Metadata {
-        Metadata { name: "recursion".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
+        Metadata {
+            name: "recursion".into(),
+            version: "0.1.0".into(),
+            provider_type: ProviderType::Infrastructure,
+            contract_version: "v1beta2".into(),
+            kinds: vec![],
+            crds: vec![],
+        }
     }
 
     fn reconcile_machine(_ctx: Context) -> Result<MachineStatus, ProviderError> {

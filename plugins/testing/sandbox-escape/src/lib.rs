@@ -6,12 +6,23 @@ struct Escape;
 
 impl Provider for Escape {
     fn metadata() -> Metadata {
-        Metadata { name: "sandbox-escape".into(), version: "0.1.0".into(), provider_type: ProviderType::Infrastructure, contract_version: "v1beta2".into(), kinds: vec![], crds: vec![] }
+        Metadata {
+            name: "sandbox-escape".into(),
+            version: "0.1.0".into(),
+            provider_type: ProviderType::Infrastructure,
+            contract_version: "v1beta2".into(),
+            kinds: vec![],
+            crds: vec![],
+        }
     }
 
     fn reconcile_machine(_ctx: Context) -> Result<MachineStatus, ProviderError> {
-        let file = std::fs::read_to_string("/etc/passwd").map(|s| format!("read {} bytes", s.len())).unwrap_or_else(|e| format!("denied: {e}"));
-        let socket = std::net::TcpStream::connect("127.0.0.1:22").map(|_| "connected".to_string()).unwrap_or_else(|e| format!("denied: {e}"));
+        let file = std::fs::read_to_string("/etc/passwd")
+            .map(|s| format!("read {} bytes", s.len()))
+            .unwrap_or_else(|e| format!("denied: {e}"));
+        let socket = std::net::TcpStream::connect("127.0.0.1:22")
+            .map(|_| "connected".to_string())
+            .unwrap_or_else(|e| format!("denied: {e}"));
         let env: Vec<String> = std::env::vars().map(|(k, _)| k).collect();
         Ok(MachineStatus {
             provisioned: false,
@@ -19,7 +30,10 @@ impl Provider for Escape {
             addresses: vec![],
             failure_domain: None,
             interruptible: false,
-            common: common(vec![], Some(json!({"file": file, "socket": socket, "env": env}))),
+            common: common(
+                vec![],
+                Some(json!({"file": file, "socket": socket, "env": env})),
+            ),
         })
     }
 }

@@ -1,0 +1,709 @@
+//! The Docker provider end to end, on the real Docker engine `.ci/run` starts: a `capw
+//! apiserver`, the host as its own `capw run` process (so it can be SIGKILLed), the bundled
+//! `.wasm` providers, the node image from `capw image build`, and kubectl against both the
+//! management API and the workload cluster's own API inside the containers.
+//!
+//! Every test uses its own cluster name, because container names are global on the engine.
+
+mod support;
+
+use serde_json::Value;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use support::ApiServer;
+
+/// `capw image build` once per test binary: the provider's default image from the musl capw
+/// that `scripts/test` builds.
+fn node_image() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = Command::new(env!("CARGO_BIN_EXE_capw"))
+            .args(["image", "build"])
+            .output()
+            .expect("capw image build runs");
+        assert!(
+            out.status.success(),
+            "capw image build failed (scripts/test builds the musl capw it needs):\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+fn plugin(name: &str) -> PathBuf {
+    let p = support::repo_root().join("target/plugins").join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/build-plugins first",
+        p.display()
+    );
+    p
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("the docker CLI runs (.ci/run installs docker.io)");
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The quickstart example with its cluster renamed.
+fn quickstart(cluster: &str) -> String {
+    std::fs::read_to_string(support::repo_root().join("examples/quickstart.yaml"))
+        .expect("examples/quickstart.yaml")
+        .replace("quickstart", cluster)
+}
+
+struct Env {
+    api: ApiServer,
+    host: Option<Child>,
+    plugins: PathBuf,
+    metrics: u16,
+    home: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn start() -> Env {
+        node_image();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let api = ApiServer::start(&dir.path().join("api"));
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir_all(&plugins).expect("plugins dir");
+        for p in ["bootstrap", "control-plane", "docker"] {
+            std::fs::copy(
+                plugin(&format!("{p}.wasm")),
+                plugins.join(format!("{p}.wasm")),
+            )
+            .expect("copy plugin");
+        }
+        std::fs::copy(
+            support::repo_root().join("examples/plugins/docker.yaml"),
+            plugins.join("docker.yaml"),
+        )
+        .expect("copy manifest");
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&home).expect("home");
+        let mut env = Env {
+            api,
+            host: None,
+            plugins,
+            metrics: free_port(),
+            home,
+            dir,
+        };
+        env.start_host();
+        env
+    }
+
+    fn start_host(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("host.log"))
+            .expect("host log");
+        let child = Command::new(env!("CARGO_BIN_EXE_capw"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(&self.api.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("cache"))
+            .arg("--plugins")
+            .arg(&self.plugins)
+            .arg("--metrics")
+            .arg(format!("127.0.0.1:{}", self.metrics))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("capw run starts");
+        self.host = Some(child);
+        self.eventually("the docker plugin to be active", 120, || {
+            let (ok, out) = self.kubectl(&[
+                "get",
+                "wasmprovider",
+                "docker",
+                "-o",
+                "jsonpath={.status.activeVersion}",
+            ]);
+            (ok && !out.trim().is_empty()).then_some(())
+        });
+    }
+
+    fn kill9_host(&mut self) {
+        if let Some(mut c) = self.host.take() {
+            c.kill().expect("SIGKILL");
+            c.wait().expect("reaped");
+        }
+    }
+
+    fn host_log(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join("host.log")).unwrap_or_default();
+        let start = text.len().saturating_sub(4000);
+        text[text.floor_char_boundary(start)..].to_string()
+    }
+
+    fn kubectl_with(
+        &self,
+        kubeconfig: &Path,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> (bool, String) {
+        use std::io::Write;
+        let mut child = Command::new("/usr/bin/kubectl")
+            .args(args)
+            .env_clear()
+            .env("HOME", &self.home)
+            .env("KUBECONFIG", kubeconfig)
+            .env("PATH", "/usr/bin:/bin")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        if let Some(s) = stdin {
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(s.as_bytes())
+                .expect("write stdin");
+        }
+        drop(child.stdin.take());
+        let out = child.wait_with_output().expect("kubectl output");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
+    fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        self.kubectl_with(&self.api.kubeconfig, args, None)
+    }
+
+    fn must(&self, args: &[&str]) -> String {
+        let (ok, out) = self.kubectl(args);
+        assert!(ok, "kubectl {args:?} failed: {out}");
+        out
+    }
+
+    fn apply(&self, manifest: &str) {
+        let (ok, out) =
+            self.kubectl_with(&self.api.kubeconfig, &["apply", "-f", "-"], Some(manifest));
+        assert!(ok, "kubectl apply failed: {out}");
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.must(&all)).expect("kubectl -o json")
+    }
+
+    fn eventually<T>(&self, what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {secs}s waiting for {what}; host log:\n{}",
+                self.host_log()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn machines(&self, cluster: &str) -> Vec<Value> {
+        let list = self.json(&[
+            "get",
+            "machines",
+            "-l",
+            &format!("cluster.x-k8s.io/cluster-name={cluster}"),
+        ]);
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits for `n` Machines of the cluster to be Running with a nodeRef.
+    fn running(&self, cluster: &str, n: usize) -> Vec<Value> {
+        self.eventually(
+            &format!("{n} Machines of {cluster} Running with a nodeRef"),
+            180,
+            || {
+                let ms = self.machines(cluster);
+                let running = ms
+                    .iter()
+                    .filter(|m| {
+                        m["status"]["phase"] == "Running"
+                            && m["status"]["nodeRef"]["name"].is_string()
+                    })
+                    .count();
+                (ms.len() == n && running == n).then_some(ms)
+            },
+        )
+    }
+
+    /// The cluster's workload kubeconfig, from `<cluster>-kubeconfig`.
+    fn workload_kubeconfig(&self, cluster: &str) -> PathBuf {
+        let b64 = self.must(&[
+            "get",
+            "secret",
+            &format!("{cluster}-kubeconfig"),
+            "-o",
+            "jsonpath={.data.value}",
+        ]);
+        let text = base64_decode(b64.trim());
+        let path = self.dir.path().join(format!("{cluster}.kubeconfig"));
+        std::fs::write(&path, text).expect("write workload kubeconfig");
+        path
+    }
+
+    fn metric(&self, name: &str) -> u64 {
+        let text = http_get(self.metrics, "/metrics");
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.kill9_host();
+    }
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics endpoint");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("response");
+    out
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    let out = Command::new("base64")
+        .arg("-d")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().expect("stdin").write_all(s.as_bytes())?;
+            c.wait_with_output()
+        });
+    out.expect("base64 -d").stdout
+}
+
+/// Name → id of the containers labelled with the cluster, and their provider-version label.
+fn containers(cluster: &str) -> Vec<(String, String, String)> {
+    docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=capw.dev/cluster=default.{cluster}"),
+        "--format",
+        "{{.Names}} {{.ID}} {{.Label \"capw.dev/provider-version\"}}",
+    ])
+    .lines()
+    .map(|l| {
+        let mut w = l.split(' ');
+        let name = w.next().unwrap_or_default().to_string();
+        let id = w.next().unwrap_or_default().to_string();
+        (name, id, w.next().unwrap_or_default().to_string())
+    })
+    .collect()
+}
+
+/// Removes what a test left on the engine for its cluster, before it starts and when it ends
+/// (also when it fails), so a failed run cannot leak into the next.
+struct Engine(&'static str);
+
+impl Engine {
+    fn clean(cluster: &'static str) -> Engine {
+        let e = Engine(cluster);
+        e.sweep();
+        e
+    }
+
+    fn sweep(&self) {
+        for (name, _, _) in containers(self.0) {
+            let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+        }
+        let _ = Command::new("docker")
+            .args(["network", "rm", &format!("capw-{}", self.0)])
+            .output();
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.sweep();
+    }
+}
+
+fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+#[test]
+fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
+    let env = Env::start();
+    let cluster = "quickstart";
+    let _engine = Engine::clean(cluster);
+    env.apply(&quickstart(cluster));
+    let machines = env.running(cluster, 3);
+
+    // The workload cluster's own API, through the load balancer on 127.0.0.1.
+    let wl = env.workload_kubeconfig(cluster);
+    let nodes = env.eventually("3 Ready workload Nodes", 60, || {
+        let (ok, out) = env.kubectl_with(&wl, &["get", "nodes", "-o", "json"], None);
+        let v: Value = serde_json::from_str(&out).ok().filter(|_| ok)?;
+        let items = v["items"].as_array()?.clone();
+        let ready = items
+            .iter()
+            .filter(|n| {
+                n["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+            })
+            .count();
+        (items.len() == 3 && ready == 3).then_some(items)
+    });
+    for m in &machines {
+        let name = m["metadata"]["name"].as_str().expect("name");
+        let want = format!("docker:////{cluster}-{name}");
+        assert_eq!(m["spec"]["providerID"], want.as_str(), "Machine {name}");
+        let node = nodes
+            .iter()
+            .find(|n| n["metadata"]["name"] == m["status"]["nodeRef"]["name"])
+            .expect("nodeRef names a Node");
+        assert_eq!(node["spec"]["providerID"], want.as_str(), "Node of {name}");
+        let addrs = m["status"]["addresses"].as_array().expect("addresses");
+        assert!(
+            addrs.iter().any(|a| a["type"] == "InternalIP"),
+            "{name} has an InternalIP: {addrs:?}"
+        );
+    }
+    let (ok, table) = env.kubectl_with(&wl, &["get", "nodes"], None);
+    assert!(
+        ok && table.matches(" Ready ").count() == 3,
+        "kubectl get nodes on the workload cluster:\n{table}"
+    );
+
+    // One load balancer and three machines on the engine, on the cluster's network.
+    let names: Vec<String> = containers(cluster).into_iter().map(|c| c.0).collect();
+    assert_eq!(names.len(), 4, "containers: {names:?}");
+    assert!(names.contains(&format!("{cluster}-lb")), "{names:?}");
+    let table = env.must(&["get", "dockerclusters,dockermachines"]);
+    assert!(
+        table.contains("127.0.0.1")
+            && table.contains(&format!("docker:////{cluster}-{cluster}-worker-0")),
+        "{table}"
+    );
+
+    env.must(&["delete", "cluster", cluster, "--timeout=120s"]);
+    env.eventually("every object of the cluster to be gone", 60, || {
+        let (ok, out) = env.kubectl(&[
+            "get",
+            "machines,dockermachines,dockerclusters,capwconfigs,capwcontrolplanes",
+            "-o",
+            "name",
+        ]);
+        (ok && out.trim().is_empty()).then_some(())
+    });
+    assert!(
+        containers(cluster).is_empty(),
+        "containers left: {:?}",
+        containers(cluster)
+    );
+    let networks = docker(&[
+        "network",
+        "ls",
+        "--filter",
+        "label=capw.dev/managed-by=capw",
+        "--format",
+        "{{.Name}}",
+    ]);
+    assert!(
+        !networks.lines().any(|n| n == format!("capw-{cluster}")),
+        "networks left: {networks}"
+    );
+    let secrets = env.must(&["get", "secrets", "-o", "name"]);
+    assert!(!secrets.contains(cluster), "Secrets left: {secrets}");
+}
+
+#[test]
+fn upstream_capd_manifests_apply() {
+    let _engine = Engine::clean("capd-upstream");
+    let env = Env::start();
+    let text =
+        std::fs::read_to_string(support::repo_root().join("host/tests/data/capd-upstream.yaml"))
+            .expect("fixture");
+    env.apply(&text);
+    // Kept as written (nothing pruned or refused) and served under the same names.
+    let dc = env.json(&["get", "dockercluster", "capd-upstream"]);
+    assert_eq!(dc["spec"]["loadBalancer"]["imageRepository"], "kindest");
+    assert_eq!(dc["spec"]["failureDomains"][1]["name"], "fd2");
+    let dmt = env.json(&[
+        "get",
+        "dockermachinetemplate",
+        "capd-upstream-control-plane",
+    ]);
+    assert_eq!(
+        dmt["spec"]["template"]["spec"]["customImage"],
+        "kindest/node:v1.33.1"
+    );
+    assert_eq!(
+        dmt["spec"]["template"]["spec"]["extraMounts"][0]["containerPath"],
+        "/var/run/docker.sock"
+    );
+    let c = env.json(&["get", "cluster", "capd-upstream"]);
+    assert_eq!(c["spec"]["controlPlaneRef"]["kind"], "KubeadmControlPlane");
+    // The DockerCluster is provisioned like any other; the failure domains are copied.
+    env.eventually("the upstream DockerCluster to be provisioned", 120, || {
+        let dc = env.json(&["get", "dockercluster", "capd-upstream"]);
+        (dc["status"]["initialization"]["provisioned"] == true).then_some(())
+    });
+    let dc = env.json(&["get", "dockercluster", "capd-upstream"]);
+    assert_eq!(
+        dc["spec"]["controlPlaneEndpoint"]["host"], "127.0.0.1",
+        "{dc}"
+    );
+    env.must(&["delete", "cluster", "capd-upstream", "--timeout=120s"]);
+    env.eventually(
+        "the upstream cluster's containers to be removed",
+        60,
+        || containers("capd-upstream").is_empty().then_some(()),
+    );
+}
+
+#[test]
+fn hot_reload_of_the_docker_plugin_keeps_containers_and_v2_labels_new_ones() {
+    let mut env = Env::start();
+    let cluster = "reload";
+    let _engine = Engine::clean(cluster);
+    env.apply(&quickstart(cluster));
+    env.running(cluster, 3);
+    let before = containers(cluster);
+    assert_eq!(before.len(), 4, "{before:?}");
+    assert!(
+        before.iter().all(|c| c.2.is_empty()),
+        "v1 puts no version label: {before:?}"
+    );
+    let errors_before =
+        env.metric("capw_plugin_errors_total") + env.metric("capw_plugin_traps_total");
+    let reconcile_errors_before = env.metric("capw_reconcile_errors_total");
+
+    std::fs::copy(plugin("docker-v2.wasm"), env.plugins.join("docker.wasm")).expect("swap in v2");
+    env.eventually("docker 0.2.0 to be active", 120, || {
+        let v = env.must(&[
+            "get",
+            "wasmprovider",
+            "docker",
+            "-o",
+            "jsonpath={.status.activeVersion}",
+        ]);
+        (v.trim() == "0.2.0").then_some(())
+    });
+    // A new worker after the swap is created by v2.
+    let extra = quickstart(cluster)
+        .split("---\n")
+        .filter(|d| d.contains("name: reload-worker-0") && !d.contains("kind: Cluster\n"))
+        .map(|d| d.replace("reload-worker-0", "reload-worker-2"))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    env.apply(&extra);
+    env.running(cluster, 4);
+    // Existing objects are reconciled again (the resync) by v2.
+    env.eventually("every DockerMachine to be reconciled by 0.2.0", 90, || {
+        let dms = env.json(&[
+            "get",
+            "dockermachines",
+            "-l",
+            &format!("cluster.x-k8s.io/cluster-name={cluster}"),
+        ]);
+        let items = dms["items"].as_array()?.clone();
+        (items.len() == 4
+            && items.iter().all(|d| {
+                d["metadata"]["annotations"]["runtime.capw.dev/plugin-version"] == "docker/0.2.0"
+            }))
+        .then_some(())
+    });
+
+    let after = containers(cluster);
+    for (name, id, _) in &before {
+        assert!(
+            after.iter().any(|(n, i, _)| n == name && i == id),
+            "{name} was recreated: {after:?}"
+        );
+    }
+    let new = after
+        .iter()
+        .find(|c| c.0 == format!("{cluster}-{cluster}-worker-2"))
+        .expect("the new worker's container");
+    assert_eq!(new.2, "0.2.0", "v2 labels what it creates: {after:?}");
+    assert_eq!(
+        env.metric("capw_plugin_errors_total") + env.metric("capw_plugin_traps_total"),
+        errors_before,
+        "no plugin call failed after the swap"
+    );
+    assert_eq!(
+        env.metric("capw_reconcile_errors_total"),
+        reconcile_errors_before,
+        "no reconcile failed after the swap"
+    );
+    env.must(&["delete", "cluster", cluster, "--timeout=120s"]);
+    env.eventually("containers to be removed", 60, || {
+        containers(cluster).is_empty().then_some(())
+    });
+    env.kill9_host();
+}
+
+#[test]
+fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
+    let env = Env::start();
+    let cluster = "oob";
+    let _engine = Engine::clean(cluster);
+    env.apply(&quickstart(cluster));
+    env.running(cluster, 3);
+    let victim = format!("{cluster}-{cluster}-worker-1");
+    let old_id = containers(cluster)
+        .into_iter()
+        .find(|c| c.0 == victim)
+        .expect("victim")
+        .1;
+    // A watch sees every state the Machine passes through, however briefly.
+    let mut watch = Command::new("/usr/bin/kubectl")
+        .args([
+            "get",
+            "machine",
+            &format!("{cluster}-worker-1"),
+            "--watch",
+            "--output-watch-events",
+            "-o",
+            "json",
+        ])
+        .env("KUBECONFIG", &env.api.kubeconfig)
+        .env("HOME", &env.home)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kubectl watch");
+    std::thread::sleep(Duration::from_secs(1));
+    docker(&["rm", "-f", &victim]);
+
+    env.eventually("the worker's container to be created again", 60, || {
+        containers(cluster)
+            .into_iter()
+            .find(|c| c.0 == victim && c.1 != old_id)
+            .map(|_| ())
+    });
+    env.running(cluster, 3);
+    let wl = env.workload_kubeconfig(cluster);
+    env.eventually("the recreated worker's Node to be Ready", 60, || {
+        let (ok, out) = env.kubectl_with(
+            &wl,
+            &["get", "node", &format!("{cluster}-worker-1"), "-o", "json"],
+            None,
+        );
+        let n: Value = serde_json::from_str(&out).ok().filter(|_| ok)?;
+        n["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            .then_some(())
+    });
+    let _ = watch.kill();
+    let out = watch.wait_with_output().expect("watch output");
+    let events = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        events.contains("ContainerRecreated"),
+        "the Machine showed the recreation in a condition; watch events:\n{}",
+        &events[events.len().saturating_sub(3000)..]
+    );
+    env.eventually(
+        "the Machine's InfrastructureReady to be True again",
+        60,
+        || {
+            let m = env
+                .machines(cluster)
+                .into_iter()
+                .find(|m| m["metadata"]["name"] == format!("{cluster}-worker-1"))?;
+            (condition(&m, "InfrastructureReady")?["status"] == "True").then_some(())
+        },
+    );
+    env.must(&["delete", "cluster", cluster, "--timeout=120s"]);
+    env.eventually("containers to be removed", 60, || {
+        containers(cluster).is_empty().then_some(())
+    });
+}
+
+#[test]
+fn a_host_killed_mid_provisioning_leaves_no_duplicate_and_no_orphan() {
+    let mut env = Env::start();
+    let cluster = "crashy";
+    let _engine = Engine::clean(cluster);
+    env.apply(&quickstart(cluster));
+    // Kill the host as soon as the first machine container exists, before the rest converge.
+    env.eventually("the first machine container", 120, || {
+        containers(cluster)
+            .iter()
+            .any(|c| c.0.contains("-control-plane-"))
+            .then_some(())
+    });
+    let running = env
+        .machines(cluster)
+        .iter()
+        .filter(|m| m["status"]["phase"] == "Running")
+        .count();
+    env.kill9_host();
+    assert!(running < 3, "the host was killed before convergence");
+    env.start_host();
+    let machines = env.running(cluster, 3);
+    let got = containers(cluster);
+    let mut names: Vec<&str> = got.iter().map(|c| c.0.as_str()).collect();
+    names.sort();
+    let mut want: Vec<String> = machines
+        .iter()
+        .map(|m| {
+            format!(
+                "{cluster}-{}",
+                m["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .chain([format!("{cluster}-lb")])
+        .collect();
+    want.sort();
+    assert_eq!(
+        names, want,
+        "exactly one container per Machine plus the load balancer"
+    );
+    env.must(&["delete", "cluster", cluster, "--timeout=120s"]);
+    env.eventually("containers to be removed", 60, || {
+        containers(cluster).is_empty().then_some(())
+    });
+}
