@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{OnceLock, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 use support::ApiServer;
 
@@ -31,6 +31,92 @@ fn node_image() {
             String::from_utf8_lossy(&out.stderr)
         );
     });
+}
+
+/// Tests share the engine; the one that restarts dockerd takes it alone.
+static ENGINE: RwLock<()> = RwLock::new(());
+
+fn shared_engine() -> RwLockReadGuard<'static, ()> {
+    ENGINE.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn docker_answers() -> bool {
+    Command::new("docker")
+        .arg("info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Stops dockerd (SIGTERM, as a service manager would) and starts it again with the same
+/// command line, detached from the test so it outlives it.
+fn restart_dockerd() {
+    if Command::new("systemctl")
+        .args(["is-active", "--quiet", "docker"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        let st = Command::new("systemctl")
+            .args(["restart", "docker"])
+            .status()
+            .expect("systemctl");
+        assert!(st.success(), "systemctl restart docker failed");
+    } else {
+        let pid = String::from_utf8_lossy(
+            &Command::new("pidof")
+                .arg("dockerd")
+                .output()
+                .expect("pidof")
+                .stdout,
+        )
+        .split_whitespace()
+        .next()
+        .map(str::to_string)
+        .expect("a dockerd process (scripts/setup starts one)");
+        let cmdline =
+            std::fs::read(format!("/proc/{pid}/cmdline")).expect("dockerd's command line");
+        let argv: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let st = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        assert!(
+            st.success(),
+            "could not stop dockerd (the test needs root, as .ci/run has)"
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(Instant::now() < deadline, "dockerd did not stop");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open("/tmp/capw-dockerd.log")
+            .expect("log");
+        let err = log.try_clone().expect("log");
+        Command::new("setsid")
+            .arg("-f")
+            .args(&argv)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .status()
+            .expect("dockerd starts again");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !docker_answers() {
+        assert!(
+            Instant::now() < deadline,
+            "dockerd did not come back; see /tmp/capw-dockerd.log"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 fn plugin(name: &str) -> PathBuf {
@@ -371,6 +457,7 @@ fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
 
 #[test]
 fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
+    let _shared = shared_engine();
     let env = Env::start();
     let cluster = "quickstart";
     let _engine = Engine::clean(cluster);
@@ -459,6 +546,7 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
 
 #[test]
 fn upstream_capd_manifests_apply() {
+    let _shared = shared_engine();
     let _engine = Engine::clean("capd-upstream");
     let env = Env::start();
     let text =
@@ -586,6 +674,7 @@ fn hot_reload_of_the_docker_plugin_keeps_containers_and_v2_labels_new_ones() {
 
 #[test]
 fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
+    let _shared = shared_engine();
     let env = Env::start();
     let cluster = "oob";
     let _engine = Engine::clean(cluster);
@@ -664,6 +753,7 @@ fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
 
 #[test]
 fn a_host_killed_mid_provisioning_leaves_no_duplicate_and_no_orphan() {
+    let _shared = shared_engine();
     let mut env = Env::start();
     let cluster = "crashy";
     let _engine = Engine::clean(cluster);
@@ -702,6 +792,47 @@ fn a_host_killed_mid_provisioning_leaves_no_duplicate_and_no_orphan() {
         names, want,
         "exactly one container per Machine plus the load balancer"
     );
+    env.must(&["delete", "cluster", cluster, "--timeout=120s"]);
+    env.eventually("containers to be removed", 60, || {
+        containers(cluster).is_empty().then_some(())
+    });
+}
+
+#[test]
+fn a_docker_engine_restarted_during_provisioning_and_the_cluster_converges() {
+    let _alone = ENGINE.write().unwrap_or_else(|p| p.into_inner());
+    let cluster = "restart";
+    let _engine = Engine::clean(cluster);
+    let env = Env::start();
+    env.apply(&quickstart(cluster));
+    env.eventually("the control-plane machine's container", 120, || {
+        containers(cluster)
+            .iter()
+            .any(|c| c.0.contains("-control-plane-"))
+            .then_some(())
+    });
+    let running = env
+        .machines(cluster)
+        .iter()
+        .filter(|m| m["status"]["phase"] == "Running")
+        .count();
+    assert!(
+        running < 3,
+        "the engine restarts before the cluster converged"
+    );
+    restart_dockerd();
+    let machines = env.running(cluster, 3);
+    let wl = env.workload_kubeconfig(cluster);
+    env.eventually(
+        "3 Ready workload Nodes after the engine restart",
+        120,
+        || {
+            let (ok, out) = env.kubectl_with(&wl, &["get", "nodes"], None);
+            (ok && out.matches(" Ready ").count() == 3).then_some(())
+        },
+    );
+    assert_eq!(machines.len(), 3);
+    assert_eq!(containers(cluster).len(), 4, "{:?}", containers(cluster));
     env.must(&["delete", "cluster", cluster, "--timeout=120s"]);
     env.eventually("containers to be removed", 60, || {
         containers(cluster).is_empty().then_some(())

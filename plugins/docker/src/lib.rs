@@ -8,7 +8,7 @@
 //! - A DockerMachine is a container `<cluster>-<machine>` from the node image (or
 //!   `spec.customImage`). Its bootstrap data's `write_files` and `runcmd` run through exec, in
 //!   the background, and the sentinel file says when they finished. Inside every machine a local
-//!   `capw lb` forwards the endpoint (127.0.0.1:PORT) to the load balancer, so the endpoint
+//!   `capw lb` forwards the endpoint (127.0.0.1:PORT) to the load balancer by name, so the endpoint
 //!   means the same inside a machine as on the host.
 //!
 //! Nothing is kept between calls: names and labels find everything again.

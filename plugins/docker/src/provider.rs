@@ -373,18 +373,12 @@ impl Provider for Docker {
         if control_plane {
             sync_backends(name, &id)?;
         }
-        let lb = load_balancer(name);
-        let lb_ip = runtime::find(&lb)?
-            .and_then(|i| i.addresses.into_iter().next())
-            .ok_or_else(|| {
-                wait(
-                    format!("waiting for load balancer {lb} to have an address"),
-                    2,
-                )
-            })?;
         // The endpoint is 127.0.0.1:PORT on the host; a forwarder makes it the same inside.
+        // It names the load balancer, which the engine's DNS resolves on the cluster network
+        // even after a restarted engine gave it another address.
         let prelude = format!(
-            "nohup capw lb --listen 127.0.0.1:{endpoint_port} --backend {lb_ip}:{API_PORT} --backends-file /run/capw/none >/var/log/capw-endpoint.log 2>&1 &"
+            "nohup capw lb --listen 127.0.0.1:{endpoint_port} --backend {}:{API_PORT} --backends-file /run/capw/none >/var/log/capw-endpoint.log 2>&1 &",
+            load_balancer(name)
         );
         let provider_id = provider_id(&container);
         let (script, args) = bootstrap.script(&provider_id, &prelude);
