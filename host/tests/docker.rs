@@ -242,8 +242,8 @@ impl Env {
 
     fn host_log(&self) -> String {
         let text = std::fs::read_to_string(self.dir.path().join("host.log")).unwrap_or_default();
-        let start = text.len().saturating_sub(4000);
-        text[text.floor_char_boundary(start)..].to_string()
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
     fn kubectl_with(
@@ -732,7 +732,7 @@ fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
     assert!(
         events.contains("ContainerRecreated"),
         "the Machine showed the recreation in a condition; watch events:\n{}",
-        &events[events.len().saturating_sub(3000)..]
+        events.lines().rev().take(40).collect::<Vec<_>>().join("\n")
     );
     env.eventually(
         "the Machine's InfrastructureReady to be True again",
