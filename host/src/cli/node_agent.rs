@@ -86,11 +86,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 tracing::warn!(error = %e, server = %args.server, "registering the node failed; retrying")
             }
         }
-        tokio::time::sleep(Duration::from_secs(if registered {
-            args.heartbeat_seconds
+        // Until registered, retry soon: the control plane's API usually comes up within a second.
+        tokio::time::sleep(if registered {
+            Duration::from_secs(args.heartbeat_seconds)
         } else {
-            1
-        }))
+            Duration::from_millis(250)
+        })
         .await;
     }
 }

@@ -105,8 +105,9 @@ impl Bootstrap {
 
     /// One exec's script and arguments. It reports the progress; when bootstrap never started
     /// in this container it writes the provider ID and the files, then starts `prelude` and the
-    /// commands in the background (they may take longer than an exec may) and answers
-    /// `started`. A marker file makes sure it never starts twice in one container.
+    /// commands in the background (they may take longer than an exec may) and waits up to 2 s
+    /// for them before it answers. A marker file makes sure it never starts twice in one
+    /// container.
     pub fn script(&self, provider_id: &str, prelude: &str) -> (String, Vec<String>) {
         let mut commands = String::new();
         for c in std::iter::once(prelude).chain(self.commands.iter().map(String::as_str)) {
@@ -130,7 +131,10 @@ while [ $# -gt 0 ]; do
 done
 {{ ( set -e
 {commands}) >{LOG} 2>&1 </dev/null || touch {FAILED}; }} >/dev/null 2>&1 </dev/null &
-echo started
+# Most bootstrap data only starts services: wait briefly so the answer is usually final.
+i=0
+while [ $i -lt 40 ] && [ ! -e {SENTINEL} ] && [ ! -e {FAILED} ]; do sleep 0.05; i=$((i+1)); done
+if [ -e {SENTINEL} ]; then echo done; elif [ -e {FAILED} ]; then echo failed; tail -n 20 {LOG}; else echo started; fi
 "#
         );
         let mut args = vec![provider_id.to_string()];

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 const UNINITIALIZED_TAINT: &str = "node.cluster.x-k8s.io/uninitialized";
 /// While waiting for a Node, look again this often (the remote cache's watch, in upstream).
-const NODE_POLL: Duration = Duration::from_secs(2);
+/// A new Node is usually there within a second of its machine booting.
+const NODE_POLL: Duration = Duration::from_millis(500);
 
 /// Machine labels core copies onto the Node.
 fn synced_label(key: &str) -> bool {
