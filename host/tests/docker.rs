@@ -119,16 +119,6 @@ fn restart_dockerd() {
     }
 }
 
-fn plugin(name: &str) -> PathBuf {
-    let p = support::repo_root().join("target/plugins").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/build-plugins first",
-        p.display()
-    );
-    p
-}
-
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .expect("bind")
@@ -175,7 +165,7 @@ impl Env {
         std::fs::create_dir_all(&plugins).expect("plugins dir");
         for p in ["bootstrap", "control-plane", "docker"] {
             std::fs::copy(
-                plugin(&format!("{p}.wasm")),
+                support::plugin(&format!("{p}.wasm")),
                 plugins.join(format!("{p}.wasm")),
             )
             .expect("copy plugin");
@@ -252,34 +242,7 @@ impl Env {
         args: &[&str],
         stdin: Option<&str>,
     ) -> (bool, String) {
-        use std::io::Write;
-        let mut child = Command::new("/usr/bin/kubectl")
-            .args(args)
-            .env_clear()
-            .env("HOME", &self.home)
-            .env("KUBECONFIG", kubeconfig)
-            .env("PATH", "/usr/bin:/bin")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        if let Some(s) = stdin {
-            child
-                .stdin
-                .take()
-                .expect("stdin")
-                .write_all(s.as_bytes())
-                .expect("write stdin");
-        }
-        drop(child.stdin.take());
-        let out = child.wait_with_output().expect("kubectl output");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
+        support::kubectl(kubeconfig, &self.home, args, stdin)
     }
 
     fn kubectl(&self, args: &[&str]) -> (bool, String) {
@@ -361,6 +324,34 @@ impl Env {
         let path = self.dir.path().join(format!("{cluster}.kubeconfig"));
         std::fs::write(&path, text).expect("write workload kubeconfig");
         path
+    }
+
+    /// Waits for the control-plane machine's container, and checks the cluster has not
+    /// converged yet: the moment a fault test strikes.
+    fn mid_provisioning(&self, cluster: &str) {
+        self.eventually("the control-plane machine's container", 120, || {
+            containers(cluster)
+                .iter()
+                .any(|c| c.0.contains("-control-plane-"))
+                .then_some(())
+        });
+        let running = self
+            .machines(cluster)
+            .iter()
+            .filter(|m| m["status"]["phase"] == "Running")
+            .count();
+        assert!(
+            running < 3,
+            "the fault must strike before the cluster converged"
+        );
+    }
+
+    /// Deletes the Cluster and waits until its containers are gone from the engine.
+    fn delete_cluster(&self, cluster: &str) {
+        self.must(&["delete", "cluster", cluster, "--timeout=120s"]);
+        self.eventually("the cluster's containers to be removed", 60, || {
+            containers(cluster).is_empty().then_some(())
+        });
     }
 
     fn metric(&self, name: &str) -> u64 {
@@ -582,12 +573,7 @@ fn upstream_capd_manifests_apply() {
         dc["spec"]["controlPlaneEndpoint"]["host"], "127.0.0.1",
         "{dc}"
     );
-    env.must(&["delete", "cluster", "capd-upstream", "--timeout=120s"]);
-    env.eventually(
-        "the upstream cluster's containers to be removed",
-        60,
-        || containers("capd-upstream").is_empty().then_some(()),
-    );
+    env.delete_cluster("capd-upstream");
 }
 
 #[test]
@@ -607,7 +593,11 @@ fn hot_reload_of_the_docker_plugin_keeps_containers_and_v2_labels_new_ones() {
         env.metric("capw_plugin_errors_total") + env.metric("capw_plugin_traps_total");
     let reconcile_errors_before = env.metric("capw_reconcile_errors_total");
 
-    std::fs::copy(plugin("docker-v2.wasm"), env.plugins.join("docker.wasm")).expect("swap in v2");
+    std::fs::copy(
+        support::plugin("docker-v2.wasm"),
+        env.plugins.join("docker.wasm"),
+    )
+    .expect("swap in v2");
     env.eventually("docker 0.2.0 to be active", 120, || {
         let v = env.must(&[
             "get",
@@ -665,10 +655,7 @@ fn hot_reload_of_the_docker_plugin_keeps_containers_and_v2_labels_new_ones() {
         reconcile_errors_before,
         "no reconcile failed after the swap"
     );
-    env.must(&["delete", "cluster", cluster, "--timeout=120s"]);
-    env.eventually("containers to be removed", 60, || {
-        containers(cluster).is_empty().then_some(())
-    });
+    env.delete_cluster(cluster);
     env.kill9_host();
 }
 
@@ -745,10 +732,7 @@ fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
             (condition(&m, "InfrastructureReady")?["status"] == "True").then_some(())
         },
     );
-    env.must(&["delete", "cluster", cluster, "--timeout=120s"]);
-    env.eventually("containers to be removed", 60, || {
-        containers(cluster).is_empty().then_some(())
-    });
+    env.delete_cluster(cluster);
 }
 
 #[test]
@@ -758,20 +742,8 @@ fn a_host_killed_mid_provisioning_leaves_no_duplicate_and_no_orphan() {
     let cluster = "crashy";
     let _engine = Engine::clean(cluster);
     env.apply(&quickstart(cluster));
-    // Kill the host as soon as the first machine container exists, before the rest converge.
-    env.eventually("the first machine container", 120, || {
-        containers(cluster)
-            .iter()
-            .any(|c| c.0.contains("-control-plane-"))
-            .then_some(())
-    });
-    let running = env
-        .machines(cluster)
-        .iter()
-        .filter(|m| m["status"]["phase"] == "Running")
-        .count();
+    env.mid_provisioning(cluster);
     env.kill9_host();
-    assert!(running < 3, "the host was killed before convergence");
     env.start_host();
     let machines = env.running(cluster, 3);
     let got = containers(cluster);
@@ -792,10 +764,7 @@ fn a_host_killed_mid_provisioning_leaves_no_duplicate_and_no_orphan() {
         names, want,
         "exactly one container per Machine plus the load balancer"
     );
-    env.must(&["delete", "cluster", cluster, "--timeout=120s"]);
-    env.eventually("containers to be removed", 60, || {
-        containers(cluster).is_empty().then_some(())
-    });
+    env.delete_cluster(cluster);
 }
 
 #[test]
@@ -805,21 +774,7 @@ fn a_docker_engine_restarted_during_provisioning_and_the_cluster_converges() {
     let _engine = Engine::clean(cluster);
     let env = Env::start();
     env.apply(&quickstart(cluster));
-    env.eventually("the control-plane machine's container", 120, || {
-        containers(cluster)
-            .iter()
-            .any(|c| c.0.contains("-control-plane-"))
-            .then_some(())
-    });
-    let running = env
-        .machines(cluster)
-        .iter()
-        .filter(|m| m["status"]["phase"] == "Running")
-        .count();
-    assert!(
-        running < 3,
-        "the engine restarts before the cluster converged"
-    );
+    env.mid_provisioning(cluster);
     restart_dockerd();
     let machines = env.running(cluster, 3);
     let wl = env.workload_kubeconfig(cluster);
@@ -833,8 +788,5 @@ fn a_docker_engine_restarted_during_provisioning_and_the_cluster_converges() {
     );
     assert_eq!(machines.len(), 3);
     assert_eq!(containers(cluster).len(), 4, "{:?}", containers(cluster));
-    env.must(&["delete", "cluster", cluster, "--timeout=120s"]);
-    env.eventually("containers to be removed", 60, || {
-        containers(cluster).is_empty().then_some(())
-    });
+    env.delete_cluster(cluster);
 }

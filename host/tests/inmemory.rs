@@ -30,16 +30,6 @@ struct Env {
     _dir: tempfile::TempDir,
 }
 
-fn plugin(name: &str) -> PathBuf {
-    let p = support::repo_root().join("target/plugins").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/build-plugins first",
-        p.display()
-    );
-    p
-}
-
 /// An API server, and a host whose plugin directory holds the bundled providers (with
 /// `inmemory` taken from `inmemory_file`).
 async fn env(inmemory_file: &str, inmemory_manifest: &str) -> Env {
@@ -50,12 +40,16 @@ async fn env(inmemory_file: &str, inmemory_manifest: &str) -> Env {
     std::fs::create_dir_all(&plugins).expect("plugins dir");
     for p in ["bootstrap", "control-plane"] {
         std::fs::copy(
-            plugin(&format!("{p}.wasm")),
+            support::plugin(&format!("{p}.wasm")),
             plugins.join(format!("{p}.wasm")),
         )
         .expect("copy plugin");
     }
-    std::fs::copy(plugin(inmemory_file), plugins.join("inmemory.wasm")).expect("copy plugin");
+    std::fs::copy(
+        support::plugin(inmemory_file),
+        plugins.join("inmemory.wasm"),
+    )
+    .expect("copy plugin");
     std::fs::write(plugins.join("inmemory.yaml"), inmemory_manifest).expect("manifest");
     let mut config = HostConfig::new(plugins, dir.path().join("cache"));
     config.sim = SimSettings {
@@ -87,34 +81,8 @@ const MANIFEST: &str = "capabilities: [sim-cloud]\n";
 
 impl Env {
     fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
-        use std::io::Write;
-        let mut child = Command::new("/usr/bin/kubectl")
-            .args(args)
-            .env_clear()
-            .env("HOME", &self.home)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("PATH", "/usr/bin:/bin")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        if let Some(s) = stdin {
-            child
-                .stdin
-                .take()
-                .expect("stdin")
-                .write_all(s.as_bytes())
-                .expect("write stdin");
-        }
-        drop(child.stdin.take());
-        let out = child.wait_with_output().expect("kubectl output");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "kubectl {args:?} failed: {text}");
+        let (ok, text) = support::kubectl(&self.kubeconfig, &self.home, args, stdin);
+        assert!(ok, "kubectl {args:?} failed: {text}");
         text
     }
 

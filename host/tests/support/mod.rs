@@ -102,3 +102,52 @@ pub async fn kube_client(kubeconfig: &Path) -> kube::Client {
         .expect("config");
     kube::Client::try_from(cfg).expect("client")
 }
+
+/// Runs `/usr/bin/kubectl` with nothing but HOME, KUBECONFIG and PATH from the environment, and
+/// returns whether it succeeded and what it printed (stdout, then stderr).
+pub fn kubectl(
+    kubeconfig: &Path,
+    home: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new("/usr/bin/kubectl")
+        .args(args)
+        .env_clear()
+        .env("HOME", home)
+        .env("KUBECONFIG", kubeconfig)
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    if let Some(s) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(s.as_bytes())
+            .expect("write stdin");
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().expect("kubectl output");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// A component from `scripts/build-plugins`.
+pub fn plugin(name: &str) -> PathBuf {
+    let p = repo_root().join("target/plugins").join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/build-plugins first",
+        p.display()
+    );
+    p
+}
