@@ -54,6 +54,7 @@ fn docker_answers() -> bool {
 fn restart_dockerd() {
     if Command::new("systemctl")
         .args(["is-active", "--quiet", "docker"])
+        .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
     {

@@ -450,15 +450,24 @@ impl Provider for Docker {
             type_: "Hostname".into(),
             address: container.clone(),
         });
+        // A machine whose container had to be made again says so for one round, even when its
+        // bootstrap finished at once, so the Machine shows what happened.
+        let ready = if recreated {
+            let msg =
+                format!("container {container} was gone; it was created again and bootstrapped");
+            condition("Ready", false, "ContainerRecreated", &msg)
+        } else {
+            condition("Ready", true, "Provisioned", "")
+        };
         let mut c = common(
             vec![
-                condition("Ready", true, "Provisioned", ""),
+                ready,
                 container_ok,
                 condition("BootstrapCompleted", true, "Completed", ""),
             ],
             None,
         );
-        c.requeue_after_seconds = Some(RESYNC_SECONDS);
+        c.requeue_after_seconds = Some(if recreated { 2 } else { RESYNC_SECONDS });
         Ok(MachineStatus {
             provisioned: true,
             provider_id: Some(provider_id),
