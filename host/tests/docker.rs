@@ -690,6 +690,18 @@ fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("kubectl watch");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let stdout = watch.stdout.take().expect("watch stdout");
+    let sink = seen.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            sink.lock().expect("lock").push_str(&line);
+        }
+    });
     std::thread::sleep(Duration::from_secs(1));
     docker(&["rm", "-f", &victim]);
 
@@ -699,29 +711,18 @@ fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
             .find(|c| c.0 == victim && c.1 != old_id)
             .map(|_| ())
     });
-    env.running(cluster, 3);
-    let wl = env.workload_kubeconfig(cluster);
-    env.eventually("the recreated worker's Node to be Ready", 60, || {
-        let (ok, out) = env.kubectl_with(
-            &wl,
-            &["get", "node", &format!("{cluster}-worker-1"), "-o", "json"],
-            None,
-        );
-        let n: Value = serde_json::from_str(&out).ok().filter(|_| ok)?;
-        n["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            .then_some(())
-    });
-    let _ = watch.kill();
-    let out = watch.wait_with_output().expect("watch output");
-    let events = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        events.contains("ContainerRecreated"),
-        "the Machine showed the recreation in a condition; watch events:\n{}",
-        events.lines().rev().take(40).collect::<Vec<_>>().join("\n")
+    env.eventually(
+        "the Machine to show ContainerRecreated in a condition",
+        60,
+        || {
+            seen.lock()
+                .expect("lock")
+                .contains("ContainerRecreated")
+                .then_some(())
+        },
     );
+    let _ = watch.kill();
+    let _ = watch.wait();
     env.eventually(
         "the Machine's InfrastructureReady to be True again",
         60,
@@ -732,6 +733,32 @@ fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
                 .find(|m| m["metadata"]["name"] == format!("{cluster}-worker-1"))?;
             (condition(&m, "InfrastructureReady")?["status"] == "True").then_some(())
         },
+    );
+    env.running(cluster, 3);
+    // The new container's node agent registered its Node again, and it is Ready.
+    env.eventually("the recreated worker's node agent to register", 60, || {
+        let out = Command::new("docker")
+            .args(["exec", &victim, "cat", "/var/log/capw-node-agent.log"])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .contains("registered")
+            .then_some(())
+    });
+    let wl = env.workload_kubeconfig(cluster);
+    let (ok, out) = env.kubectl_with(
+        &wl,
+        &[
+            "get",
+            "node",
+            &format!("{cluster}-worker-1"),
+            "--no-headers",
+        ],
+        None,
+    );
+    assert!(
+        ok && out.contains(" Ready "),
+        "the recreated worker's Node: {out}"
     );
     env.delete_cluster(cluster);
 }
