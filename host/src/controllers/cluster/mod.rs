@@ -126,7 +126,7 @@ pub async fn run(
         finalizer: CLUSTER_FINALIZER,
         // A Cluster summarizes every Machine: a short debounce folds a burst of Machine changes
         // into one reconcile and one status write.
-        debounce: Duration::from_millis(300),
+        debounce: Duration::from_millis(100),
         apply: |o, ctx| Box::pin(apply(o, ctx)),
         cleanup: |o, ctx| Box::pin(delete::reconcile_delete(o, ctx)),
     };
