@@ -53,33 +53,37 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ImageError + '_ {
 /// True when the ELF file asks for no program interpreter (no `PT_INTERP`), i.e. it runs
 /// without a dynamic loader.
 pub fn is_static(path: &Path) -> Result<bool, ImageError> {
-    let bytes = std::fs::read(path).map_err(io(path))?;
-    let u16_at = |o: usize| {
-        bytes
-            .get(o..o + 2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+    // The ELF header, then the program headers it points at: a few KiB of a binary that may
+    // be hundreds of MiB.
+    let prefix = |len: u64| -> Result<Vec<u8>, ImageError> {
+        use std::io::Read as _;
+        let mut bytes = vec![];
+        std::fs::File::open(path)
+            .and_then(|f| f.take(len).read_to_end(&mut bytes))
+            .map_err(io(path))?;
+        Ok(bytes)
     };
-    let u64_at = |o: usize| {
-        bytes
-            .get(o..o + 8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
+    // A little-endian field of `n` bytes at `o`.
+    let field = |bytes: &[u8], o: u64, n: usize| {
+        let o = usize::try_from(o).ok()?;
+        let b = bytes.get(o..o.checked_add(n)?)?;
+        Some(b.iter().rev().fold(0u64, |v, x| v << 8 | u64::from(*x)))
     };
-    if bytes.get(..4) != Some(b"\x7fELF") || bytes.get(4) != Some(&2) {
+    let header = prefix(64)?;
+    // ELF64 only (class 2): the node image is x86_64.
+    if header.get(..4) != Some(b"\x7fELF") || header.get(4) != Some(&2) {
         return Ok(false);
     }
-    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
-    else {
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (
+        field(&header, 0x20, 8),
+        field(&header, 0x36, 2),
+        field(&header, 0x38, 2),
+    ) else {
         return Ok(false);
     };
-    const PT_INTERP: u32 = 3;
-    Ok((0..phnum).all(|i| {
-        let at = phoff as usize + i * phentsize;
-        bytes
-            .get(at..at + 4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            != Some(PT_INTERP)
-    }))
+    let table = prefix(phoff.saturating_add(phentsize * phnum))?;
+    const PT_INTERP: u64 = 3;
+    Ok((0..phnum).all(|i| field(&table, phoff + i * phentsize, 4) != Some(PT_INTERP)))
 }
 
 /// The static capw to put in the image: `explicit` when given, else this binary when it is
@@ -223,4 +227,20 @@ pub fn build(opts: &BuildOptions, mut progress: impl FnMut(&str)) -> Result<Stri
     );
     let _ = std::fs::remove_file(&tarball);
     Ok(id?.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tells_static_binaries_from_dynamic_ones_and_other_files() {
+        // Test binaries link glibc dynamically; scripts/setup installs busybox-static.
+        let exe = std::env::current_exe().unwrap();
+        assert!(!is_static(&exe).unwrap());
+        assert!(is_static(Path::new("/bin/busybox")).unwrap());
+        let text = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(text.path(), "#!/bin/sh\n").unwrap();
+        assert!(!is_static(text.path()).unwrap());
+    }
 }

@@ -56,34 +56,11 @@ fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-fn failure_domains(obj: &View) -> Vec<FailureDomain> {
-    obj.get("/spec/failureDomains")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|fd| {
-                    Some(FailureDomain {
-                        name: fd.get("name")?.as_str()?.into(),
-                        control_plane: fd
-                            .get("controlPlane")
-                            .and_then(Value::as_bool)
-                            .unwrap_or(true),
-                        attributes: vec![],
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Writes the control-plane containers' addresses into the load balancer's backends file, when
 /// they changed. Either a DockerCluster or a control-plane DockerMachine may call it: each
 /// writes the whole list, so the last writer is right.
 fn sync_backends(cluster: &str, id: &str) -> Result<(), ProviderError> {
     let lb = load_balancer(cluster);
-    if runtime::find(&lb)?.is_none() {
-        return Ok(());
-    }
     let mut backends: Vec<String> =
         runtime::list(&[(CLUSTER_LABEL, id), (ROLE_LABEL, "control-plane")])?
             .into_iter()
@@ -92,14 +69,18 @@ fn sync_backends(cluster: &str, id: &str) -> Result<(), ProviderError> {
             .map(|ip| format!("{ip}:{API_PORT}"))
             .collect();
     backends.sort();
-    let out = runtime::sh(
+    // No load balancer yet (or any more): the DockerCluster writes the list when it makes one.
+    let Some(out) = runtime::sh_if_exists(
         &lb,
         &format!(
             r#"[ "$(cat {LB_BACKENDS} 2>/dev/null)" = "$1" ] && exit 0
 mkdir -p "$(dirname {LB_BACKENDS})"; printf '%s\n' "$1" > {LB_BACKENDS}.new && mv {LB_BACKENDS}.new {LB_BACKENDS}"#
         ),
         &[backends.join("\n")],
-    )?;
+    )?
+    else {
+        return Ok(());
+    };
     if out.exit_code != 0 {
         return Err(wait(
             format!(
@@ -268,7 +249,7 @@ impl Provider for Docker {
                 host: "127.0.0.1".into(),
                 port,
             }),
-            failure_domains: failure_domains(&obj),
+            failure_domains: obj.failure_domains(),
             common: c,
         })
     }
@@ -363,9 +344,8 @@ impl Provider for Docker {
             ports: vec![],
             privileged: false,
         };
-        let existed = runtime::find(&container)?.is_some();
-        let (info, _) = runtime::ensure_running(&spec)?;
-        let recreated = !existed
+        let (info, created) = runtime::ensure_running(&spec)?;
+        let recreated = created
             && obj
                 .get("/status/initialization/provisioned")
                 .and_then(Value::as_bool)

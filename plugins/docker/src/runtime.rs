@@ -35,28 +35,21 @@ pub fn find(name: &str) -> Result<Option<ContainerInfo>, ProviderError> {
 }
 
 /// Creates and starts the container unless it exists; starts it when it stopped (a restarted
-/// engine stops containers). Returns it inspected, and whether it was (re)started.
+/// engine stops containers). Returns it inspected, and whether this call created it.
 pub fn ensure_running(spec: &ContainerSpec) -> Result<(ContainerInfo, bool), ProviderError> {
     let name = spec.name.as_str();
-    let info = match find(name)? {
-        Some(info) => info,
-        None => {
-            cr::create(spec).map_err(|e| fail(&format!("creating container {name}"), e))?;
-            find(name)?.ok_or_else(|| {
-                wait(
-                    format!("container {name} vanished right after it was created"),
-                    2,
-                )
-            })?
-        }
-    };
-    if info.running {
-        return Ok((info, false));
+    let existing = find(name)?;
+    if let Some(info) = existing.as_ref().filter(|i| i.running) {
+        return Ok((info.clone(), false));
+    }
+    let created = existing.is_none();
+    if created {
+        cr::create(spec).map_err(|e| fail(&format!("creating container {name}"), e))?;
     }
     cr::start(name).map_err(|e| fail(&format!("starting container {name}"), e))?;
     let info =
         find(name)?.ok_or_else(|| wait(format!("container {name} vanished while starting"), 2))?;
-    Ok((info, true))
+    Ok((info, created))
 }
 
 /// Removes the container; true once there is none.
@@ -69,6 +62,20 @@ pub fn remove(name: &str) -> Result<bool, ProviderError> {
 
 /// Runs a shell script with positional arguments in the container.
 pub fn sh(container: &str, script: &str, args: &[String]) -> Result<ExecOutput, ProviderError> {
+    sh_if_exists(container, script, args)?.ok_or_else(|| {
+        wait(
+            format!("container {container} is gone; it will be made again"),
+            2,
+        )
+    })
+}
+
+/// As [`sh`], or `None` when there is no such container of ours.
+pub fn sh_if_exists(
+    container: &str,
+    script: &str,
+    args: &[String],
+) -> Result<Option<ExecOutput>, ProviderError> {
     let mut argv = vec![
         "/bin/sh".to_string(),
         "-c".into(),
@@ -76,8 +83,14 @@ pub fn sh(container: &str, script: &str, args: &[String]) -> Result<ExecOutput, 
         "sh".into(),
     ];
     argv.extend(args.iter().cloned());
-    cr::exec(container, &argv)
-        .map_err(|e| fail(&format!("running a command in container {container}"), e))
+    match cr::exec(container, &argv) {
+        Ok(out) => Ok(Some(out)),
+        Err(RuntimeError::NotFound(_)) => Ok(None),
+        Err(e) => Err(fail(
+            &format!("running a command in container {container}"),
+            e,
+        )),
+    }
 }
 
 pub fn list(labels: &[(&str, &str)]) -> Result<Vec<ContainerInfo>, ProviderError> {

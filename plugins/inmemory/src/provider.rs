@@ -21,18 +21,6 @@ fn cluster_key(ctx: &Context, obj: &View) -> Result<String, ProviderError> {
     Ok(format!("{}/{}", obj.namespace(), cluster.name()))
 }
 
-fn failure_domains(obj: &View) -> Vec<FailureDomain> {
-    obj.get("/spec/failureDomains")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|fd| fd.get("name").and_then(Value::as_str))
-                .map(|name| FailureDomain { name: name.into(), control_plane: true, attributes: vec![] })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 impl Provider for InMemory {
     fn metadata() -> Metadata {
         Metadata {
@@ -78,7 +66,7 @@ impl Provider for InMemory {
         Ok(ClusterStatus {
             provisioned: true,
             control_plane_endpoint: Some(ApiEndpoint { host: api.host, port: api.port }),
-            failure_domains: failure_domains(&obj),
+            failure_domains: obj.failure_domains(),
             common: common(vec![condition("Ready", true, "Provisioned", "")], None),
         })
     }

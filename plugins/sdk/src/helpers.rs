@@ -33,6 +33,23 @@ impl View {
     pub fn get(&self, pointer: &str) -> Option<&Value> {
         self.0.pointer(pointer)
     }
+
+    /// An infrastructure cluster's `spec.failureDomains` (v1beta2: a list of `{name,
+    /// controlPlane}`; `controlPlane` defaults to true), for its status.
+    pub fn failure_domains(&self) -> Vec<FailureDomain> {
+        let Some(list) = self.get("/spec/failureDomains").and_then(Value::as_array) else {
+            return vec![];
+        };
+        list.iter()
+            .filter_map(|fd| {
+                Some(FailureDomain {
+                    name: fd.get("name")?.as_str()?.into(),
+                    control_plane: fd.get("controlPlane").and_then(Value::as_bool).unwrap_or(true),
+                    attributes: vec![],
+                })
+            })
+            .collect()
+    }
 }
 
 /// Reading the JSON of a call's context.
