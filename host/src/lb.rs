@@ -27,7 +27,6 @@ pub struct Config {
     pub check_interval: Duration,
 }
 
-#[derive(Default)]
 struct State {
     healthy: RwLock<Vec<String>>,
     next: AtomicUsize,
@@ -62,27 +61,63 @@ async fn check(backends: Vec<String>) -> Vec<String> {
         .collect()
 }
 
-/// Runs until the process ends; returns only when it cannot listen.
-pub async fn run(config: Config) -> Result<(), LbError> {
-    let listener = TcpListener::bind(&config.listen)
-        .await
-        .map_err(|source| LbError::Listen {
-            addr: config.listen.clone(),
-            source,
-        })?;
-    let state = Arc::new(State::default());
+/// A load balancer whose socket is bound: connections queue from here on, so callers announce
+/// readiness only after [`Lb::bind`] returned, never before.
+pub struct Lb {
+    listener: TcpListener,
+    config: Config,
+}
+
+impl Lb {
+    pub async fn bind(config: Config) -> Result<Self, LbError> {
+        let listener =
+            TcpListener::bind(&config.listen)
+                .await
+                .map_err(|source| LbError::Listen {
+                    addr: config.listen.clone(),
+                    source,
+                })?;
+        Ok(Self { listener, config })
+    }
+
+    /// The bound address: with port 0 in `listen`, the one the kernel picked.
+    pub fn local_addr(&self) -> Result<std::net::SocketAddr, LbError> {
+        self.listener
+            .local_addr()
+            .map_err(|source| LbError::Listen {
+                addr: self.config.listen.clone(),
+                source,
+            })
+    }
+
+    /// Serves until the process ends.
+    pub async fn serve(self) {
+        serve(self.listener, self.config).await
+    }
+}
+
+async fn serve(listener: TcpListener, config: Config) {
+    // One check before the first accept: a client that connects right after the banner is
+    // served by a healthy backend instead of being closed for want of one. Connections queue in
+    // the backlog meanwhile.
+    let first = check(configured(&config)).await;
+    tracing::info!(backends = ?first, "healthy backends");
+    let state = Arc::new(State {
+        healthy: RwLock::new(first.clone()),
+        next: AtomicUsize::new(0),
+    });
     {
         let state = state.clone();
         tokio::spawn(async move {
-            let mut last = vec![];
+            let mut last = first;
             loop {
+                tokio::time::sleep(config.check_interval).await;
                 let healthy = check(configured(&config)).await;
                 if healthy != last {
                     tracing::info!(backends = ?healthy, "healthy backends changed");
                     last = healthy.clone();
                 }
                 *state.healthy.write().unwrap_or_else(|p| p.into_inner()) = healthy;
-                tokio::time::sleep(config.check_interval).await;
             }
         });
     }

@@ -1,5 +1,6 @@
 //! `capw lb` as a process: connections reach the healthy backends round-robin, a backend that
-//! stops answering is taken out, and one added to the backends file is taken in.
+//! stops answering is taken out, one added to the backends file is taken in, and the banner comes
+//! only once the socket is bound.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -54,14 +55,16 @@ fn balances_over_healthy_backends_and_follows_the_file() {
     let (b, _stop_b) = backend("b");
     let file = dir.path().join("backends");
     std::fs::write(&file, format!("{a}\n{b}\n")).expect("backends");
-    let port = TcpListener::bind("127.0.0.1:0")
-        .expect("free port")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    // Port 0: the lb binds a free port itself and names it in its banner, so there is no window
+    // in which another process could take a port picked here.
     let mut lb = Command::new(env!("CARGO_BIN_EXE_capw"))
-        .args(["lb", "--listen", &listen, "--check-interval-ms", "200"])
+        .args([
+            "lb",
+            "--listen",
+            "127.0.0.1:0",
+            "--check-interval-ms",
+            "200",
+        ])
         .arg("--backends-file")
         .arg(&file)
         .stdout(Stdio::piped())
@@ -71,7 +74,16 @@ fn balances_over_healthy_backends_and_follows_the_file() {
     BufReader::new(lb.stdout.take().expect("stdout"))
         .read_line(&mut line)
         .expect("banner");
-    assert!(line.contains("listening"), "{line}");
+    let listen = line
+        .trim()
+        .strip_prefix("capw lb listening on ")
+        .unwrap_or_else(|| panic!("banner names the bound address: {line:?}"))
+        .to_string();
+    // The banner comes after the bind: the first connection must be accepted, not refused.
+    assert!(
+        TcpStream::connect(&listen).is_ok(),
+        "capw lb said it was listening on {listen} before it was"
+    );
 
     until("both backends to answer", || {
         let seen: Vec<String> = (0..6).map(|_| ask(&listen)).collect();

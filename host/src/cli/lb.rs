@@ -5,7 +5,7 @@ use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Where clients connect.
+    /// Where clients connect; port 0 picks a free one (the banner names it).
     #[arg(long, default_value = "0.0.0.0:6443")]
     pub listen: String,
     /// A file of backends (`host:port` per line), re-read every check.
@@ -20,13 +20,15 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    println!("capw lb listening on {}", args.listen);
-    capw::lb::run(capw::lb::Config {
+    let lb = capw::lb::Lb::bind(capw::lb::Config {
         listen: args.listen,
         backends_file: args.backends_file,
         backends: args.backends,
         check_interval: Duration::from_millis(args.check_interval_ms),
     })
     .await?;
+    // Printed once the socket is bound, so whoever waits for this line can connect at once.
+    println!("capw lb listening on {}", lb.local_addr()?);
+    lb.serve().await;
     Ok(())
 }
