@@ -182,6 +182,20 @@ fn load_or_make_token(dir: &Path) -> Result<String, ServerError> {
     Ok(token)
 }
 
+/// The data directory holds every Secret (in the store), the CA key and the admin token: the
+/// directory is 0700 and each file in it 0600, whatever the umask made them.
+fn make_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
 impl Server {
     /// Opens the store, starts the built-in controllers and serves HTTP.
     pub async fn start(config: Config) -> Result<Server, ServerError> {
@@ -230,6 +244,7 @@ impl Server {
             &kubeconfig::render(&format!("https://{host}"), &tls.ca_pem, &token),
         )
         .map_err(io_err(&kubeconfig))?;
+        make_private(&config.data_dir).map_err(io_err(&config.data_dir))?;
         let app = Arc::new(http::App::new(
             core.clone(),
             token.clone(),

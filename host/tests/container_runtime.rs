@@ -5,7 +5,7 @@
 //! when there is none.
 
 use capw::capabilities::container_runtime::{
-    ContainerRuntime, ContainerSpec, PortMapping, RuntimeError,
+    ContainerGrant, ContainerRuntime, ContainerSpec, PortMapping, RuntimeError,
 };
 use std::process::Command;
 use std::time::Duration;
@@ -53,6 +53,14 @@ fn image() -> String {
     tag.into()
 }
 
+/// The default grant, with the test image allowed.
+fn grant(image: &str) -> ContainerGrant {
+    ContainerGrant {
+        images: vec![image.to_string()],
+        ..ContainerGrant::default()
+    }
+}
+
 fn spec(name: &str, image: &str) -> ContainerSpec {
     ContainerSpec {
         name: name.into(),
@@ -76,9 +84,18 @@ async fn containers_are_made_run_and_removed_only_for_their_plugin() {
     let name = format!("capw-test-{}", std::process::id());
     let _ = Command::new("docker").args(["rm", "-f", &name]).output();
 
-    rt.create("docker", spec(&name, &image))
-        .await
-        .expect("create");
+    let net = format!("capw-test-net-{}", std::process::id());
+    rt.create_network("docker", &net).await.expect("network");
+    rt.create(
+        "docker",
+        &grant(&image),
+        ContainerSpec {
+            network: Some(net.clone()),
+            ..spec(&name, &image)
+        },
+    )
+    .await
+    .expect("create");
     rt.start("docker", &name).await.expect("start");
     let info = rt.inspect("docker", &name).await.expect("inspect");
     assert!(info.running);
@@ -145,6 +162,124 @@ async fn containers_are_made_run_and_removed_only_for_their_plugin() {
         rt.inspect("docker", &name).await,
         Err(RuntimeError::NotFound(_))
     ));
+    rt.remove_network("docker", &net)
+        .await
+        .expect("remove network");
+}
+
+fn engine_has(name: &str) -> bool {
+    Command::new("docker")
+        .args(["inspect", name])
+        .output()
+        .expect("docker inspect")
+        .status
+        .success()
+}
+
+/// SECURITY.md, container-runtime: what the grant does not allow never reaches the engine, and
+/// the refusal names the option that would allow it.
+#[tokio::test]
+async fn the_grant_bounds_every_container_a_plugin_asks_for() {
+    let image = image();
+    let rt = ContainerRuntime::connect(Duration::from_secs(30)).expect("engine");
+    let pid = std::process::id();
+    let name = format!("capw-bounded-{pid}");
+    let foreign = format!("capw-bounded-foreign-{pid}");
+    let theirs = format!("capw-bounded-net-{pid}");
+    for n in [&name, &foreign] {
+        let _ = Command::new("docker").args(["rm", "-f", n]).output();
+    }
+    let _ = Command::new("docker")
+        .args(["network", "rm", &theirs])
+        .output();
+    rt.create_network("other-plugin", &theirs)
+        .await
+        .expect("other plugin's network");
+    let run = Command::new("docker")
+        .args(["run", "-d", "--name", &foreign, &image, "/bin/sleep", "300"])
+        .output()
+        .expect("docker run");
+    assert!(run.status.success());
+    let g = grant(&image);
+    let cases: Vec<(&str, ContainerSpec, &str)> = vec![
+        (
+            "privileged",
+            ContainerSpec {
+                privileged: true,
+                ..spec(&name, &image)
+            },
+            "privileged: true",
+        ),
+        (
+            "host network",
+            ContainerSpec {
+                network: Some("host".into()),
+                ..spec(&name, &image)
+            },
+            "hostNamespaces: true",
+        ),
+        (
+            "a foreign container's namespace",
+            ContainerSpec {
+                network: Some(format!("container:{foreign}")),
+                ..spec(&name, &image)
+            },
+            "hostNamespaces: true",
+        ),
+        (
+            "another plugin's network",
+            ContainerSpec {
+                network: Some(theirs.clone()),
+                ..spec(&name, &image)
+            },
+            "was not created for plugin docker",
+        ),
+        (
+            "the default bridge",
+            ContainerSpec {
+                network: Some("bridge".into()),
+                ..spec(&name, &image)
+            },
+            "was not created for plugin docker",
+        ),
+        (
+            "an image off the list",
+            spec(&name, "capw-some-other-image:1"),
+            "containerRuntime.images",
+        ),
+    ];
+    for (what, s, rule) in cases {
+        match rt.create("docker", &g, s).await {
+            Err(RuntimeError::Invalid(m)) => assert!(m.contains(rule), "{what}: {m}"),
+            other => panic!(
+                "{what} was not refused: {:?}",
+                other.map_err(|e| e.to_string())
+            ),
+        }
+        assert!(!engine_has(&name), "{what}: a container reached the engine");
+    }
+    // What is granted is created, and with the grant's limits.
+    rt.create("docker", &g, spec(&name, &image))
+        .await
+        .expect("an allowed container");
+    let limits = Command::new("docker")
+        .args([
+            "inspect",
+            "-f",
+            "{{.HostConfig.Memory}} {{.HostConfig.NanoCpus}} {{.HostConfig.PidsLimit}} {{.HostConfig.NetworkMode}} {{.HostConfig.Privileged}}",
+            &name,
+        ])
+        .output()
+        .expect("docker inspect");
+    assert_eq!(
+        String::from_utf8_lossy(&limits.stdout).trim(),
+        format!("{} {} {} none false", g.memory_bytes, g.nano_cpus, g.pids)
+    );
+    rt.remove("docker", &name).await.expect("remove");
+    rt.remove_network("other-plugin", &theirs)
+        .await
+        .expect("remove network");
+    let _ = Command::new("docker").args(["rm", "-f", &foreign]).output();
 }
 
 #[tokio::test]
@@ -247,7 +382,10 @@ async fn a_component_reaches_docker_only_through_its_grant_and_only_its_own_cont
         &wasm,
         None,
         [Capability::Log, Capability::ContainerRuntime].into(),
-        Limits::default(),
+        Limits {
+            container: grant(&image),
+            ..Limits::default()
+        },
     )
     .await
     .expect("container-probe loads");

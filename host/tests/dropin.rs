@@ -142,13 +142,17 @@ fn dropping_a_wasm_file_installs_the_provider() {
     assert!(imports.contains("capw:host/log@0.1.0"), "{imports}");
 
     // An ungranted import: Validated=False naming the import; never Active.
-    std::fs::copy(plugin("ungranted-import"), plugins.join("sneaky.wasm")).expect("drop sneaky");
+    std::fs::copy(
+        plugin("ungranted-import"),
+        plugins.join("ungranted-import.wasm"),
+    )
+    .expect("drop ungranted-import");
     let msg = host.eventually(
-        "sneaky refused",
+        "ungranted-import refused",
         &[
             "get",
             "wasmprovider",
-            "sneaky",
+            "ungranted-import",
             "-o",
             "jsonpath={.status.conditions[?(@.type==\"Validated\")].message}",
         ],
@@ -157,14 +161,39 @@ fn dropping_a_wasm_file_installs_the_provider() {
     assert!(msg.contains("not granted"), "{msg}");
     // Granting it through NAME.yaml loads it.
     std::fs::write(
-        plugins.join("sneaky.yaml"),
+        plugins.join("ungranted-import.yaml"),
         "capabilities: [container-runtime]\n",
     )
     .expect("manifest");
     host.eventually(
-        "sneaky Active once granted",
-        &["get", "wasmprovider", "sneaky", "-o", ACTIVE],
+        "ungranted-import Active once granted",
+        &["get", "wasmprovider", "ungranted-import", "-o", ACTIVE],
         |o| o == "True",
+    );
+
+    // Identity is the WasmProvider's name: a component that calls itself echo, dropped in as
+    // impostor.wasm, is refused and never serves (it would otherwise own echo's objects and,
+    // with container-runtime, echo's containers).
+    std::fs::copy(plugin("echo-v1"), plugins.join("impostor.wasm")).expect("drop impostor");
+    let msg = host.eventually(
+        "impostor refused",
+        &[
+            "get",
+            "wasmprovider",
+            "impostor",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Validated\")].reason}={.status.conditions[?(@.type==\"Validated\")].message}",
+        ],
+        |o| o.starts_with("NameMismatch="),
+    );
+    assert!(
+        msg.contains("\"echo\"") && msg.contains("\"impostor\""),
+        "{msg}"
+    );
+    assert_eq!(
+        host.kubectl(&["get", "wasmprovider", "impostor", "-o", ACTIVE])
+            .1,
+        "False"
     );
 
     // A WasmProvider whose sha256 does not match its file is not loaded.

@@ -843,6 +843,25 @@ spec:
     // The workload cluster of this test is the management API itself: its kubeconfig Secret
     // points there, and the Nodes are created here.
     let kubeconfig = std::fs::read_to_string(&env.kubeconfig).expect("kubeconfig");
+    // The host trusts a workload kubeconfig only for the Cluster's own endpoint: the user sets
+    // it, as upstream allows when no provider reports one.
+    let port: i64 = kubeconfig
+        .split("https://127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .expect("the management API's port in its kubeconfig");
+    let clusters: Api<Cluster> = Api::namespaced(env.client.clone(), "default");
+    clusters
+        .patch(
+            "ext",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"spec": {"controlPlaneEndpoint": {"host": "127.0.0.1", "port": port}}}),
+            ),
+        )
+        .await
+        .expect("endpoint");
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "default");
     let mut s = Secret::default();
     s.metadata.name = Some("ext-kubeconfig".into());

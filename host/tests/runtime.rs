@@ -309,6 +309,72 @@ async fn compiled_artifacts_are_cached_and_verified() {
     assert_eq!(b.source, capw::runtime::cache::Source::Cached);
 }
 
+/// Every `*.cwasm` under the cache with its MAC file.
+fn artifacts(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).expect("read cache dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "cwasm") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swapped_artifact_with_its_tag_copied_along_is_recompiled_and_the_cache_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = fixture();
+    let v1 = load(&f, "echo-v1", Limits::default()).await;
+    let v2 = load(&f, "echo-v2", Limits::default()).await;
+    let arts = artifacts(f._dir.path());
+    let path_of = |digest: &str| {
+        arts.iter()
+            .find(|p| p.to_string_lossy().contains(digest))
+            .cloned()
+            .expect("artifact")
+    };
+    let (a1, a2) = (path_of(&v1.digest), path_of(&v2.digest));
+    // An attacker with write access to the cache puts v2's native code and v2's tag (or a
+    // checksum recomputed for it) in v1's place.
+    std::fs::copy(&a2, &a1).expect("swap artifact");
+    let tag = |p: &std::path::Path| p.with_extension("cwasm.mac");
+    std::fs::copy(tag(&a2), tag(&a1)).expect("swap tag");
+    std::fs::write(
+        a1.with_extension("cwasm.sha256"),
+        capw::runtime::cache::sha256_hex(&std::fs::read(&a1).expect("read")),
+    )
+    .expect("forged checksum");
+    let again = load(&f, "echo-v1", Limits::default()).await;
+    assert_eq!(again.source, capw::runtime::cache::Source::Compiled);
+    assert_eq!(again.metadata.version, v1.metadata.version);
+    // Private: directories 0700, files 0600, the key included.
+    let mut seen = 0;
+    let mut dirs = vec![f._dir.path().join("artifact-key")];
+    dirs.extend(arts.iter().flat_map(|a| [a.clone(), tag(a)]));
+    for p in dirs {
+        let mode = std::fs::metadata(&p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", p.display());
+        let dir_mode = std::fs::metadata(p.parent().expect("parent"))
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o777;
+        assert!(
+            dir_mode == 0o700 || p.parent() == Some(f._dir.path()),
+            "{}",
+            p.display()
+        );
+        seen += 1;
+    }
+    assert!(seen >= 5, "{seen}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_reload_under_load_never_fails_a_call() {
     let f = Arc::new(fixture());

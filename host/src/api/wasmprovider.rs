@@ -33,6 +33,36 @@ pub struct WasmProviderSpec {
     pub limits: Option<WasmProviderLimits>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<WasmProviderRollout>,
+    /// What the `container-runtime` capability lets this plugin ask of the engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_runtime: Option<ContainerRuntimeGrant>,
+}
+
+/// Options of the `container-runtime` grant. Everything not granted here is refused at
+/// `create()` with an `invalid` error naming the option.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerRuntimeGrant {
+    /// Privileged containers (root on the Docker host). Default false.
+    #[serde(default)]
+    pub privileged: bool,
+    /// The `host` and `container:<id>` network modes (the host's or another container's
+    /// network namespace). Default false.
+    #[serde(default)]
+    pub host_namespaces: bool,
+    /// Images the plugin may run, exact or ending in `*` as a prefix (`capw-node:*`). Default:
+    /// the capw node image only (`capw-node:*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<Vec<String>>,
+    /// Memory limit of each container, in MiB (default 2048).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
+    /// CPU limit of each container, in thousandths of a CPU (default 2000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_millis: Option<u32>,
+    /// Process limit of each container (default 4096).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -74,6 +104,9 @@ pub struct WasmProviderStatus {
     pub imports: Vec<String>,
     #[serde(default)]
     pub granted_capabilities: Vec<String>,
+    /// The `container-runtime` grant in force, defaults filled in (only when it is granted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_runtime: Option<ContainerRuntimeGrant>,
     /// Kinds the active version serves (`Kind.group`).
     #[serde(default)]
     pub kinds: Vec<String>,

@@ -4,6 +4,11 @@
 //! it was created for; a plugin sees and touches only those. Asking for anything else, a
 //! container another plugin or a person made, answers `not-found`, exactly as if it did not
 //! exist. Every call has a deadline.
+//!
+//! What a plugin asks to create is checked against its [`ContainerGrant`] before the engine
+//! sees it (SECURITY.md, "container-runtime"): no privileged container and no host or foreign
+//! network namespace unless granted, only networks made for the same plugin, only images on the
+//! grant's allow-list, and memory, CPU and process limits on every container.
 
 use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
@@ -33,6 +38,59 @@ pub enum RuntimeError {
     Invalid(String),
     #[error("{0}")]
     Other(String),
+}
+
+/// The options of a plugin's `container-runtime` grant, defaults filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerGrant {
+    pub privileged: bool,
+    pub host_namespaces: bool,
+    /// Exact image references, or prefixes ending in `*`.
+    pub images: Vec<String>,
+    pub memory_bytes: i64,
+    pub nano_cpus: i64,
+    pub pids: i64,
+}
+
+/// The node image `capw image build` makes; every grant may run it unless it lists images.
+pub const DEFAULT_IMAGES: &str = "capw-node:*";
+
+impl Default for ContainerGrant {
+    fn default() -> Self {
+        ContainerGrant::from_spec(None)
+    }
+}
+
+impl ContainerGrant {
+    pub fn from_spec(g: Option<&crate::api::wasmprovider::ContainerRuntimeGrant>) -> Self {
+        let g = g.cloned().unwrap_or_default();
+        ContainerGrant {
+            privileged: g.privileged,
+            host_namespaces: g.host_namespaces,
+            images: g.images.unwrap_or_else(|| vec![DEFAULT_IMAGES.to_string()]),
+            memory_bytes: i64::from(g.memory_mib.unwrap_or(2048).max(16)) << 20,
+            nano_cpus: i64::from(g.cpu_millis.unwrap_or(2000).max(10)) * 1_000_000,
+            pids: i64::from(g.pids.unwrap_or(4096).max(16)),
+        }
+    }
+
+    pub fn to_spec(&self) -> crate::api::wasmprovider::ContainerRuntimeGrant {
+        crate::api::wasmprovider::ContainerRuntimeGrant {
+            privileged: self.privileged,
+            host_namespaces: self.host_namespaces,
+            images: Some(self.images.clone()),
+            memory_mib: u32::try_from(self.memory_bytes >> 20).ok(),
+            cpu_millis: u32::try_from(self.nano_cpus / 1_000_000).ok(),
+            pids: u32::try_from(self.pids).ok(),
+        }
+    }
+
+    fn allows_image(&self, image: &str) -> bool {
+        self.images.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => image.starts_with(prefix),
+            None => image == p,
+        })
+    }
 }
 
 pub struct PortMapping {
@@ -239,12 +297,82 @@ impl ContainerRuntime {
         Ok(())
     }
 
-    pub async fn create(&self, plugin: &str, spec: ContainerSpec) -> Result<String, RuntimeError> {
+    /// Refuses what the grant does not allow, naming the option that would allow it; returns
+    /// the network mode to give the engine.
+    async fn admit(
+        &self,
+        plugin: &str,
+        grant: &ContainerGrant,
+        spec: &ContainerSpec,
+    ) -> Result<String, RuntimeError> {
+        let refuse = |what: String| {
+            RuntimeError::Invalid(format!(
+                "container {:?} refused for plugin {plugin}: {what}",
+                spec.name
+            ))
+        };
+        if spec.privileged && !grant.privileged {
+            return Err(refuse(format!(
+                "privileged containers need `containerRuntime: {{privileged: true}}` in WasmProvider {plugin}"
+            )));
+        }
+        if !grant.allows_image(&spec.image) {
+            return Err(refuse(format!(
+                "image {:?} is not in the grant's images {:?}; an admin adds it to `containerRuntime.images` in WasmProvider {plugin}",
+                spec.image, grant.images
+            )));
+        }
+        let network = spec.network.clone().unwrap_or_default();
+        match network.as_str() {
+            // No network at all: isolated, nothing to check.
+            "" | "none" => Ok("none".into()),
+            "host" => {
+                if grant.host_namespaces {
+                    Ok(network)
+                } else {
+                    Err(refuse(format!(
+                        "network mode host (the host's network namespace) needs `containerRuntime: {{hostNamespaces: true}}` in WasmProvider {plugin}"
+                    )))
+                }
+            }
+            n if n.starts_with("container:") => {
+                if grant.host_namespaces {
+                    Ok(network)
+                } else {
+                    Err(refuse(format!(
+                        "network mode {n} (another container's namespace) needs `containerRuntime: {{hostNamespaces: true}}` in WasmProvider {plugin}"
+                    )))
+                }
+            }
+            n => {
+                let mine = self
+                    .networks_named(n)
+                    .await?
+                    .iter()
+                    .any(|net| owned_by(net.labels.as_ref(), plugin));
+                if mine {
+                    Ok(network)
+                } else {
+                    Err(refuse(format!(
+                        "network {n:?} was not created for plugin {plugin}: a container joins only networks its plugin made with create-network"
+                    )))
+                }
+            }
+        }
+    }
+
+    pub async fn create(
+        &self,
+        plugin: &str,
+        grant: &ContainerGrant,
+        spec: ContainerSpec,
+    ) -> Result<String, RuntimeError> {
         if spec.name.is_empty() || spec.image.is_empty() {
             return Err(RuntimeError::Invalid(
                 "a container needs a name and an image".into(),
             ));
         }
+        let network_mode = self.admit(plugin, grant, &spec).await?;
         let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
         let mut exposed: HashMap<String, HashMap<(), ()>> = HashMap::new();
         for p in &spec.ports {
@@ -272,7 +400,10 @@ impl ContainerRuntime {
             host_config: Some(HostConfig {
                 privileged: Some(spec.privileged),
                 port_bindings: (!bindings.is_empty()).then_some(bindings),
-                network_mode: spec.network.clone(),
+                network_mode: Some(network_mode),
+                memory: Some(grant.memory_bytes),
+                nano_cpus: Some(grant.nano_cpus),
+                pids_limit: Some(grant.pids),
                 ..Default::default()
             }),
             ..Default::default()

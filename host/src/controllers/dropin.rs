@@ -3,7 +3,9 @@
 //! `NAME`. Removing the file keeps the active version running; the WasmProvider then reports
 //! the module as missing.
 
-use crate::api::wasmprovider::{WasmProvider, WasmProviderLimits, WasmProviderRollout};
+use crate::api::wasmprovider::{
+    ContainerRuntimeGrant, WasmProvider, WasmProviderLimits, WasmProviderRollout,
+};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde::Deserialize;
@@ -23,6 +25,8 @@ pub struct Manifest {
     pub limits: Option<WasmProviderLimits>,
     #[serde(default)]
     pub rollout: Option<WasmProviderRollout>,
+    #[serde(default)]
+    pub container_runtime: Option<ContainerRuntimeGrant>,
 }
 
 /// What a file looked like when it was last applied.
@@ -63,6 +67,9 @@ pub fn desired(dir: &Path, name: &str) -> Result<serde_json::Value, String> {
     }
     if let Some(r) = manifest.rollout {
         spec["rollout"] = serde_json::to_value(r).unwrap_or_default();
+    }
+    if let Some(g) = manifest.container_runtime {
+        spec["containerRuntime"] = serde_json::to_value(g).unwrap_or_default();
     }
     Ok(serde_json::json!({
         "apiVersion": "runtime.capw.dev/v1alpha1",

@@ -11,6 +11,7 @@ pub mod dropin;
 pub mod error;
 pub mod external;
 pub mod fanout;
+pub mod kubeconfig;
 pub mod machine;
 pub mod referenced;
 pub mod relevance;

@@ -1,9 +1,12 @@
 //! Clients for workload clusters, built from the `<cluster>-kubeconfig` Secret the control plane
 //! provider wrote (upstream's ClusterCache, without the cache: a Machine reads its Node by
-//! providerID when it reconciles).
+//! providerID when it reconciles). Nothing in the Secret is trusted: the kubeconfig must pass
+//! [`super::kubeconfig::sanitize`] against the Cluster's endpoint, and the client is built from
+//! what that returns.
 
+use crate::api::cluster::Cluster;
 use k8s_openapi::api::core::v1::Secret;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::KubeConfigOptions;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Config};
 use std::collections::HashMap;
@@ -20,6 +23,11 @@ pub enum RemoteError {
     NoValue(String),
     #[error("Secret {0} does not hold a usable kubeconfig: {1}")]
     Invalid(String, String),
+    #[error("Secret {secret} was refused: {error}")]
+    Refused {
+        secret: String,
+        error: super::kubeconfig::KubeconfigError,
+    },
 }
 
 /// Clients by `namespace/cluster`, rebuilt when the Secret changes.
@@ -34,6 +42,7 @@ impl Remotes {
     pub async fn client(
         &self,
         secrets: &Store<Secret>,
+        clusters: &Store<Cluster>,
         ns: &str,
         cluster: &str,
     ) -> Result<Client, RemoteError> {
@@ -41,7 +50,15 @@ impl Remotes {
         let secret = secrets
             .get(&ObjectRef::new(&name).within(ns))
             .ok_or_else(|| RemoteError::Missing(format!("{ns}/{name}")))?;
-        let rv = secret.metadata.resource_version.clone().unwrap_or_default();
+        let endpoint = clusters
+            .get(&ObjectRef::new(cluster).within(ns))
+            .and_then(|c| c.spec.control_plane_endpoint.clone());
+        // A moved endpoint invalidates the client as much as a changed Secret does.
+        let rv = format!(
+            "{}@{:?}",
+            secret.metadata.resource_version.clone().unwrap_or_default(),
+            endpoint.as_ref().map(|e| (&e.host, e.port))
+        );
         let key = format!("{ns}/{cluster}");
         if let Some((seen, c)) = self
             .clients
@@ -59,7 +76,12 @@ impl Remotes {
             .ok_or_else(|| RemoteError::NoValue(format!("{ns}/{name}")))?;
         let invalid = |e: String| RemoteError::Invalid(format!("{ns}/{name}"), e);
         let text = String::from_utf8(bytes.0.clone()).map_err(|e| invalid(e.to_string()))?;
-        let kc = Kubeconfig::from_yaml(&text).map_err(|e| invalid(e.to_string()))?;
+        let kc = super::kubeconfig::sanitize(&text, endpoint.as_ref()).map_err(|error| {
+            RemoteError::Refused {
+                secret: format!("{ns}/{name}"),
+                error,
+            }
+        })?;
         let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
             .map_err(|e| invalid(e.to_string()))?;

@@ -91,6 +91,9 @@ fn limits(wp: &WasmProvider) -> Limits {
             l.memory_bytes = (m.clamp(1, 256) as usize) << 20;
         }
     }
+    l.container = crate::capabilities::container_runtime::ContainerGrant::from_spec(
+        wp.spec.container_runtime.as_ref(),
+    );
     l
 }
 
@@ -176,6 +179,31 @@ fn counters(status: &mut WasmProviderStatus, slot: &Slot) {
     status.errors = c.errors.load(Ordering::Relaxed);
 }
 
+/// `spec.module` inside the plugin directory: a relative path of plain components, which after
+/// following links still lies under the directory. The host reads no other file for a plugin.
+fn module_path(dir: &std::path::Path, module: &str) -> Result<std::path::PathBuf, String> {
+    use std::path::Component;
+    let rel = std::path::Path::new(module);
+    let plain = !module.is_empty() && rel.components().all(|c| matches!(c, Component::Normal(_)));
+    let outside = || {
+        format!(
+            "spec.module {module:?} is not a file inside the plugin directory {}: name a file relative to it, without `..` or a leading `/`",
+            dir.display()
+        )
+    };
+    if !plain {
+        return Err(outside());
+    }
+    let path = dir.join(rel);
+    // A missing file is reported when it is read; a present one must not be a link out.
+    if let (Ok(real), Ok(root)) = (path.canonicalize(), dir.canonicalize())
+        && !real.starts_with(&root)
+    {
+        return Err(outside());
+    }
+    Ok(path)
+}
+
 async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
     let name = wp.name_any();
     let api: Api<WasmProvider> = Api::all(ctx.client.clone());
@@ -185,10 +213,39 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         ..old.clone()
     };
     let slot = ctx.registry.get(&name);
-    let path = ctx.plugins_dir.join(&wp.spec.module);
     let (granted, unknown) = grants(&wp);
     status.granted_capabilities = granted.iter().map(|c| c.name().to_string()).collect();
+    status.container_runtime = granted
+        .contains(&Capability::ContainerRuntime)
+        .then(|| limits(&wp).container.to_spec());
     let reference = wp.object_ref(&());
+    let path = match module_path(&ctx.plugins_dir, &wp.spec.module) {
+        Ok(p) => p,
+        Err(msg) => {
+            status.conditions = vec![
+                condition(
+                    "Validated",
+                    false,
+                    "ModuleOutsidePluginDir",
+                    &msg,
+                    &old.conditions,
+                ),
+                condition(
+                    "Active",
+                    slot.is_some(),
+                    if slot.is_some() {
+                        "KeptRunning"
+                    } else {
+                        "NotLoaded"
+                    },
+                    &msg,
+                    &old.conditions,
+                ),
+            ];
+            set_status(&api, &wp, status).await?;
+            return Ok(Action::await_change());
+        }
+    };
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) => {
@@ -283,16 +340,43 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         limits(&wp),
     )
     .await;
-    let plugin = match loaded {
-        Ok(p) => p,
-        Err(e) => {
-            let reason = match &e {
+    let others: Vec<(String, Vec<(String, String)>)> = ctx
+        .registry
+        .names()
+        .into_iter()
+        .filter(|n| *n != name)
+        .filter_map(|n| {
+            let kinds = ctx
+                .registry
+                .get(&n)?
+                .current()
+                .metadata
+                .kinds
+                .iter()
+                .map(|k| (k.group.clone(), k.kind.clone()))
+                .collect();
+            Some((n, kinds))
+        })
+        .collect();
+    let verdict = match loaded {
+        Ok(p) => match crate::runtime::trust::check(&name, &p.metadata, &others) {
+            Ok(()) => Ok(p),
+            Err(e) => Err((e.reason(), e.to_string())),
+        },
+        Err(e) => Err((
+            match &e {
                 crate::runtime::PluginError::DigestMismatch { .. } => "DigestMismatch",
                 crate::runtime::PluginError::UngrantedImport { .. } => "UngrantedImport",
                 crate::runtime::PluginError::MissingExport(..) => "MissingExport",
                 crate::runtime::PluginError::Smoke(_) => "MetadataFailed",
                 _ => "Invalid",
-            };
+            },
+            e.to_string(),
+        )),
+    };
+    let plugin = match verdict {
+        Ok(p) => p,
+        Err((reason, e)) => {
             let msg = format!("{} {e}", wp.spec.module);
             status.conditions = vec![
                 condition("Validated", false, reason, &msg, &old.conditions),

@@ -1,9 +1,17 @@
 //! Compiled components on disk, keyed by wasmtime version, engine compatibility hash and the
 //! component's sha256; written atomically and verified before they are loaded.
+//!
+//! A compiled artifact is native code the host maps and runs, so a swapped `.cwasm` must never
+//! load. A checksum beside it proves nothing (whoever swaps one recomputes the other): each
+//! artifact carries an HMAC-SHA256 over the component digest and the artifact bytes, keyed by a
+//! random key in `artifact-key` (0600) that only the host reads. An artifact whose MAC does not
+//! verify is recompiled. The cache directories are 0700 and their files 0600.
 
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
 use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -30,8 +38,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Where artifacts for this engine live.
 pub struct ArtifactCache {
+    root: PathBuf,
     dir: PathBuf,
 }
+
+const KEY_FILE: &str = "artifact-key";
 
 /// How a component was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +59,54 @@ impl ArtifactCache {
         let dir = root
             .join(format!("wasmtime-{}", wasmtime_version()))
             .join(format!("{:016x}", h.finish()));
-        ArtifactCache { dir }
+        ArtifactCache {
+            root: root.to_path_buf(),
+            dir,
+        }
+    }
+
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CacheError + '_ {
+        move |source| CacheError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+
+    /// Creates `dir` (and its parents under the root) as 0700.
+    fn private_dir(&self, dir: &Path) -> Result<(), CacheError> {
+        std::fs::create_dir_all(dir).map_err(Self::io(dir))?;
+        let mut d = dir;
+        loop {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
+                .map_err(Self::io(d))?;
+            match d.parent() {
+                Some(p) if d != self.root && p.starts_with(&self.root) => d = p,
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// The host's MAC key, made on first use.
+    fn key(&self) -> Result<Vec<u8>, CacheError> {
+        let path = self.root.join(KEY_FILE);
+        if let Ok(k) = std::fs::read(&path)
+            && k.len() == 32
+        {
+            return Ok(k);
+        }
+        self.private_dir(&self.root)?;
+        let key: [u8; 32] = rand::random();
+        self.store(&path, &key)?;
+        Ok(key.to_vec())
+    }
+
+    fn mac(key: &[u8], digest: &str, artifact: &[u8]) -> Result<Hmac<Sha256>, CacheError> {
+        let mut m = Hmac::<Sha256>::new_from_slice(key)
+            .map_err(|e| CacheError::Compile(format!("artifact MAC key: {e}")))?;
+        m.update(digest.as_bytes());
+        m.update(&[0]);
+        m.update(artifact);
+        Ok(m)
     }
 
     /// Loads the compiled form of `bytes` (whose sha256 is `digest`), compiling and storing
@@ -60,13 +118,17 @@ impl ArtifactCache {
         bytes: &[u8],
     ) -> Result<(Component, Source), CacheError> {
         let art = self.dir.join(format!("{digest}.cwasm"));
-        let sum = self.dir.join(format!("{digest}.cwasm.sha256"));
-        if let (Ok(data), Ok(expected)) = (std::fs::read(&art), std::fs::read_to_string(&sum))
-            && sha256_hex(&data) == expected.trim()
+        let tag = self.dir.join(format!("{digest}.cwasm.mac"));
+        let key = self.key()?;
+        if let (Ok(data), Ok(expected)) = (std::fs::read(&art), std::fs::read_to_string(&tag))
+            && let Ok(expected) = hex::decode(expected.trim())
+            && Self::mac(&key, digest, &data)?
+                .verify_slice(&expected)
+                .is_ok()
         {
             // SAFETY: the artifact was produced by this host for this engine configuration
-            // (the directory is keyed by version and compatibility hash) and its checksum
-            // matches what was written with it, so it is unmodified.
+            // (the directory is keyed by version and compatibility hash), for this component
+            // digest, and its MAC under the host's own key verifies, so it is unmodified.
             if let Ok(c) = unsafe { Component::deserialize(engine, &data) } {
                 return Ok((c, Source::Cached));
             }
@@ -77,8 +139,10 @@ impl ArtifactCache {
         // SAFETY: produced just above by this engine.
         let component = unsafe { Component::deserialize(engine, &compiled) }
             .map_err(|e| CacheError::Compile(format!("{e:#}")))?;
+        self.private_dir(&self.dir)?;
         self.store(&art, &compiled)?;
-        self.store(&sum, sha256_hex(&compiled).as_bytes())?;
+        let mac = Self::mac(&key, digest, &compiled)?.finalize().into_bytes();
+        self.store(&tag, hex::encode(mac).as_bytes())?;
         Ok((component, Source::Compiled))
     }
 
@@ -87,9 +151,14 @@ impl ArtifactCache {
             path: path.display().to_string(),
             source,
         };
-        std::fs::create_dir_all(&self.dir).map_err(io)?;
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io)?;
         f.write_all(data).map_err(io)?;
         f.sync_all().map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)

@@ -14,6 +14,7 @@ pub struct HostState {
     pub(crate) limits: StoreLimits,
     pub log: LogSink,
     services: std::sync::Arc<super::Services>,
+    container_grant: crate::capabilities::container_runtime::ContainerGrant,
 }
 
 /// Log lines of one call, capped in bytes.
@@ -64,6 +65,7 @@ impl HostState {
                 ..Default::default()
             },
             services,
+            container_grant: limits.container.clone(),
         }
     }
 }
@@ -168,7 +170,9 @@ impl container_runtime::Host for HostState {
                 .collect(),
             privileged: spec.privileged,
         };
-        rt.create(&self.log.plugin, spec).await.map_err(to_wit)
+        rt.create(&self.log.plugin, &self.container_grant, spec)
+            .await
+            .map_err(to_wit)
     }
     async fn start(&mut self, name: String) -> Result<(), container_runtime::RuntimeError> {
         let rt = self.docker()?;

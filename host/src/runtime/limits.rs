@@ -21,6 +21,8 @@ pub struct Limits {
     pub log_bytes: usize,
     /// Bytes of one result (status patch, CRD text, ...); larger results are refused.
     pub result_bytes: usize,
+    /// What `container-runtime` may ask of the engine.
+    pub container: crate::capabilities::container_runtime::ContainerGrant,
 }
 
 impl Default for Limits {
@@ -36,6 +38,7 @@ impl Default for Limits {
             handles: 1000,
             log_bytes: 64 << 10,
             result_bytes: 1 << 20,
+            container: Default::default(),
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod host;
 pub mod limits;
 pub mod plugin;
 pub mod slot;
+pub mod trust;
 
 pub use limits::Limits;
 

@@ -140,7 +140,6 @@ impl Provider for ControlPlane {
             }
             _ => None,
         };
-        let selector = format!("cluster.x-k8s.io/cluster-name={},cluster.x-k8s.io/control-plane", cluster.name());
         let mut conditions = vec![
             condition("Available", available, if available { "Available" } else { "NotAvailable" }, ""),
             condition(
@@ -155,7 +154,8 @@ impl Provider for ControlPlane {
         } else {
             conditions.push(condition("Initialized", true, "Initialized", ""));
         }
-        let mut c = common(conditions, Some(json!({"selector": selector, "version": obj.get("/spec/version")})));
+        // status.selector and status.version are contract fields: the host sets them.
+        let mut c = common(conditions, None);
         // Changes of the control plane's Machines call again; this is only a fallback.
         if count != desired || with_node < count {
             c.requeue_after_seconds = Some(15);

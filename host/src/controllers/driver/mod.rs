@@ -7,6 +7,7 @@
 
 mod context;
 mod machines;
+mod policy;
 mod writeback;
 
 use crate::api::cluster::Cluster;
@@ -597,6 +598,12 @@ async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driver
     };
     let (version, result) = result;
     kctx.record_version(&obj, &version).await?;
+    // A result that breaks a rule is refused whole: nothing of it is written.
+    let result = result.and_then(|r| {
+        policy::check(&obj, &around, &r)
+            .map(|()| r)
+            .map_err(CallError::InvalidResult)
+    });
     match result {
         Ok(r) => writeback::write(&obj, kctx, &around, r).await,
         Err(e) => Ok(match kctx.failed(&obj, &version, &e).await? {

@@ -4,7 +4,7 @@
 
 use super::context::Around;
 use super::{DriverError, KindCtx};
-use crate::api::common::names::CLUSTER_NAME_LABEL;
+use crate::api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL};
 use crate::controllers::conditions;
 use crate::runtime::plugin::{BootstrapStatus, ClusterStatus, ControlPlaneStatus, MachineStatus};
 use k8s_openapi::ByteString;
@@ -103,7 +103,12 @@ fn common(
     obj: &DynamicObject,
     c: &crate::runtime::plugin::Common,
 ) -> std::result::Result<Value, DriverError> {
-    let mut status = obj.data.get("status").cloned().unwrap_or(json!({}));
+    let mut status = obj
+        .data
+        .get("status")
+        .filter(|s| s.is_object())
+        .cloned()
+        .unwrap_or(json!({}));
     if let Some(p) = &c.status_patch {
         let patch: Value = serde_json::from_str(p)
             .map_err(|e| DriverError::Invalid(format!("status-patch: {e}")))?;
@@ -120,6 +125,36 @@ fn common(
         );
     }
     Ok(status)
+}
+
+/// Sets `status.initialization.<field>`, making `initialization` an object if it is not one: a
+/// plugin's CRD may type it however it likes, and the host must never panic over it.
+fn set_initialization(status: &mut Value, field: &str, value: bool) {
+    if !status.is_object() {
+        *status = json!({});
+    }
+    let init = &mut status["initialization"];
+    if !init.is_object() {
+        *init = json!({});
+    }
+    init[field] = json!(value);
+}
+
+/// The lowest Kubernetes version among the control plane's Machines, as upstream's
+/// KubeadmControlPlane reports it: what runs, not what the spec asks for.
+fn observed_version(machines: &[crate::api::machine::Machine]) -> Option<String> {
+    let key = |v: &str| -> Vec<u64> {
+        v.trim_start_matches('v')
+            .split(['.', '-', '+'])
+            .take(3)
+            .map(|p| p.parse().unwrap_or(0))
+            .collect()
+    };
+    machines
+        .iter()
+        .filter_map(|m| m.spec.version.as_deref())
+        .min_by_key(|v| key(v))
+        .map(str::to_string)
 }
 
 fn sticky(status: &Value, field: &str, now: bool) -> bool {
@@ -218,8 +253,8 @@ pub(super) async fn write(
                 );
                 patch_spec(kctx, obj, spec).await?;
             }
-            status["initialization"]["provisioned"] =
-                json!(sticky(&old, "provisioned", r.provisioned));
+            let provisioned = sticky(&old, "provisioned", r.provisioned);
+            set_initialization(&mut status, "provisioned", provisioned);
             if !r.failure_domains.is_empty() {
                 status["failureDomains"] = r
                     .failure_domains
@@ -243,8 +278,8 @@ pub(super) async fn write(
                     patch_spec(kctx, obj, spec).await?;
                 }
             }
-            status["initialization"]["provisioned"] =
-                json!(sticky(&old, "provisioned", r.provisioned));
+            let provisioned = sticky(&old, "provisioned", r.provisioned);
+            set_initialization(&mut status, "provisioned", provisioned);
             if !r.addresses.is_empty() {
                 status["addresses"] = r
                     .addresses
@@ -278,7 +313,7 @@ pub(super) async fn write(
                 )
                 .await?;
                 status["dataSecretName"] = json!(name);
-                status["initialization"]["dataSecretCreated"] = json!(true);
+                set_initialization(&mut status, "dataSecretCreated", true);
             }
             (status, requeue(&r.common))
         }
@@ -305,8 +340,21 @@ pub(super) async fn write(
                 )
                 .await?;
             }
-            status["initialization"]["controlPlaneInitialized"] =
-                json!(sticky(&old, "controlPlaneInitialized", r.initialized));
+            let initialized = sticky(&old, "controlPlaneInitialized", r.initialized);
+            set_initialization(&mut status, "controlPlaneInitialized", initialized);
+            // The host knows both: the labels it puts on the Machines it creates, and the
+            // versions they run. A plugin's word on either would be a claim, not an observation.
+            status["selector"] = json!(format!(
+                "{CLUSTER_NAME_LABEL}={cluster},{CONTROL_PLANE_LABEL}"
+            ));
+            match observed_version(&around.owned_machines) {
+                Some(v) => status["version"] = json!(v),
+                None => {
+                    if let Some(s) = status.as_object_mut() {
+                        s.remove("version");
+                    }
+                }
+            }
             status["replicas"] = json!(r.replicas.up_to_date);
             status["readyReplicas"] = json!(r.replicas.ready);
             status["availableReplicas"] = json!(r.replicas.available);

@@ -98,7 +98,7 @@ pub(super) async fn reconcile_delete(
         && !cluster_deleting
         && let Ok(client) = ctx
             .remotes
-            .client(&ctx.secrets, &ns, &machine.spec.cluster_name)
+            .client(&ctx.secrets, &ctx.clusters, &ns, &machine.spec.cluster_name)
             .await
     {
         let nodes: Api<Node> = Api::all(client);

@@ -57,10 +57,18 @@ pub(super) async fn reconcile_node(scope: &mut Scope, ctx: &CoreCtx) -> Result<(
     };
     let ns = scope.ns();
     let cluster = scope.machine.spec.cluster_name.clone();
-    let client = match ctx.remotes.client(&ctx.secrets, &ns, &cluster).await {
+    let client = match ctx
+        .remotes
+        .client(&ctx.secrets, &ctx.clusters, &ns, &cluster)
+        .await
+    {
         Ok(c) => c,
         Err(e) => {
-            set_node_conditions(scope, "Unknown", "NodeInspectionFailed", &e.to_string());
+            let reason = match e {
+                crate::controllers::remote::RemoteError::Refused { .. } => "KubeconfigRefused",
+                _ => "NodeInspectionFailed",
+            };
+            set_node_conditions(scope, "Unknown", reason, &e.to_string());
             scope.requeue_after(NODE_POLL);
             return Ok(());
         }
