@@ -202,6 +202,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     let _ = runtime.engine.services.sim_cloud.set(sim.clone());
     let registry = Arc::new(Registry::default());
     let wp = Arc::new(wasmprovider::Ctx {
+        claims: Default::default(),
         client: client.clone(),
         plugins_dir: config.plugins.clone(),
         runtime,
@@ -292,9 +293,27 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             .default_backoff(),
         )
         .touched_objects();
+        let tx = machine_tx.clone();
+        let machines = machines.clone();
         tasks.push(tokio::spawn(async move {
+            // A rewritten `<cluster>-kubeconfig` (by its control plane, or by anyone) is
+            // checked again at once by the Machines that build clients from it.
             let mut stream = std::pin::pin!(stream);
-            while stream.next().await.is_some() {}
+            while let Some(ev) = stream.next().await {
+                let Ok(s) = ev else { continue };
+                let Some(cluster) = s.name_any().strip_suffix("-kubeconfig").map(str::to_string)
+                else {
+                    continue;
+                };
+                let ns = s.namespace().unwrap_or_default();
+                for m in machines.state() {
+                    if m.spec.cluster_name == cluster
+                        && m.namespace().as_deref() == Some(ns.as_str())
+                    {
+                        let _ = tx.send(ObjectRef::from_obj(&*m));
+                    }
+                }
+            }
         }));
     }
     let resolver = Resolver::new(client.clone());

@@ -479,3 +479,45 @@ async fn incompatible_versions_are_not_swapped_in() {
     let other = load(&f, "panic", Limits::default()).await;
     assert!(matches!(slot.swap(other), Err(SwapError::Incompatible(_))));
 }
+
+/// SECURITY.md "fair share": a plugin whose calls all spin to their deadline runs only a few of
+/// them at once (`CALLS_PER_PLUGIN`), so a neighbour's calls finish while the spinners are still
+/// queued. Without the share, 200 spinners on two threads make every wake-up of the neighbour
+/// wait for a full round of them (10 ms each), and its calls outlast the spinners' deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_spin_to_their_deadline_do_not_starve_another_plugin() {
+    let f = fixture();
+    let spin = Arc::new(load(&f, "infinite-loop", limits(Duration::from_secs(10))).await);
+    let good = Arc::new(load(&f, "echo-v1", Limits::default()).await);
+    let spins_done = Arc::new(AtomicU64::new(0));
+    let spinners: Vec<_> = (0..200)
+        .map(|i| {
+            let (spin, done) = (spin.clone(), spins_done.clone());
+            tokio::spawn(async move {
+                let r = spin.reconcile_machine(&ctx(&format!("spin{i}"))).await;
+                assert!(
+                    matches!(r, Err(CallError::Timeout(_))),
+                    "a spinner returned"
+                );
+                done.fetch_add(1, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A neighbour's reconciles wait on I/O between calls (the API, the engine); each wait puts
+    // it back in the executor's queue behind every runnable call.
+    for i in 0..60 {
+        good.reconcile_machine(&ctx(&format!("neighbour{i}")))
+            .await
+            .expect("the neighbour's call");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        spins_done.load(Ordering::Relaxed),
+        0,
+        "the neighbour's 60 calls took longer than a spinner's whole deadline"
+    );
+    for s in spinners {
+        s.abort();
+    }
+}

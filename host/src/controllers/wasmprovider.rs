@@ -45,6 +45,9 @@ pub struct Ctx {
     pub runtime: Arc<Runtime>,
     pub registry: Arc<Registry>,
     pub recorder: Recorder,
+    /// Held from the kind-ownership check to the registry insert, so two plugins loading at
+    /// once cannot both find a kind free and both serve it.
+    pub claims: tokio::sync::Mutex<()>,
 }
 
 fn condition(type_: &str, ok: bool, reason: &str, message: &str, old: &[Condition]) -> Condition {
@@ -340,6 +343,7 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         limits(&wp),
     )
     .await;
+    let _claims = ctx.claims.lock().await;
     let others: Vec<(String, Vec<(String, String)>)> = ctx
         .registry
         .names()

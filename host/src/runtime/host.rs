@@ -17,6 +17,37 @@ pub struct HostState {
     container_grant: crate::capabilities::container_runtime::ContainerGrant,
 }
 
+/// What one log line costs against the caps beyond its text: the record the host writes for
+/// it (level, plugin, version, object) is about this size.
+pub const LOG_LINE_COST: usize = 128;
+
+/// Log bytes each plugin may emit across all its calls: a bucket of `LOG_BURST` bytes that
+/// refills at `LOG_RATE` bytes a second.
+const LOG_BURST: f64 = (1 << 20) as f64;
+const LOG_RATE: f64 = (256 << 10) as f64;
+
+#[derive(Default)]
+pub struct LogRate {
+    buckets: std::sync::Mutex<std::collections::HashMap<String, (f64, std::time::Instant)>>,
+}
+
+impl LogRate {
+    /// Takes `cost` bytes from the plugin's bucket; false when it is empty.
+    pub fn take(&self, plugin: &str, cost: usize) -> bool {
+        let mut b = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let (level, at) = b.entry(plugin.to_string()).or_insert((LOG_BURST, now));
+        *level = (*level + now.duration_since(*at).as_secs_f64() * LOG_RATE).min(LOG_BURST);
+        *at = now;
+        let cost = cost as f64;
+        if *level < cost {
+            return false;
+        }
+        *level -= cost;
+        true
+    }
+}
+
 /// Log lines of one call, capped in bytes.
 #[derive(Debug, Default)]
 pub struct LogSink {
@@ -96,11 +127,14 @@ impl types::Host for HostState {}
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) {
         let sink = &mut self.log;
-        if message.len() > sink.left {
-            sink.dropped += message.len();
+        // A line costs its record as well as its text, so empty lines are not free; and each
+        // plugin has a rate across calls, so many short calls cannot flood the host's log.
+        let cost = message.len() + LOG_LINE_COST;
+        if cost > sink.left || !self.services.log_rate.take(&sink.plugin, cost) {
+            sink.dropped += cost;
             return;
         }
-        sink.left -= message.len();
+        sink.left -= cost;
         let enabled = match level {
             log::Level::Error => tracing::enabled!(tracing::Level::ERROR),
             log::Level::Warn => tracing::enabled!(tracing::Level::WARN),

@@ -79,6 +79,10 @@ impl Capability {
 /// unset answers `unavailable`.
 #[derive(Default)]
 pub struct Services {
+    pub log_rate: host::LogRate,
+    /// Per plugin, the calls that may run at once.
+    shares:
+        std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Semaphore>>>,
     pub sim_cloud: std::sync::OnceLock<std::sync::Arc<crate::capabilities::sim_cloud::SimCloud>>,
     /// Connected on first use, so a host without Docker runs every other plugin.
     docker: std::sync::OnceLock<
@@ -86,7 +90,21 @@ pub struct Services {
     >,
 }
 
+/// Calls of one plugin that run at once; more wait their turn. High enough that a provider
+/// whose calls wait on the engine (container create, exec) still works on several machines at
+/// once, low enough that one plugin cannot hold every worker thread.
+pub const CALLS_PER_PLUGIN: usize = 8;
+
 impl Services {
+    pub fn call_share(&self, plugin: &str) -> std::sync::Arc<tokio::sync::Semaphore> {
+        self.shares
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(plugin.to_string())
+            .or_insert_with(|| std::sync::Arc::new(tokio::sync::Semaphore::new(CALLS_PER_PLUGIN)))
+            .clone()
+    }
+
     pub fn container_runtime(
         &self,
     ) -> Result<

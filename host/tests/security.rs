@@ -1,0 +1,674 @@
+//! SECURITY.md's checklist against the real host: a real `capw apiserver` over HTTPS, the
+//! host's controllers in this process, and the hostile components of `plugins/testing/hostile`
+//! beside the bundled providers. Each test asserts the refusal (a condition naming the rule),
+//! that nothing ran and nothing leaked (secrets compared by fingerprint, never printed), and
+//! that the host kept serving its other clusters.
+
+mod support;
+
+use capw::api::machine::Machine;
+use capw::capabilities::sim_cloud::SimSettings;
+use capw::manager::{self, Host, HostConfig};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use sha2::Digest;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use support::ApiServer;
+
+struct Env {
+    api: ApiServer,
+    client: Client,
+    host: Host,
+    home: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+/// A host whose plugin directory holds `plugins` (file stem → component in target/plugins)
+/// and `manifests` (file stem → NAME.yaml).
+async fn env(plugins: &[(&str, &str)], manifests: &[(&str, &str)]) -> Env {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let api = ApiServer::start(&dir.path().join("api"));
+    let client = support::kube_client(&api.kubeconfig).await;
+    let pdir = dir.path().join("plugins");
+    std::fs::create_dir_all(&pdir).expect("plugins dir");
+    for (stem, file) in plugins {
+        std::fs::copy(support::plugin(file), pdir.join(format!("{stem}.wasm"))).expect("copy");
+    }
+    for (stem, yaml) in manifests {
+        std::fs::write(pdir.join(format!("{stem}.yaml")), yaml).expect("manifest");
+    }
+    let mut config = HostConfig::new(pdir, dir.path().join("cache"));
+    config.sim = SimSettings {
+        boot_delay: Duration::from_millis(100),
+        node_delay: Duration::from_millis(200),
+    };
+    config.dropin_interval = Duration::from_millis(200);
+    let host = manager::start(client.clone(), config)
+        .await
+        .expect("host starts");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    Env {
+        api,
+        client,
+        host,
+        home,
+        dir,
+    }
+}
+
+/// The bundled providers plus the hostile control plane and bootstrap provider.
+async fn with_hostile_providers() -> Env {
+    let e = env(
+        &[
+            ("bootstrap", "bootstrap.wasm"),
+            ("control-plane", "control-plane.wasm"),
+            ("inmemory", "inmemory.wasm"),
+            ("hostile-control-plane", "hostile-control-plane.wasm"),
+            ("hostile-bootstrap", "hostile-bootstrap.wasm"),
+        ],
+        &[("inmemory", "capabilities: [sim-cloud]\n")],
+    )
+    .await;
+    e.eventually("five plugins to serve", 60, || async {
+        (e.host.driver.driven().len() >= 5).then_some(())
+    })
+    .await;
+    e
+}
+
+impl Env {
+    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let (ok, text) = support::kubectl(&self.api.kubeconfig, &self.home, args, stdin);
+        assert!(ok, "kubectl {args:?} failed: {text}");
+        text
+    }
+
+    async fn eventually<T, F, Fut>(&self, what: &str, secs: u64, mut f: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(v) = f().await {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {secs}s waiting for {what}; host: {}",
+                self.host.status_line()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    fn dynamic(&self, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+        let ar = ApiResource {
+            group: group.into(),
+            version: "v1beta2".into(),
+            api_version: format!("{group}/v1beta2"),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        Api::namespaced_with(self.client.clone(), "default", &ar)
+    }
+
+    fn hostile_cps(&self) -> Api<DynamicObject> {
+        self.dynamic(
+            "controlplane.cluster.x-k8s.io",
+            "HostileControlPlane",
+            "hostilecontrolplanes",
+        )
+    }
+
+    /// The `PluginCallSucceeded=False` condition of an object, once the host wrote it.
+    async fn refusal(&self, api: &Api<DynamicObject>, name: &str, rule: &str) -> Value {
+        self.eventually(&format!("{name} refused for {rule}"), 60, || async {
+            let o = api.get_opt(name).await.ok()??;
+            o.data
+                .pointer("/status/conditions")?
+                .as_array()?
+                .iter()
+                .find(|c| {
+                    c["type"] == "PluginCallSucceeded"
+                        && c["status"] == "False"
+                        && c["message"].as_str().is_some_and(|m| m.contains(rule))
+                })
+                .cloned()
+        })
+        .await
+    }
+
+    async fn secret_names(&self) -> Vec<String> {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), "default");
+        secrets
+            .list(&ListParams::default())
+            .await
+            .expect("secrets")
+            .items
+            .iter()
+            .map(|s| s.name_any())
+            .collect()
+    }
+
+    /// The sha256 of every Secret value in the namespace: a leak is looked for by
+    /// fingerprint, so no test output ever holds a secret.
+    async fn secret_fingerprints(&self) -> Vec<String> {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), "default");
+        let mut out = vec![];
+        for s in secrets
+            .list(&ListParams::default())
+            .await
+            .expect("secrets")
+            .items
+        {
+            for v in s.data.unwrap_or_default().values() {
+                out.push(hex(&v.0));
+            }
+        }
+        out.push(hex(self.admin_token().as_bytes()));
+        out
+    }
+
+    fn admin_token(&self) -> String {
+        std::fs::read_to_string(self.api.kubeconfig.parent().expect("dir").join("token"))
+            .map(|t| t.trim().to_string())
+            .unwrap_or_default()
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    sha2::Sha256::digest(b)
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect()
+}
+
+/// A Cluster on the in-memory infrastructure whose control plane is the hostile one.
+fn hostile_cluster(name: &str, cp_spec: Value) -> String {
+    let cp = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "HostileControlPlane",
+        "metadata": {"name": name, "namespace": "default"}, "spec": cp_spec});
+    format!(
+        "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: InMemoryCluster, name: {name}}}\n  controlPlaneRef: {{apiGroup: controlplane.cluster.x-k8s.io, kind: HostileControlPlane, name: {name}}}\n---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: InMemoryCluster\nmetadata: {{name: {name}, namespace: default}}\nspec: {{}}\n---\n{cp}\n"
+    )
+}
+
+fn kubeconfig(server: &str, user: Value) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "contexts": [{"name": "c", "context": {"cluster": "w", "user": "u"}}],
+        "clusters": [{"name": "w", "cluster": {"server": server, "certificate-authority-data": "Y2E="}}],
+        "users": [{"name": "u", "user": user}],
+    })
+    .to_string()
+}
+
+/// A listener that counts the connections it gets: where a hostile kubeconfig would send the
+/// host, with whatever credentials it read.
+fn trap_listener() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = format!("https://{}", l.local_addr().expect("addr"));
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = hits.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            if c.is_ok() {
+                h.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    (addr, hits)
+}
+
+fn exec_user(marker: &Path) -> Value {
+    json!({"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/sh",
+        "args": ["-c", format!("touch {}", marker.display())], "interactiveMode": "Never"}})
+}
+
+/// SECURITY.md "kubeconfig", written by a plugin: exec, auth-provider, a token file and a
+/// foreign server are each refused with a condition naming the field; no Secret is written,
+/// no command runs, no connection is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_kubeconfig_may_not_run_commands_read_files_or_point_elsewhere() {
+    let e = with_hostile_providers().await;
+    let marker = e.dir.path().join("exec-ran");
+    let (trap, hits) = trap_listener();
+    let token_file = e.dir.path().join("api/token");
+    let cases = [
+        (
+            "kc-exec",
+            kubeconfig("https://127.0.0.1:1", exec_user(&marker)),
+            "server",
+        ),
+        (
+            "kc-token-file",
+            kubeconfig(&trap, json!({"tokenFile": token_file})),
+            ".server",
+        ),
+        (
+            "kc-auth-provider",
+            kubeconfig(
+                "https://127.0.0.1:1",
+                json!({"auth-provider": {"name": "gcp", "config": {"cmd-path": "/bin/sh"}}}),
+            ),
+            "server",
+        ),
+    ];
+    for (name, kc, _) in &cases {
+        e.kubectl(
+            &["apply", "-f", "-"],
+            Some(&hostile_cluster(name, json!({"kubeconfig": kc}))),
+        );
+    }
+    let cps = e.hostile_cps();
+    for (name, _, rule) in &cases {
+        let c = e.refusal(&cps, name, rule).await;
+        assert_eq!(c["reason"], "PluginInvalidResult", "{c}");
+        assert!(
+            c["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("kubeconfig refused"),
+            "{c}"
+        );
+    }
+    // With the right server, each credential feature is refused by its own field.
+    let endpoint = |name: &str| {
+        let clusters: Api<capw::api::cluster::Cluster> =
+            Api::namespaced(e.client.clone(), "default");
+        let name = name.to_string();
+        async move {
+            let c = clusters.get_opt(&name).await.ok()??;
+            let ep = c.spec.control_plane_endpoint?;
+            (ep.port != 0).then(|| format!("https://{}:{}", ep.host, ep.port))
+        }
+    };
+    let server = e
+        .eventually("kc-exec's endpoint", 60, || endpoint("kc-exec"))
+        .await;
+    for (name, user, rule) in [
+        ("kc-exec", exec_user(&marker), ".exec"),
+        (
+            "kc-token-file",
+            json!({"tokenFile": token_file}),
+            ".tokenFile",
+        ),
+        (
+            "kc-auth-provider",
+            json!({"auth-provider": {"name": "gcp", "config": {"cmd-path": "/bin/sh"}}}),
+            ".auth-provider",
+        ),
+    ] {
+        let server = e.eventually("the endpoint", 60, || endpoint(name)).await;
+        cps.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"kubeconfig": kubeconfig(&server, user)}})),
+        )
+        .await
+        .expect("patch");
+        e.refusal(&cps, name, rule).await;
+    }
+    let secrets = e.secret_names().await;
+    for (name, _, _) in &cases {
+        assert!(
+            !secrets.contains(&format!("{name}-kubeconfig")),
+            "{name}-kubeconfig was written"
+        );
+    }
+    assert!(!marker.exists(), "the exec credential ran on the host");
+    assert_eq!(
+        hits.load(Ordering::Relaxed),
+        0,
+        "the host connected to {trap}"
+    );
+    assert!(server.starts_with("https://127.0.0.1:"), "{server}");
+}
+
+/// SECURITY.md "kubeconfig", written by anyone: a `<cluster>-kubeconfig` Secret is trusted no
+/// more than a plugin's result. The Machine says why; the command never runs and no
+/// credential leaves for the server the Secret names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubeconfig_secret_written_by_anyone_is_checked_the_same_way() {
+    let e = with_hostile_providers().await;
+    let example =
+        std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
+            .expect("example");
+    e.kubectl(&["apply", "-f", "-"], Some(&example));
+    let machines: Api<Machine> = Api::namespaced(e.client.clone(), "default");
+    e.eventually("demo's six Machines Running", 120, || async {
+        let l = machines.list(&ListParams::default()).await.ok()?;
+        let running = l
+            .items
+            .iter()
+            .filter(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        (running == 6).then_some(())
+    })
+    .await;
+    // The control plane would rewrite its kubeconfig; pausing it leaves the Secret to us.
+    e.kubectl(
+        &[
+            "annotate",
+            "capwcontrolplane",
+            "demo-control-plane",
+            "cluster.x-k8s.io/paused=true",
+        ],
+        None,
+    );
+    let secrets: Api<Secret> = Api::namespaced(e.client.clone(), "default");
+    let good = secrets.get("demo-kubeconfig").await.expect("kubeconfig");
+    let text = String::from_utf8(good.data.expect("data")["value"].0.clone()).expect("utf8");
+    let parsed: serde_yaml::Value = serde_yaml::from_str(&text).expect("yaml");
+    let server = parsed["clusters"][0]["cluster"]["server"]
+        .as_str()
+        .expect("server")
+        .to_string();
+    let marker = e.dir.path().join("secret-exec-ran");
+    let (trap, hits) = trap_listener();
+    for (user, srv, rule) in [
+        (exec_user(&marker), server.as_str(), ".exec"),
+        (
+            json!({"tokenFile": e.dir.path().join("api/token")}),
+            trap.as_str(),
+            ".server",
+        ),
+    ] {
+        secrets
+            .patch(
+                "demo-kubeconfig",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"stringData": {"value": kubeconfig(srv, user)}})),
+            )
+            .await
+            .expect("overwrite");
+        let m = e
+            .eventually(
+                &format!("a Machine to show the refusal of {rule}"),
+                60,
+                || async {
+                    let l = machines.list(&ListParams::default()).await.ok()?;
+                    l.items.into_iter().find_map(|m| {
+                        m.status?.conditions.into_iter().find(|c| {
+                            c.type_ == "NodeHealthy"
+                                && c.reason == "KubeconfigRefused"
+                                && c.message.contains(rule)
+                        })
+                    })
+                },
+            )
+            .await;
+        assert!(m.message.contains("demo-kubeconfig"), "{}", m.message);
+    }
+    assert!(!marker.exists(), "the exec credential ran on the host");
+    assert_eq!(
+        hits.load(Ordering::Relaxed),
+        0,
+        "the host connected to {trap}"
+    );
+}
+
+/// SECURITY.md "status patches", "bootstrap data" and "bounds": contract fields cannot be set
+/// through a status patch (no redirect of dataSecretName to another cluster's Secret, no
+/// panic over a mistyped `initialization`), a control plane gets at most replicas + 1
+/// Machines, and empty log lines count against the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_are_bounded_and_contract_fields_are_the_hosts() {
+    let e = with_hostile_providers().await;
+    let before = e.secret_fingerprints().await;
+    e.kubectl(
+        &["apply", "-f", "-"],
+        Some(&hostile_cluster(
+            "bounds",
+            json!({"replicas": 1, "createMachines": 10000}),
+        )),
+    );
+    e.kubectl(
+        &["apply", "-f", "-"],
+        Some(&hostile_cluster(
+            "pwned",
+            json!({"statusPatch": {"initialization": "pwned"}}),
+        )),
+    );
+    let cps = e.hostile_cps();
+    e.refusal(&cps, "bounds", "over spec.replicas (1) + 1")
+        .await;
+    e.refusal(&cps, "pwned", "status.initialization").await;
+    // A Machine whose bootstrap config is hostile: it claims another cluster's token Secret.
+    let redirect =
+        json!({"dataSecretName": "bounds-token", "initialization": {"dataSecretCreated": true}});
+    let machine = format!(
+        "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Machine\nmetadata: {{name: evil-0, namespace: default}}\nspec:\n  clusterName: pwned\n  bootstrap:\n    configRef: {{apiGroup: bootstrap.cluster.x-k8s.io, kind: HostileConfig, name: evil-0}}\n  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: InMemoryMachine, name: evil-0}}\n---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: InMemoryMachine\nmetadata: {{name: evil-0, namespace: default}}\nspec: {{}}\n---\n{}\n",
+        json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "HostileConfig",
+            "metadata": {"name": "evil-0", "namespace": "default"},
+            "spec": {"statusPatch": redirect, "logLines": 100000}})
+    );
+    e.kubectl(&["apply", "-f", "-"], Some(&machine));
+    let configs = e.dynamic(
+        "bootstrap.cluster.x-k8s.io",
+        "HostileConfig",
+        "hostileconfigs",
+    );
+    e.refusal(&configs, "evil-0", "a Cluster API contract field")
+        .await;
+    let cfg = configs.get("evil-0").await.expect("config");
+    assert!(
+        cfg.data.pointer("/status/dataSecretName").is_none(),
+        "{:?}",
+        cfg.data
+    );
+    let machines: Api<Machine> = Api::namespaced(e.client.clone(), "default");
+    let m = machines.get("evil-0").await.expect("machine");
+    assert!(
+        m.spec.bootstrap.data_secret_name.is_none(),
+        "{:?}",
+        m.spec.bootstrap
+    );
+    let cp_machines = machines
+        .list(&ListParams::default().labels("cluster.x-k8s.io/cluster-name=bounds"))
+        .await
+        .expect("list");
+    assert_eq!(
+        cp_machines.items.len(),
+        0,
+        "Machines were made for a refused result"
+    );
+    // 100,000 empty lines per call: the host logged no more than the cap allows.
+    let slot = e.host.registry.get("hostile-bootstrap").expect("slot");
+    let counters = &slot.current().counters;
+    let (calls, lines, dropped) = (
+        counters.calls.load(Ordering::Relaxed),
+        counters.log_lines.load(Ordering::Relaxed),
+        counters.log_dropped_bytes.load(Ordering::Relaxed),
+    );
+    let per_call = capw::runtime::Limits::default().log_bytes / capw::runtime::host::LOG_LINE_COST;
+    assert!(
+        calls >= 1 && lines <= calls * per_call as u64,
+        "{lines} lines in {calls} calls"
+    );
+    assert!(dropped > 0, "nothing was dropped");
+    // The host is whole: another cluster still converges beside the hostile ones, and no
+    // secret reached a place it did not belong.
+    let example =
+        std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
+            .expect("example");
+    e.kubectl(&["apply", "-f", "-"], Some(&example));
+    e.eventually("demo's six Machines Running", 120, || async {
+        let l = machines.list(&ListParams::default()).await.ok()?;
+        let running = l
+            .items
+            .iter()
+            .filter(|m| m.spec.cluster_name == "demo")
+            .filter(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        (running == 6).then_some(())
+    })
+    .await;
+    let patched = serde_json::to_string(&cfg.data).expect("json");
+    for fp in before {
+        assert!(
+            !patched.contains(&fp),
+            "a secret's fingerprint appeared in a status"
+        );
+    }
+}
+
+/// SECURITY.md "kinds and CRDs": a plugin cannot serve core kinds, take another plugin's kinds
+/// or ship CRDs for kinds it does not declare; core CRDs are untouched and nothing serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_serve_only_their_own_provider_kinds_and_install_only_their_crds() {
+    let e = env(
+        &[("docker", "docker.wasm")],
+        &[("docker", "capabilities: [container-runtime]\n")],
+    )
+    .await;
+    let crds: Api<CustomResourceDefinition> = Api::all(e.client.clone());
+    let uid_of = |name: &'static str| {
+        let crds = crds.clone();
+        async move {
+            crds.get(name)
+                .await
+                .ok()
+                .and_then(|c| c.metadata.resource_version)
+        }
+    };
+    let wps: Api<capw::api::wasmprovider::WasmProvider> = Api::all(e.client.clone());
+    let validated = |name: &'static str| {
+        let wps = wps.clone();
+        async move {
+            let wp = wps.get_opt(name).await.ok()??;
+            let c = wp
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Validated")?;
+            (c.status == "False").then_some((c.reason, c.message))
+        }
+    };
+    e.eventually("docker Active", 60, || async {
+        let wp = wps.get_opt("docker").await.ok()??;
+        wp.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Active" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    // Dropped in once docker serves its kinds: the thief comes second.
+    for name in [
+        "hostile-core-kind",
+        "hostile-kind-thief",
+        "hostile-crd-swap",
+    ] {
+        std::fs::copy(
+            support::plugin(&format!("{name}.wasm")),
+            e.dir.path().join(format!("plugins/{name}.wasm")),
+        )
+        .expect("drop in");
+    }
+    let (machines_rv, clusters_rv) = (
+        uid_of("machines.cluster.x-k8s.io").await,
+        uid_of("clusters.cluster.x-k8s.io").await,
+    );
+    for (name, reason, words) in [
+        (
+            "hostile-core-kind",
+            "ReservedGroup",
+            "Machine.cluster.x-k8s.io",
+        ),
+        ("hostile-kind-thief", "KindTaken", "served by plugin docker"),
+        (
+            "hostile-crd-swap",
+            "CrdMismatch",
+            "which the plugin does not declare",
+        ),
+    ] {
+        let (r, m) = e
+            .eventually(&format!("{name} refused"), 60, || validated(name))
+            .await;
+        assert_eq!(r, reason, "{name}: {m}");
+        assert!(m.contains(words), "{name}: {m}");
+    }
+    let driven: Vec<String> = e
+        .host
+        .driver
+        .driven()
+        .iter()
+        .map(|d| format!("{d:?}"))
+        .collect();
+    assert!(
+        driven.iter().all(|d| !d.contains("hostile")),
+        "a refused plugin serves: {driven:?}"
+    );
+    assert_eq!(uid_of("machines.cluster.x-k8s.io").await, machines_rv);
+    assert_eq!(uid_of("clusters.cluster.x-k8s.io").await, clusters_rv);
+    assert!(
+        crds.get_opt("hostilemachines.infrastructure.cluster.x-k8s.io")
+            .await
+            .expect("get")
+            .is_none(),
+        "a refused plugin's CRD was installed"
+    );
+}
+
+/// SECURITY.md "local files": the management API's data directory (every Secret, the CA key,
+/// the admin token) and the host's cache are private, and a module path cannot leave the
+/// plugin directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_files_are_private_and_module_paths_stay_in_the_plugin_dir() {
+    use std::os::unix::fs::PermissionsExt;
+    let e = env(&[("bootstrap", "bootstrap.wasm")], &[]).await;
+    let data = e.dir.path().join("api");
+    let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700);
+    for f in std::fs::read_dir(&data).expect("data dir") {
+        let p = f.expect("entry").path();
+        if p.is_file() {
+            assert_eq!(mode(&p), 0o600, "{}", p.display());
+        }
+    }
+    // A module outside the plugin directory, by `..` and by an absolute path.
+    let outside = e.dir.path().join("outside.wasm");
+    std::fs::copy(support::plugin("echo-v1.wasm"), &outside).expect("copy");
+    let sha = hex(&std::fs::read(&outside).expect("read"));
+    for (name, module) in [
+        ("escape-dots", "../outside.wasm".to_string()),
+        ("escape-abs", outside.display().to_string()),
+    ] {
+        e.kubectl(
+            &["apply", "-f", "-"],
+            Some(
+                &json!({"apiVersion": "runtime.capw.dev/v1alpha1", "kind": "WasmProvider",
+                "metadata": {"name": name}, "spec": {"module": module, "sha256": sha}})
+                .to_string(),
+            ),
+        );
+        let wps: Api<capw::api::wasmprovider::WasmProvider> = Api::all(e.client.clone());
+        let reason = e
+            .eventually(&format!("{name} refused"), 30, || async {
+                let wp = wps.get_opt(name).await.ok()??;
+                wp.status?
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "Validated" && c.status == "False")
+                    .map(|c| c.reason)
+            })
+            .await;
+        assert_eq!(reason, "ModuleOutsidePluginDir", "{name}");
+    }
+    assert!(e.host.registry.get("escape-dots").is_none());
+    assert!(e.host.registry.get("escape-abs").is_none());
+    let cache_key = e.dir.path().join("cache/artifact-key");
+    e.eventually("the artifact key", 30, || async {
+        cache_key.exists().then_some(())
+    })
+    .await;
+    assert_eq!(mode(&cache_key), 0o600);
+    assert_eq!(mode(&e.dir.path().join("cache")), 0o700);
+}
