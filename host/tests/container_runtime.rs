@@ -418,5 +418,44 @@ async fn a_component_reaches_docker_only_through_its_grant_and_only_its_own_cont
         .output()
         .expect("docker inspect");
     assert_eq!(String::from_utf8_lossy(&state.stdout).trim(), "true");
+    // The hostile variants, through the same component: each refused by the grant, with the
+    // option that would allow it named, and nothing left on the engine.
+    for (extra, rule) in [
+        (serde_json::json!({"privileged": true}), "privileged: true"),
+        (
+            serde_json::json!({"network": "host"}),
+            "hostNamespaces: true",
+        ),
+        (
+            serde_json::json!({"network": format!("container:{foreign}")}),
+            "hostNamespaces: true",
+        ),
+        (
+            serde_json::json!({"network": "bridge"}),
+            "was not created for plugin",
+        ),
+    ] {
+        let mut obj: serde_json::Value = serde_json::from_str(&ctx.object).expect("object");
+        for (k, v) in extra.as_object().expect("object") {
+            obj["spec"][k] = v.clone();
+        }
+        let hostile = Context {
+            object: obj.to_string(),
+            ..ctx.clone()
+        };
+        let st = probe.reconcile_machine(&hostile).await.expect("reconcile");
+        let report: serde_json::Value =
+            serde_json::from_str(&st.common.status_patch.expect("report")).expect("json");
+        let msg = report["create"]["invalid"].as_str().unwrap_or_default();
+        assert!(msg.contains(rule), "{extra}: {report}");
+        let left = Command::new("docker")
+            .args(["inspect", &mine])
+            .output()
+            .expect("docker inspect");
+        assert!(
+            !left.status.success(),
+            "{extra}: a container reached the engine"
+        );
+    }
     let _ = Command::new("docker").args(["rm", "-f", &foreign]).output();
 }

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::ApiServer;
 
 struct Env {
@@ -86,34 +86,16 @@ impl Env {
         text
     }
 
-    async fn eventually<T, F, Fut>(&self, what: &str, secs: u64, mut f: F) -> T
+    async fn eventually<T, F, Fut>(&self, what: &str, secs: u64, f: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            if let Some(v) = f().await {
-                return v;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {secs}s waiting for {what}; host: {}",
-                self.host.status_line()
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        support::eventually(what, secs, || self.host.status_line(), f).await
     }
 
     fn dynamic(&self, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
-        let ar = ApiResource {
-            group: group.into(),
-            version: "v1beta2".into(),
-            api_version: format!("{group}/v1beta2"),
-            kind: kind.into(),
-            plural: plural.into(),
-        };
-        Api::namespaced_with(self.client.clone(), "default", &ar)
+        support::dynamic(&self.client, group, kind, plural)
     }
 
     /// Every Cluster API object kind of the example.

@@ -151,3 +151,41 @@ pub fn plugin(name: &str) -> PathBuf {
     );
     p
 }
+
+/// Polls `f` every 250 ms until it yields, for up to `secs`; on time-out the panic names `what`
+/// and `state()` (the host's status line, say).
+pub async fn eventually<T, F, Fut>(what: &str, secs: u64, state: impl Fn() -> String, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {secs}s waiting for {what}; host: {}",
+            state()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// A namespaced API for `kind` in `group`/v1beta2, in `default`.
+pub fn dynamic(
+    client: &kube::Client,
+    group: &str,
+    kind: &str,
+    plural: &str,
+) -> kube::Api<kube::api::DynamicObject> {
+    let ar = kube::api::ApiResource {
+        group: group.into(),
+        version: "v1beta2".into(),
+        api_version: format!("{group}/v1beta2"),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    kube::Api::namespaced_with(client.clone(), "default", &ar)
+}

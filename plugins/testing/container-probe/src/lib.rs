@@ -1,7 +1,8 @@
 //! `container-probe`: a test provider for `capw:host/container-runtime`. Reconciling a machine
 //! whose spec names `image`, `container` and `foreign` creates and starts the container, runs a
 //! command in it, inspects it, tries to inspect and remove the foreign one, removes its own, and
-//! returns what every step answered as its status patch.
+//! returns what every step answered as its status patch. `spec.privileged` and `spec.network`
+//! make it ask for a privileged container or another network mode.
 
 use capw_sdk::bindings::capw::host::container_runtime as cr;
 use capw_sdk::*;
@@ -46,9 +47,11 @@ impl Provider for Probe {
             command: vec!["/bin/sleep".into(), "300".into()],
             env: vec![],
             labels: vec![("probe".into(), "yes".into())],
-            network: None,
+            // A hostile probe asks for what its object says: the host must refuse what the
+            // grant does not allow.
+            network: Some(obj.str("/spec/network")).filter(|n| !n.is_empty()).map(str::to_string),
             ports: vec![],
-            privileged: false,
+            privileged: obj.get("/spec/privileged").and_then(Value::as_bool).unwrap_or(false),
         };
         let mut report = serde_json::Map::new();
         report.insert(
