@@ -564,7 +564,7 @@ async fn plugins_serve_only_their_own_provider_kinds_and_install_only_their_crds
             "ReservedGroup",
             "Machine.cluster.x-k8s.io",
         ),
-        ("hostile-kind-thief", "KindTaken", "served by plugin docker"),
+        ("hostile-kind-thief", "KindTaken", "spec.takeOverKinds"),
         (
             "hostile-crd-swap",
             "CrdMismatch",
@@ -577,16 +577,21 @@ async fn plugins_serve_only_their_own_provider_kinds_and_install_only_their_crds
         assert_eq!(r, reason, "{name}: {m}");
         assert!(m.contains(words), "{name}: {m}");
     }
-    let driven: Vec<String> = e
-        .host
-        .driver
-        .driven()
-        .iter()
-        .map(|d| format!("{d:?}"))
-        .collect();
+    for name in [
+        "hostile-core-kind",
+        "hostile-kind-thief",
+        "hostile-crd-swap",
+    ] {
+        assert!(e.host.registry.get(name).is_none(), "refused {name} serves");
+    }
     assert!(
-        driven.iter().all(|d| !d.contains("hostile")),
-        "a refused plugin serves: {driven:?}"
+        !e.host
+            .driver
+            .driven()
+            .iter()
+            .any(|k| k == "Machine.cluster.x-k8s.io" || k.starts_with("Hostile")),
+        "{:?}",
+        e.host.driver.driven()
     );
     assert_eq!(uid_of("machines.cluster.x-k8s.io").await, machines_rv);
     assert_eq!(uid_of("clusters.cluster.x-k8s.io").await, clusters_rv);
@@ -597,6 +602,19 @@ async fn plugins_serve_only_their_own_provider_kinds_and_install_only_their_crds
             .is_none(),
         "a refused plugin's CRD was installed"
     );
+    // The admin, not the plugin, moves a kind: with takeOverKinds the second plugin serves it.
+    let kind = "DockerMachine.infrastructure.cluster.x-k8s.io";
+    assert_eq!(e.host.registry.owner(kind), None);
+    std::fs::write(
+        e.dir.path().join("plugins/hostile-kind-thief.yaml"),
+        format!("takeOverKinds: [{kind}]\n"),
+    )
+    .expect("manifest");
+    e.eventually("the kind moved by the admin", 60, || async {
+        (e.host.registry.owner(kind).as_deref() == Some("hostile-kind-thief")).then_some(())
+    })
+    .await;
+    assert!(e.host.registry.get("hostile-kind-thief").is_some());
 }
 
 /// SECURITY.md "local files": the management API's data directory (every Secret, the CA key,

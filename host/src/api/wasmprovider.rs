@@ -33,6 +33,11 @@ pub struct WasmProviderSpec {
     pub limits: Option<WasmProviderLimits>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<WasmProviderRollout>,
+    /// Kinds (`Kind.group`) this plugin takes over from the active plugin that serves them now.
+    /// Without it a kind another plugin serves is refused (`KindTaken`); with it the other
+    /// plugin stops serving the kind and this one starts. The admin's word, never the plugin's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub take_over_kinds: Vec<String>,
     /// What the `container-runtime` capability lets this plugin ask of the engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_runtime: Option<ContainerRuntimeGrant>,

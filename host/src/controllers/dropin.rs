@@ -27,6 +27,8 @@ pub struct Manifest {
     pub rollout: Option<WasmProviderRollout>,
     #[serde(default)]
     pub container_runtime: Option<ContainerRuntimeGrant>,
+    #[serde(default)]
+    pub take_over_kinds: Vec<String>,
 }
 
 /// What a file looked like when it was last applied.
@@ -67,6 +69,9 @@ pub fn desired(dir: &Path, name: &str) -> Result<serde_json::Value, String> {
     }
     if let Some(r) = manifest.rollout {
         spec["rollout"] = serde_json::to_value(r).unwrap_or_default();
+    }
+    if !manifest.take_over_kinds.is_empty() {
+        spec["takeOverKinds"] = serde_json::json!(manifest.take_over_kinds);
     }
     if let Some(g) = manifest.container_runtime {
         spec["containerRuntime"] = serde_json::to_value(g).unwrap_or_default();

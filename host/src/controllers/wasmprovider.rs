@@ -363,7 +363,12 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         })
         .collect();
     let verdict = match loaded {
-        Ok(p) => match crate::runtime::trust::check(&name, &p.metadata, &others) {
+        Ok(p) => match crate::runtime::trust::check(
+            &name,
+            &p.metadata,
+            &others,
+            &wp.spec.take_over_kinds,
+        ) {
             Ok(()) => Ok(p),
             Err(e) => Err((e.reason(), e.to_string())),
         },
@@ -433,6 +438,13 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
             Ok(s)
         }
     };
+    if swapped.is_ok() {
+        for k in &wp.spec.take_over_kinds {
+            if status.kinds.contains(k) {
+                ctx.registry.take_over(k, &name);
+            }
+        }
+    }
     match swapped {
         Ok(s) => {
             counters(&mut status, &s);

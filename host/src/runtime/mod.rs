@@ -140,6 +140,8 @@ impl Runtime {
 #[derive(Default)]
 pub struct Registry {
     slots: std::sync::RwLock<std::collections::BTreeMap<String, std::sync::Arc<slot::Slot>>>,
+    /// `Kind.group` → the plugin that serves it, when an admin moved it with `takeOverKinds`.
+    owners: std::sync::RwLock<std::collections::BTreeMap<String, String>>,
 }
 
 impl Registry {
@@ -158,7 +160,28 @@ impl Registry {
             .insert(name.to_string(), slot);
     }
 
+    /// Gives `kind` (`Kind.group`) to `plugin`, whoever served it before.
+    pub fn take_over(&self, kind: &str, plugin: &str) {
+        self.owners
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(kind.to_string(), plugin.to_string());
+    }
+
+    /// The plugin a kind was moved to, if it was.
+    pub fn owner(&self, kind: &str) -> Option<String> {
+        self.owners
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(kind)
+            .cloned()
+    }
+
     pub fn remove(&self, name: &str) -> Option<std::sync::Arc<slot::Slot>> {
+        self.owners
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|_, owner| owner != name);
         self.slots
             .write()
             .unwrap_or_else(|p| p.into_inner())

@@ -26,7 +26,7 @@ pub enum TrustError {
         why: String,
     },
     #[error(
-        "kinds: {kind}.{group} is served by plugin {other}; a kind has one plugin. Delete WasmProvider {other} (or its file) first to move the kind"
+        "kinds: {kind}.{group} is served by plugin {other}; a kind has one plugin. An admin moves it by listing {kind}.{group} in this WasmProvider's spec.takeOverKinds (or deletes WasmProvider {other} first)"
     )]
     KindTaken {
         kind: String,
@@ -129,6 +129,7 @@ pub fn check(
     admin_name: &str,
     m: &PluginMetadata,
     others: &[(String, Vec<(String, String)>)],
+    take_over: &[String],
 ) -> Result<(), TrustError> {
     if m.name != admin_name {
         return Err(TrustError::NameMismatch {
@@ -144,8 +145,9 @@ pub fn check(
                 why,
             });
         }
+        let moved = take_over.contains(&format!("{}.{}", k.kind, k.group));
         if let Some((other, _)) = others.iter().find(|(n, ks)| {
-            n != admin_name && ks.iter().any(|(g, kk)| *g == k.group && *kk == k.kind)
+            !moved && n != admin_name && ks.iter().any(|(g, kk)| *g == k.group && *kk == k.kind)
         }) {
             return Err(TrustError::KindTaken {
                 kind: k.kind.clone(),
@@ -232,7 +234,7 @@ mod tests {
                 ("example.com", "Thing", "things"),
             ],
         );
-        assert_eq!(check("docker", &m, &[]), Ok(()));
+        assert_eq!(check("docker", &m, &[], &[]), Ok(()));
     }
 
     #[test]
@@ -266,7 +268,7 @@ mod tests {
         ] {
             let m = meta("evil", t, &[(g, k, p)]);
             assert_eq!(
-                check("evil", &m, &[]).unwrap_err().reason(),
+                check("evil", &m, &[], &[]).unwrap_err().reason(),
                 "ReservedGroup",
                 "{k}.{g}"
             );
@@ -280,24 +282,33 @@ mod tests {
             ProviderType::Infrastructure,
             &[(INFRA, "DockerMachine", "dockermachines")],
         );
-        assert_eq!(check("evil", &m, &[]).unwrap_err().reason(), "NameMismatch");
+        assert_eq!(
+            check("evil", &m, &[], &[]).unwrap_err().reason(),
+            "NameMismatch"
+        );
         let others = vec![(
             "docker".to_string(),
             vec![(INFRA.to_string(), "DockerMachine".to_string())],
         )];
         let mut thief = m.clone();
         thief.name = "thief".into();
-        let e = check("thief", &thief, &others).unwrap_err();
+        let e = check("thief", &thief, &others, &[]).unwrap_err();
         assert!(e.to_string().contains("served by plugin docker"), "{e}");
+        let taken = ["DockerMachine.infrastructure.cluster.x-k8s.io".to_string()];
         assert_eq!(
-            check("docker", &m, &others),
+            check("thief", &thief, &others, &taken),
+            Ok(()),
+            "an admin moved the kind"
+        );
+        assert_eq!(
+            check("docker", &m, &others, &[]),
             Ok(()),
             "a new version of the same plugin keeps its kinds"
         );
         let mut sneaky = m.clone();
         sneaky.crds = vec![crd("cluster.x-k8s.io", "Cluster", "clusters")];
         assert_eq!(
-            check("docker", &sneaky, &[]).unwrap_err().reason(),
+            check("docker", &sneaky, &[], &[]).unwrap_err().reason(),
             "CrdMismatch"
         );
     }

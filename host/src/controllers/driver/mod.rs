@@ -173,6 +173,10 @@ impl Driver {
             for k in &p.metadata.kinds {
                 if let Some(role) = Role::of(p.metadata.provider_type, &k.kind) {
                     let key = format!("{}.{}", k.kind, k.group);
+                    // A kind an admin moved is served by the plugin it was moved to only.
+                    if self.registry.owner(&key).is_some_and(|o| o != name) {
+                        continue;
+                    }
                     wanted.insert(key, (name.clone(), p.clone(), k.clone(), role));
                 }
             }
