@@ -350,16 +350,18 @@ fn main() {
     let k = Kubectl {
         kubeconfig: data.join("kubeconfig"),
     };
-    wait_for("capw up with the docker provider", 180, || {
-        k.ok(&[
-            "get",
-            "wasmprovider",
-            "docker",
-            "-o",
-            "jsonpath={.status.activeVersion}",
-        ])
-        .is_some_and(|v| !v.is_empty())
-    });
+    for provider in ["docker", "bootstrap", "control-plane"] {
+        wait_for(&format!("capw up with the {provider} provider"), 180, || {
+            k.ok(&[
+                "get",
+                "wasmprovider",
+                provider,
+                "-o",
+                "jsonpath={.status.activeVersion}",
+            ])
+            .is_some_and(|v| !v.is_empty())
+        });
+    }
     println!(
         "round   capw (apply to 3 Running)   plain docker run/exec   ratio   docker provider time per machine"
     );

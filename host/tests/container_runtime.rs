@@ -82,7 +82,9 @@ async fn containers_are_made_run_and_removed_only_for_their_plugin() {
     let image = image();
     let rt = ContainerRuntime::connect(Duration::from_secs(30)).expect("engine");
     let name = format!("capw-test-{}", std::process::id());
-    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+    let _ = Command::new("docker")
+        .args(["rm", "-f", &format!("docker.{name}")])
+        .output();
 
     let net = format!("capw-test-net-{}", std::process::id());
     rt.create_network("docker", &net).await.expect("network");
@@ -186,11 +188,11 @@ async fn the_grant_bounds_every_container_a_plugin_asks_for() {
     let name = format!("capw-bounded-{pid}");
     let foreign = format!("capw-bounded-foreign-{pid}");
     let theirs = format!("capw-bounded-net-{pid}");
-    for n in [&name, &foreign] {
-        let _ = Command::new("docker").args(["rm", "-f", n]).output();
+    for n in [format!("docker.{name}"), foreign.clone()] {
+        let _ = Command::new("docker").args(["rm", "-f", &n]).output();
     }
     let _ = Command::new("docker")
-        .args(["network", "rm", &theirs])
+        .args(["network", "rm", &format!("other-plugin.{theirs}")])
         .output();
     rt.create_network("other-plugin", &theirs)
         .await
@@ -256,7 +258,10 @@ async fn the_grant_bounds_every_container_a_plugin_asks_for() {
                 other.map_err(|e| e.to_string())
             ),
         }
-        assert!(!engine_has(&name), "{what}: a container reached the engine");
+        assert!(
+            !engine_has(&format!("docker.{name}")),
+            "{what}: a container reached the engine"
+        );
     }
     // What is granted is created, and with the grant's limits.
     rt.create("docker", &g, spec(&name, &image))
@@ -267,7 +272,7 @@ async fn the_grant_bounds_every_container_a_plugin_asks_for() {
             "inspect",
             "-f",
             "{{.HostConfig.Memory}} {{.HostConfig.NanoCpus}} {{.HostConfig.PidsLimit}} {{.HostConfig.NetworkMode}} {{.HostConfig.Privileged}}",
-            &name,
+            &format!("docker.{name}"),
         ])
         .output()
         .expect("docker inspect");
@@ -287,16 +292,20 @@ async fn a_foreign_container_cannot_be_inspected_or_removed() {
     let image = image();
     let rt = ContainerRuntime::connect(Duration::from_secs(30)).expect("engine");
     let name = format!("capw-foreign-{}", std::process::id());
-    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
-    let run = Command::new("docker")
-        .args(["run", "-d", "--name", &name, &image, "/bin/sleep", "300"])
-        .output()
-        .expect("docker run");
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    // One by the plain name, and one squatting the name the host gives the plugin's container.
+    let squat = format!("docker.{name}");
+    for n in [&name, &squat] {
+        let _ = Command::new("docker").args(["rm", "-f", n]).output();
+        let run = Command::new("docker")
+            .args(["run", "-d", "--name", n, &image, "/bin/sleep", "300"])
+            .output()
+            .expect("docker run");
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
     let refused = [
         rt.inspect("docker", &name).await.err(),
         rt.exec("docker", &name, vec!["/bin/ls".into()]).await.err(),
@@ -306,13 +315,15 @@ async fn a_foreign_container_cannot_be_inspected_or_removed() {
     for r in refused {
         assert!(matches!(r, Some(RuntimeError::NotFound(_))), "{r:?}");
     }
-    // Still there and running: nothing touched it.
-    let state = Command::new("docker")
-        .args(["inspect", "-f", "{{.State.Running}}", &name])
-        .output()
-        .expect("docker inspect");
-    assert_eq!(String::from_utf8_lossy(&state.stdout).trim(), "true");
-    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+    // Still there and running: nothing touched them.
+    for n in [&name, &squat] {
+        let state = Command::new("docker")
+            .args(["inspect", "-f", "{{.State.Running}}", n])
+            .output()
+            .expect("docker inspect");
+        assert_eq!(String::from_utf8_lossy(&state.stdout).trim(), "true", "{n}");
+        let _ = Command::new("docker").args(["rm", "-f", n]).output();
+    }
 }
 
 #[tokio::test]
@@ -321,14 +332,25 @@ async fn networks_carry_the_ownership_labels() {
     let name = format!("capw-net-{}", std::process::id());
     let id = rt.create_network("docker", &name).await.expect("network");
     assert!(!id.is_empty());
-    // Idempotent for its plugin, refused for another.
+    // Idempotent for its plugin; another plugin's network of the same name is its own, in its
+    // own namespace, so neither can take the other's name.
     assert_eq!(rt.create_network("docker", &name).await.expect("again"), id);
-    assert!(matches!(
-        rt.create_network("other-plugin", &name).await,
-        Err(RuntimeError::Invalid(_))
-    ));
+    let theirs = rt
+        .create_network("other-plugin", &name)
+        .await
+        .expect("the other plugin's network");
+    assert_ne!(theirs, id);
+    rt.remove_network("other-plugin", &name)
+        .await
+        .expect("remove theirs");
     let labels = Command::new("docker")
-        .args(["network", "inspect", "-f", "{{json .Labels}}", &name])
+        .args([
+            "network",
+            "inspect",
+            "-f",
+            "{{json .Labels}}",
+            &format!("docker.{name}"),
+        ])
         .output()
         .expect("docker network inspect");
     let text = String::from_utf8_lossy(&labels.stdout);
@@ -449,7 +471,7 @@ async fn a_component_reaches_docker_only_through_its_grant_and_only_its_own_cont
         let msg = report["create"]["invalid"].as_str().unwrap_or_default();
         assert!(msg.contains(rule), "{extra}: {report}");
         let left = Command::new("docker")
-            .args(["inspect", &mine])
+            .args(["inspect", &format!("container-probe.{mine}")])
             .output()
             .expect("docker inspect");
         assert!(

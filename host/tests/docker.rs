@@ -212,16 +212,19 @@ impl Env {
             .spawn()
             .expect("capw run starts");
         self.host = Some(child);
-        self.eventually("the docker plugin to be active", 120, || {
-            let (ok, out) = self.kubectl(&[
-                "get",
-                "wasmprovider",
-                "docker",
-                "-o",
-                "jsonpath={.status.activeVersion}",
-            ]);
-            (ok && !out.trim().is_empty()).then_some(())
-        });
+        // Every provider the manifests use: the CRDs of each are installed once it is active.
+        for provider in ["docker", "bootstrap", "control-plane"] {
+            self.eventually(&format!("the {provider} plugin to be active"), 120, || {
+                let (ok, out) = self.kubectl(&[
+                    "get",
+                    "wasmprovider",
+                    provider,
+                    "-o",
+                    "jsonpath={.status.activeVersion}",
+                ]);
+                (ok && !out.trim().is_empty()).then_some(())
+            });
+        }
     }
 
     fn kill9_host(&mut self) {
@@ -393,7 +396,14 @@ fn base64_decode(s: &str) -> Vec<u8> {
     out.expect("base64 -d").stdout
 }
 
-/// Name → id of the containers labelled with the cluster, and their provider-version label.
+/// The engine's name for the docker plugin's container or network `name`: the host
+/// namespaces every name by plugin.
+fn engine(name: &str) -> String {
+    format!("docker.{name}")
+}
+
+/// Name (as the plugin knows it) → id of the containers labelled with the cluster, and their
+/// provider-version label.
 fn containers(cluster: &str) -> Vec<(String, String, String)> {
     docker(&[
         "ps",
@@ -406,7 +416,8 @@ fn containers(cluster: &str) -> Vec<(String, String, String)> {
     .lines()
     .map(|l| {
         let mut w = l.split(' ');
-        let name = w.next().unwrap_or_default().to_string();
+        let name = w.next().unwrap_or_default();
+        let name = name.strip_prefix("docker.").unwrap_or(name).to_string();
         let id = w.next().unwrap_or_default().to_string();
         (name, id, w.next().unwrap_or_default().to_string())
     })
@@ -426,10 +437,12 @@ impl Engine {
 
     fn sweep(&self) {
         for (name, _, _) in containers(self.0) {
-            let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+            let _ = Command::new("docker")
+                .args(["rm", "-f", &engine(&name)])
+                .output();
         }
         let _ = Command::new("docker")
-            .args(["network", "rm", &format!("capw-{}", self.0)])
+            .args(["network", "rm", &engine(&format!("capw-{}", self.0))])
             .output();
     }
 }
@@ -529,7 +542,9 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
         "{{.Name}}",
     ]);
     assert!(
-        !networks.lines().any(|n| n == format!("capw-{cluster}")),
+        !networks
+            .lines()
+            .any(|n| n == engine(&format!("capw-{cluster}"))),
         "networks left: {networks}"
     );
     let secrets = env.must(&["get", "secrets", "-o", "name"]);
@@ -703,7 +718,7 @@ fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
         }
     });
     std::thread::sleep(Duration::from_secs(1));
-    docker(&["rm", "-f", &victim]);
+    docker(&["rm", "-f", &engine(&victim)]);
 
     env.eventually("the worker's container to be created again", 60, || {
         containers(cluster)
@@ -738,7 +753,12 @@ fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
     // The new container's node agent registered its Node again, and it is Ready.
     env.eventually("the recreated worker's node agent to register", 60, || {
         let out = Command::new("docker")
-            .args(["exec", &victim, "cat", "/var/log/capw-node-agent.log"])
+            .args([
+                "exec",
+                &engine(&victim),
+                "cat",
+                "/var/log/capw-node-agent.log",
+            ])
             .output()
             .ok()?;
         String::from_utf8_lossy(&out.stdout)

@@ -5,6 +5,11 @@
 //! container another plugin or a person made, answers `not-found`, exactly as if it did not
 //! exist. Every call has a deadline.
 //!
+//! Names are namespaced per plugin: the engine knows a plugin's container or network `NAME` as
+//! `PLUGIN.NAME` (plugin names are DNS labels, so the dot cannot be forged), so no plugin can
+//! take a name first that another derives. On the plugin's own networks a container is also
+//! reachable by its plain name (a network alias), which only that plugin's containers share.
+//!
 //! What a plugin asks to create is checked against its [`ContainerGrant`] before the engine
 //! sees it (SECURITY.md, "container-runtime"): no privileged container and no host or foreign
 //! network namespace unless granted, only networks made for the same plugin, only images on the
@@ -161,6 +166,19 @@ fn owned_by(labels: Option<&HashMap<String, String>>, plugin: &str) -> bool {
     })
 }
 
+/// The engine's name for a plugin's container or network.
+pub fn engine_name(plugin: &str, name: &str) -> String {
+    format!("{plugin}.{name}")
+}
+
+/// The plugin's name for an engine name; `None` for one not in its namespace.
+fn plugin_name<'a>(plugin: &str, engine: &'a str) -> Option<&'a str> {
+    engine
+        .trim_start_matches('/')
+        .strip_prefix(plugin)?
+        .strip_prefix('.')
+}
+
 fn not_yours(kind: &str, name: &str, plugin: &str) -> RuntimeError {
     RuntimeError::NotFound(format!(
         "no {kind} {name:?} was created for plugin {plugin}"
@@ -201,17 +219,28 @@ impl ContainerRuntime {
         l
     }
 
-    /// The container, if it was created for `plugin`.
+    /// The container the plugin calls `name`, if it was created for `plugin`.
     async fn owned(
         &self,
         plugin: &str,
         name: &str,
     ) -> Result<ContainerInspectResponse, RuntimeError> {
+        self.owned_ref(plugin, name, &engine_name(plugin, name))
+            .await
+    }
+
+    /// As [`Self::owned`], by the engine's id or name.
+    async fn owned_ref(
+        &self,
+        plugin: &str,
+        name: &str,
+        engine_ref: &str,
+    ) -> Result<ContainerInspectResponse, RuntimeError> {
         let c = self
             .deadline(
                 &format!("inspecting container {name}"),
                 self.docker.inspect_container(
-                    name,
+                    engine_ref,
                     None::<bollard::query_parameters::InspectContainerOptions>,
                 ),
             )
@@ -249,7 +278,8 @@ impl ContainerRuntime {
     pub async fn create_network(&self, plugin: &str, name: &str) -> Result<String, RuntimeError> {
         // One creation at a time, so two calls cannot both find no network and make two.
         let _one = self.network_lock.lock().await;
-        let existing = self.networks_named(name).await?;
+        let engine = engine_name(plugin, name);
+        let existing = self.networks_named(&engine).await?;
         if let Some(n) = existing
             .iter()
             .find(|n| owned_by(n.labels.as_ref(), plugin))
@@ -262,7 +292,7 @@ impl ContainerRuntime {
             )));
         }
         let req = NetworkCreateRequest {
-            name: name.into(),
+            name: engine,
             labels: Some(Self::labels(plugin, &[])),
             ..Default::default()
         };
@@ -278,7 +308,7 @@ impl ContainerRuntime {
     /// Removes every network of that name made for the plugin; `NotFound` when there is none.
     pub async fn remove_network(&self, plugin: &str, name: &str) -> Result<(), RuntimeError> {
         let mine: Vec<String> = self
-            .networks_named(name)
+            .networks_named(&engine_name(plugin, name))
             .await?
             .into_iter()
             .filter(|n| owned_by(n.labels.as_ref(), plugin))
@@ -345,13 +375,14 @@ impl ContainerRuntime {
                 }
             }
             n => {
+                let engine = engine_name(plugin, n);
                 let mine = self
-                    .networks_named(n)
+                    .networks_named(&engine)
                     .await?
                     .iter()
                     .any(|net| owned_by(net.labels.as_ref(), plugin));
                 if mine {
-                    Ok(network)
+                    Ok(engine)
                 } else {
                     Err(refuse(format!(
                         "network {n:?} was not created for plugin {plugin}: a container joins only networks its plugin made with create-network"
@@ -373,6 +404,19 @@ impl ContainerRuntime {
             ));
         }
         let network_mode = self.admit(plugin, grant, &spec).await?;
+        // On the plugin's own network, its plain name resolves too (the plugin derives names
+        // and addresses from it; only its own containers are there to see it).
+        let networking_config = (network_mode.starts_with(&format!("{plugin}."))).then(|| {
+            bollard::models::NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(
+                    network_mode.clone(),
+                    bollard::models::EndpointSettings {
+                        aliases: Some(vec![spec.name.clone()]),
+                        ..Default::default()
+                    },
+                )])),
+            }
+        });
         let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
         let mut exposed: HashMap<String, HashMap<(), ()>> = HashMap::new();
         for p in &spec.ports {
@@ -406,10 +450,11 @@ impl ContainerRuntime {
                 pids_limit: Some(grant.pids),
                 ..Default::default()
             }),
+            networking_config,
             ..Default::default()
         };
         let opts = CreateContainerOptions {
-            name: Some(spec.name.clone()),
+            name: Some(engine_name(plugin, &spec.name)),
             ..Default::default()
         };
         let r = self
@@ -422,11 +467,11 @@ impl ContainerRuntime {
     }
 
     pub async fn start(&self, plugin: &str, name: &str) -> Result<(), RuntimeError> {
-        self.owned(plugin, name).await?;
+        let id = self.owned(plugin, name).await?.id.unwrap_or_default();
         self.deadline(
             &format!("starting container {name}"),
             self.docker.start_container(
-                name,
+                &id,
                 None::<bollard::query_parameters::StartContainerOptions>,
             ),
         )
@@ -434,7 +479,7 @@ impl ContainerRuntime {
     }
 
     pub async fn inspect(&self, plugin: &str, name: &str) -> Result<ContainerInfo, RuntimeError> {
-        Ok(info(self.owned(plugin, name).await?))
+        Ok(info(plugin, self.owned(plugin, name).await?))
     }
 
     pub async fn exec(
@@ -443,13 +488,13 @@ impl ContainerRuntime {
         name: &str,
         command: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError> {
-        self.owned(plugin, name).await?;
+        let id = self.owned(plugin, name).await?.id.unwrap_or_default();
         let what = format!("running {command:?} in container {name}");
         let exec = self
             .deadline(
                 &what,
                 self.docker.create_exec(
-                    name,
+                    &id,
                     CreateExecOptions {
                         cmd: Some(command.clone()),
                         attach_stdout: Some(true),
@@ -492,11 +537,11 @@ impl ContainerRuntime {
     }
 
     pub async fn stop(&self, plugin: &str, name: &str) -> Result<(), RuntimeError> {
-        self.owned(plugin, name).await?;
+        let id = self.owned(plugin, name).await?.id.unwrap_or_default();
         self.deadline(
             &format!("stopping container {name}"),
             self.docker.stop_container(
-                name,
+                &id,
                 Some(StopContainerOptions {
                     t: Some(5),
                     ..Default::default()
@@ -507,11 +552,11 @@ impl ContainerRuntime {
     }
 
     pub async fn remove(&self, plugin: &str, name: &str) -> Result<(), RuntimeError> {
-        self.owned(plugin, name).await?;
+        let id = self.owned(plugin, name).await?.id.unwrap_or_default();
         self.deadline(
             &format!("removing container {name}"),
             self.docker.remove_container(
-                name,
+                &id,
                 Some(RemoveContainerOptions {
                     force: true,
                     v: true,
@@ -548,15 +593,15 @@ impl ContainerRuntime {
         for c in found {
             let Some(id) = c.id else { continue };
             // Inspect for addresses and ports; one that vanished meanwhile is skipped.
-            if let Ok(i) = self.owned(plugin, &id).await {
-                out.push(info(i));
+            if let Ok(i) = self.owned_ref(plugin, &id, &id).await {
+                out.push(info(plugin, i));
             }
         }
         Ok(out)
     }
 }
 
-fn info(c: ContainerInspectResponse) -> ContainerInfo {
+fn info(plugin: &str, c: ContainerInspectResponse) -> ContainerInfo {
     let net = c.network_settings.unwrap_or_default();
     let mut addresses: Vec<String> = net
         .networks
@@ -592,8 +637,9 @@ fn info(c: ContainerInspectResponse) -> ContainerInfo {
         id: c.id.unwrap_or_default(),
         name: c
             .name
+            .as_deref()
+            .and_then(|n| plugin_name(plugin, n))
             .unwrap_or_default()
-            .trim_start_matches('/')
             .to_string(),
         running: c.state.and_then(|s| s.running).unwrap_or(false),
         labels,

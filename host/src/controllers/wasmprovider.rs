@@ -45,9 +45,9 @@ pub struct Ctx {
     pub runtime: Arc<Runtime>,
     pub registry: Arc<Registry>,
     pub recorder: Recorder,
-    /// Held from the kind-ownership check to the registry insert, so two plugins loading at
-    /// once cannot both find a kind free and both serve it.
-    pub claims: tokio::sync::Mutex<()>,
+    /// Kinds a plugin passed the ownership check for and is installing: two plugins loading at
+    /// once cannot both find a kind free, and the lock is never held across an await.
+    pub claims: std::sync::Mutex<std::collections::BTreeMap<String, Vec<(String, String)>>>,
 }
 
 fn condition(type_: &str, ok: bool, reason: &str, message: &str, old: &[Condition]) -> Condition {
@@ -343,45 +343,63 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         limits(&wp),
     )
     .await;
-    let _claims = ctx.claims.lock().await;
-    let others: Vec<(String, Vec<(String, String)>)> = ctx
-        .registry
-        .names()
-        .into_iter()
-        .filter(|n| *n != name)
-        .filter_map(|n| {
-            let kinds = ctx
-                .registry
-                .get(&n)?
-                .current()
+    let verdict = {
+        let mut claims = ctx.claims.lock().unwrap_or_else(|p| p.into_inner());
+        let mut others: Vec<(String, Vec<(String, String)>)> = ctx
+            .registry
+            .names()
+            .into_iter()
+            .filter(|n| *n != name)
+            .filter_map(|n| {
+                let kinds = ctx
+                    .registry
+                    .get(&n)?
+                    .current()
+                    .metadata
+                    .kinds
+                    .iter()
+                    .map(|k| (k.group.clone(), k.kind.clone()))
+                    .collect();
+                Some((n, kinds))
+            })
+            .collect();
+        others.extend(
+            claims
+                .iter()
+                .filter(|(n, _)| **n != name)
+                .map(|(n, k)| (n.clone(), k.clone())),
+        );
+        let verdict = match loaded {
+            Ok(p) => match crate::runtime::trust::check(
+                &name,
+                &p.metadata,
+                &others,
+                &wp.spec.take_over_kinds,
+            ) {
+                Ok(()) => Ok(p),
+                Err(e) => Err((e.reason(), e.to_string())),
+            },
+            Err(e) => Err((
+                match &e {
+                    crate::runtime::PluginError::DigestMismatch { .. } => "DigestMismatch",
+                    crate::runtime::PluginError::UngrantedImport { .. } => "UngrantedImport",
+                    crate::runtime::PluginError::MissingExport(..) => "MissingExport",
+                    crate::runtime::PluginError::Smoke(_) => "MetadataFailed",
+                    _ => "Invalid",
+                },
+                e.to_string(),
+            )),
+        };
+        if let Ok(p) = &verdict {
+            let kinds = p
                 .metadata
                 .kinds
                 .iter()
                 .map(|k| (k.group.clone(), k.kind.clone()))
                 .collect();
-            Some((n, kinds))
-        })
-        .collect();
-    let verdict = match loaded {
-        Ok(p) => match crate::runtime::trust::check(
-            &name,
-            &p.metadata,
-            &others,
-            &wp.spec.take_over_kinds,
-        ) {
-            Ok(()) => Ok(p),
-            Err(e) => Err((e.reason(), e.to_string())),
-        },
-        Err(e) => Err((
-            match &e {
-                crate::runtime::PluginError::DigestMismatch { .. } => "DigestMismatch",
-                crate::runtime::PluginError::UngrantedImport { .. } => "UngrantedImport",
-                crate::runtime::PluginError::MissingExport(..) => "MissingExport",
-                crate::runtime::PluginError::Smoke(_) => "MetadataFailed",
-                _ => "Invalid",
-            },
-            e.to_string(),
-        )),
+            claims.insert(name.clone(), kinds);
+        }
+        verdict
     };
     let plugin = match verdict {
         Ok(p) => p,
@@ -438,6 +456,10 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
             Ok(s)
         }
     };
+    ctx.claims
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&name);
     if swapped.is_ok() {
         for k in &wp.spec.take_over_kinds {
             if status.kinds.contains(k) {
@@ -556,6 +578,10 @@ async fn cleanup(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         ))));
     }
     ctx.registry.remove(&wp.name_any());
+    ctx.claims
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&wp.name_any());
     Ok(Action::await_change())
 }
 
