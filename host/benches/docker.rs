@@ -351,16 +351,20 @@ fn main() {
         kubeconfig: data.join("kubeconfig"),
     };
     for provider in ["docker", "bootstrap", "control-plane"] {
-        wait_for(&format!("capw up with the {provider} provider"), 180, || {
-            k.ok(&[
-                "get",
-                "wasmprovider",
-                provider,
-                "-o",
-                "jsonpath={.status.activeVersion}",
-            ])
-            .is_some_and(|v| !v.is_empty())
-        });
+        wait_for(
+            &format!("capw up with the {provider} provider"),
+            180,
+            || {
+                k.ok(&[
+                    "get",
+                    "wasmprovider",
+                    provider,
+                    "-o",
+                    "jsonpath={.status.activeVersion}",
+                ])
+                .is_some_and(|v| !v.is_empty())
+            },
+        );
     }
     println!(
         "round   capw (apply to 3 Running)   plain docker run/exec   ratio   docker provider time per machine"
