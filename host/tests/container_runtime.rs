@@ -405,7 +405,7 @@ async fn a_component_reaches_docker_only_through_its_grant_and_only_its_own_cont
         None,
         [Capability::Log, Capability::ContainerRuntime].into(),
         Limits {
-            container: grant(&image),
+            container: grant(&image).into(),
             ..Limits::default()
         },
     )

@@ -64,6 +64,12 @@ fn condition(type_: &str, ok: bool, reason: &str, message: &str, old: &[Conditio
     }
 }
 
+/// `Active` after a version was not taken: the loaded one (if any) keeps serving.
+fn still_active(loaded: bool, kept: &str, msg: &str, old: &[Condition]) -> Condition {
+    let reason = if loaded { kept } else { "NotLoaded" };
+    condition("Active", loaded, reason, msg, old)
+}
+
 fn jiff_now() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -94,8 +100,10 @@ fn limits(wp: &WasmProvider) -> Limits {
             l.memory_bytes = (m.clamp(1, 256) as usize) << 20;
         }
     }
-    l.container = crate::capabilities::container_runtime::ContainerGrant::from_spec(
-        wp.spec.container_runtime.as_ref(),
+    l.container = std::sync::Arc::new(
+        crate::capabilities::container_runtime::ContainerGrant::from_spec(
+            wp.spec.container_runtime.as_ref(),
+        ),
     );
     l
 }
@@ -233,17 +241,7 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
                     &msg,
                     &old.conditions,
                 ),
-                condition(
-                    "Active",
-                    slot.is_some(),
-                    if slot.is_some() {
-                        "KeptRunning"
-                    } else {
-                        "NotLoaded"
-                    },
-                    &msg,
-                    &old.conditions,
-                ),
+                still_active(slot.is_some(), "KeptRunning", &msg, &old.conditions),
             ];
             set_status(&api, &wp, status).await?;
             return Ok(Action::await_change());
@@ -258,17 +256,7 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
             );
             status.conditions = vec![
                 condition("Validated", false, "ModuleMissing", &msg, &old.conditions),
-                condition(
-                    "Active",
-                    slot.is_some(),
-                    if slot.is_some() {
-                        "KeptRunning"
-                    } else {
-                        "NotLoaded"
-                    },
-                    &msg,
-                    &old.conditions,
-                ),
+                still_active(slot.is_some(), "KeptRunning", &msg, &old.conditions),
                 condition("Degraded", true, "ModuleMissing", &msg, &old.conditions),
             ];
             set_status(&api, &wp, status).await?;
@@ -407,17 +395,7 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
             let msg = format!("{} {e}", wp.spec.module);
             status.conditions = vec![
                 condition("Validated", false, reason, &msg, &old.conditions),
-                condition(
-                    "Active",
-                    slot.is_some(),
-                    if slot.is_some() {
-                        "PreviousVersion"
-                    } else {
-                        "NotLoaded"
-                    },
-                    &msg,
-                    &old.conditions,
-                ),
+                still_active(slot.is_some(), "PreviousVersion", &msg, &old.conditions),
             ];
             let _ = ctx
                 .recorder

@@ -14,7 +14,7 @@ pub struct HostState {
     pub(crate) limits: StoreLimits,
     pub log: LogSink,
     services: std::sync::Arc<super::Services>,
-    container_grant: crate::capabilities::container_runtime::ContainerGrant,
+    container_grant: std::sync::Arc<crate::capabilities::container_runtime::ContainerGrant>,
 }
 
 /// What one log line costs against the caps beyond its text: the record the host writes for
@@ -36,7 +36,12 @@ impl LogRate {
     pub fn take(&self, plugin: &str, cost: usize) -> bool {
         let mut b = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
         let now = std::time::Instant::now();
-        let (level, at) = b.entry(plugin.to_string()).or_insert((LOG_BURST, now));
+        if !b.contains_key(plugin) {
+            b.insert(plugin.to_string(), (LOG_BURST, now));
+        }
+        let Some((level, at)) = b.get_mut(plugin) else {
+            return false;
+        };
         *level = (*level + now.duration_since(*at).as_secs_f64() * LOG_RATE).min(LOG_BURST);
         *at = now;
         let cost = cost as f64;

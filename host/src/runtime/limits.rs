@@ -22,7 +22,8 @@ pub struct Limits {
     /// Bytes of one result (status patch, CRD text, ...); larger results are refused.
     pub result_bytes: usize,
     /// What `container-runtime` may ask of the engine.
-    pub container: crate::capabilities::container_runtime::ContainerGrant,
+    /// Shared, so the per-call Store copies a pointer, not the image list.
+    pub container: std::sync::Arc<crate::capabilities::container_runtime::ContainerGrant>,
 }
 
 impl Default for Limits {

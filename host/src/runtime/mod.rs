@@ -97,12 +97,14 @@ pub const CALLS_PER_PLUGIN: usize = 8;
 
 impl Services {
     pub fn call_share(&self, plugin: &str) -> std::sync::Arc<tokio::sync::Semaphore> {
-        self.shares
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(plugin.to_string())
-            .or_insert_with(|| std::sync::Arc::new(tokio::sync::Semaphore::new(CALLS_PER_PLUGIN)))
-            .clone()
+        let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+        // Looked up before inserting: a call allocates nothing once its plugin has a share.
+        if let Some(s) = shares.get(plugin) {
+            return s.clone();
+        }
+        let s = std::sync::Arc::new(tokio::sync::Semaphore::new(CALLS_PER_PLUGIN));
+        shares.insert(plugin.to_string(), s.clone());
+        s
     }
 
     pub fn container_runtime(
