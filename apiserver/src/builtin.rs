@@ -91,8 +91,13 @@ pub fn on_write(b: Builtin, obj: &mut Value, old: Option<&Value>) -> Vec<Cause> 
                 ));
             }
             immutable_data(obj, old, &mut errs);
+            data_size(obj, "data", true, &mut errs);
         }
-        Builtin::ConfigMap => immutable_data(obj, old, &mut errs),
+        Builtin::ConfigMap => {
+            immutable_data(obj, old, &mut errs);
+            // kube names no field for a ConfigMap: the limit is on the whole object's data.
+            data_size(obj, "[]", false, &mut errs);
+        }
         Builtin::Namespace if old.is_none() => {
             let spec = obj
                 .as_object_mut()
@@ -103,10 +108,68 @@ pub fn on_write(b: Builtin, obj: &mut Value, old: Option<&Value>) -> Vec<Cause> 
             }
             obj["status"] = json!({"phase": "Active"});
         }
-        Builtin::Crd => errs.extend(validate_crd(obj, old)),
+        Builtin::Crd => {
+            default_crd(obj);
+            errs.extend(validate_crd(obj, old));
+        }
         _ => {}
     }
     errs
+}
+
+/// kube-apiserver's `MaxSecretSize`, which also bounds ConfigMaps.
+pub const MAX_DATA_BYTES: usize = 1024 * 1024;
+
+/// The data of a ConfigMap (`data` and `binaryData`) or Secret (`data`, decoded), counted as
+/// kube counts it: every key and every value.
+fn data_size(obj: &Value, field: &str, secret: bool, errs: &mut Vec<Cause>) {
+    let b64 = |v: &Value| {
+        v.as_str()
+            .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+            .map_or(0, |d| d.len())
+    };
+    let mut total = 0;
+    for (part, decode) in [("data", secret), ("binaryData", true)] {
+        for (k, v) in obj.get(part).and_then(Value::as_object).into_iter().flatten() {
+            total += k.len()
+                + if decode {
+                    b64(v)
+                } else {
+                    v.as_str().map_or(0, str::len)
+                };
+        }
+    }
+    if total > MAX_DATA_BYTES {
+        errs.push(Cause::new(
+            "FieldValueTooLong",
+            field,
+            format!("Too long: must have at most {MAX_DATA_BYTES} bytes"),
+        ));
+    }
+}
+
+/// The defaults kube-apiserver gives a CRD: `names.singular` and `names.listKind` from the
+/// kind, and `conversion.strategy: None`.
+fn default_crd(crd: &mut Value) {
+    let kind = crd
+        .pointer("/spec/names/kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if let Some(names) = crd.pointer_mut("/spec/names").and_then(Value::as_object_mut) {
+        if !kind.is_empty() {
+            names
+                .entry("listKind")
+                .or_insert_with(|| json!(format!("{kind}List")));
+            names
+                .entry("singular")
+                .or_insert_with(|| json!(kind.to_lowercase()));
+        }
+    }
+    if let Some(spec) = crd.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.entry("conversion")
+            .or_insert_with(|| json!({"strategy": "None"}));
+    }
 }
 
 fn immutable_data(obj: &Value, old: Option<&Value>, errs: &mut Vec<Cause>) {

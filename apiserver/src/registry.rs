@@ -53,6 +53,15 @@ impl Column {
     }
 }
 
+/// Where a CRD's `scale` subresource reads and writes (`subresources.scale`), as the CRD's
+/// JSON paths (`.spec.replicas`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScalePaths {
+    pub spec_replicas: String,
+    pub status_replicas: String,
+    pub label_selector: Option<String>,
+}
+
 /// One served group/version/resource.
 #[derive(Debug, Clone)]
 pub struct ResourceType {
@@ -65,6 +74,8 @@ pub struct ResourceType {
     pub categories: Vec<String>,
     pub namespaced: bool,
     pub status_subresource: bool,
+    /// `subresources.scale`: served as `autoscaling/v1` Scale.
+    pub scale: Option<ScalePaths>,
     pub builtin: Option<Builtin>,
     /// The `openAPIV3Schema` of this version (custom resources only).
     pub schema: Option<Value>,
@@ -74,6 +85,12 @@ pub struct ResourceType {
     pub has_cel: bool,
     /// Where objects live in the store (`group/plural`); the events.k8s.io view shares core's.
     pub storage: String,
+    /// Whether clients may use this version. A CRD's storage version may be unserved; the
+    /// internal controllers still write through it.
+    pub served: bool,
+    /// Whether this is the version objects are stored in. Internal writes (garbage collector,
+    /// namespace and CRD controllers) go through it so no field of the stored form is pruned.
+    pub storage_version: bool,
 }
 
 impl ResourceType {
@@ -102,9 +119,14 @@ impl ResourceType {
         }
     }
 
-    /// Custom resources answer DELETE with the object; most built-ins with a Status.
+    /// Whether a DELETE that removes the object answers the object (kube's
+    /// `ReturnDeletedObject`) rather than a `Status` with its details. Custom resources answer
+    /// a Status; an object kept for its finalizers is answered as it now is, whatever the kind.
     pub fn returns_deleted_object(&self) -> bool {
-        matches!(self.builtin, None | Some(Builtin::Crd | Builtin::Namespace))
+        matches!(
+            self.builtin,
+            Some(Builtin::Crd | Builtin::Namespace | Builtin::ServiceAccount)
+        )
     }
 
     pub fn verbs(&self) -> Vec<&'static str> {
@@ -195,12 +217,15 @@ fn builtin(
         categories: vec![],
         namespaced,
         status_subresource: status,
+        scale: None,
         builtin: Some(b),
         schema: None,
         columns,
         selectable_fields: vec![],
         has_cel: false,
         storage: format!("{group}/{plural}"),
+        served: true,
+        storage_version: b != Builtin::EventV1,
     }
 }
 
@@ -359,7 +384,8 @@ fn strs(v: Option<&Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The resource types a CRD serves, one per served version.
+/// The resource types a CRD declares: one per served version, and the storage version even when
+/// it is not served.
 pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
     let spec = &crd["spec"];
     let names = &spec["names"];
@@ -369,7 +395,9 @@ pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
     let kind = s(&names["kind"]);
     let mut out = vec![];
     for v in spec["versions"].as_array().into_iter().flatten() {
-        if v.get("served").and_then(Value::as_bool) != Some(true) {
+        let served = v.get("served").and_then(Value::as_bool) == Some(true);
+        let storage_version = v.get("storage").and_then(Value::as_bool) == Some(true);
+        if !served && !storage_version {
             continue;
         }
         let columns = v
@@ -411,6 +439,11 @@ pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
             categories: strs(names.get("categories")),
             namespaced: spec["scope"].as_str() != Some("Cluster"),
             status_subresource: v.pointer("/subresources/status").is_some(),
+            scale: v.pointer("/subresources/scale").map(|sc| ScalePaths {
+                spec_replicas: s(&sc["specReplicasPath"]),
+                status_replicas: s(&sc["statusReplicasPath"]),
+                label_selector: sc["labelSelectorPath"].as_str().map(String::from),
+            }),
             builtin: None,
             schema: v.pointer("/schema/openAPIV3Schema").cloned(),
             columns,
@@ -419,6 +452,8 @@ pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
                 .pointer("/schema/openAPIV3Schema")
                 .is_some_and(|s| s.to_string().contains("x-kubernetes-validations")),
             storage: format!("{group}/{plural}"),
+            served,
+            storage_version,
         });
     }
     out
@@ -456,17 +491,20 @@ impl Registry {
         self.types.write().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The served type for a request path.
     pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
         self.table()
             .get(&(group.to_string(), version.to_string(), plural.to_string()))
+            .filter(|t| t.served)
             .cloned()
     }
 
-    /// The type whose storage is `gr` in its first served version (for internal controllers).
+    /// The storage version of the objects stored under `gr`, for internal writes. Any other
+    /// version would prune, or default, fields by the wrong schema.
     pub fn by_storage(&self, gr: &str) -> Option<Arc<ResourceType>> {
         self.table()
             .values()
-            .find(|t| t.storage == gr && t.builtin != Some(Builtin::EventV1))
+            .find(|t| t.storage == gr && t.storage_version)
             .cloned()
     }
 
@@ -474,12 +512,13 @@ impl Registry {
     pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceType>> {
         self.table()
             .values()
-            .find(|t| t.api_version() == api_version && t.kind == kind)
+            .find(|t| t.served && t.api_version() == api_version && t.kind == kind)
             .cloned()
     }
 
+    /// Every served type.
     pub fn all(&self) -> Vec<Arc<ResourceType>> {
-        self.table().values().cloned().collect()
+        self.table().values().filter(|t| t.served).cloned().collect()
     }
 
     /// Replaces the types served for a CRD's group/plural with `types` (empty removes them).
@@ -497,8 +536,8 @@ impl Registry {
     /// Groups and their versions, in a stable order with built-in groups first.
     pub fn groups(&self) -> Vec<(String, Vec<String>)> {
         let mut out: Vec<(String, Vec<String>)> = vec![];
-        for ((g, v, _), _) in self.table().iter() {
-            if g.is_empty() {
+        for ((g, v, _), rt) in self.table().iter() {
+            if g.is_empty() || !rt.served {
                 continue;
             }
             match out.iter_mut().find(|(gg, _)| gg == g) {
@@ -516,7 +555,7 @@ impl Registry {
     pub fn in_group_version(&self, group: &str, version: &str) -> Vec<Arc<ResourceType>> {
         self.table()
             .values()
-            .filter(|t| t.group == group && t.version == version)
+            .filter(|t| t.served && t.group == group && t.version == version)
             .cloned()
             .collect()
     }

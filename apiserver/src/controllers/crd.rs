@@ -43,7 +43,9 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str, old: &Value
     }
 }
 
-fn desired_status(crd: &Value) -> Value {
+/// The status the CRD controller converges to; a created CRD carries it at once, because its
+/// kinds are served from the moment the create returns.
+pub(crate) fn desired_status(crd: &Value) -> Value {
     let mut stored: Vec<Value> = crd
         .pointer("/status/storedVersions")
         .and_then(Value::as_array)

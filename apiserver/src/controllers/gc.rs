@@ -6,11 +6,22 @@ use super::{ControllerConfig, delete, mutate};
 use crate::core::{Core, Propagation};
 use crate::meta;
 use crate::store::{Event, EventType, ObjKey};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
 
 const MANAGER: &str = "garbage-collector";
+
+/// Sets a metadata list, removing the key when the list is empty: kube omits empty
+/// `ownerReferences` and `finalizers`, and clients compare against the omitted form.
+fn set_list(obj: &mut Value, key: &str, list: Vec<Value>) {
+    let m = meta::meta_mut(obj);
+    if list.is_empty() {
+        m.remove(key);
+    } else {
+        m.insert(key.into(), Value::Array(list));
+    }
+}
 
 fn owner_refs(obj: &Value) -> Vec<Value> {
     obj.pointer("/metadata/ownerReferences")
@@ -51,7 +62,7 @@ async fn check_dependent(core: &Core, key: &ObjKey) {
     } else if live.len() < refs.len() {
         let keep: Vec<Value> = live.into_iter().cloned().collect();
         mutate(core, key, "", MANAGER, move |mut o| {
-            meta::meta_mut(&mut o).insert("ownerReferences".into(), json!(keep));
+            set_list(&mut o, "ownerReferences", keep);
             Ok(o)
         })
         .await
@@ -67,11 +78,12 @@ fn without_finalizer(
     name: &'static str,
 ) -> impl FnOnce(Value) -> Result<Value, crate::status::ApiError> + Send {
     move |mut o: Value| {
-        let fins: Vec<String> = meta::finalizers(&o)
+        let fins: Vec<Value> = meta::finalizers(&o)
             .into_iter()
             .filter(|f| f != name)
+            .map(Value::String)
             .collect();
-        meta::meta_mut(&mut o).insert("finalizers".into(), json!(fins));
+        set_list(&mut o, "finalizers", fins);
         Ok(o)
     }
 }
@@ -95,7 +107,7 @@ async fn check_owner(core: &Core, key: &ObjKey) {
                     .into_iter()
                     .filter(|r| r["uid"] != u.as_str())
                     .collect();
-                meta::meta_mut(&mut o).insert("ownerReferences".into(), json!(keep));
+                set_list(&mut o, "ownerReferences", keep);
                 Ok(o)
             };
             if let Err(e) = mutate(core, d, "", MANAGER, strip).await {

@@ -4,11 +4,15 @@
 //! metadata, generation rules, no-op detection and finalizer semantics.
 //!
 //! `validation` holds the checks every body goes through, `write` the create/update/patch/apply
-//! path and `delete` deletion with finalizers and propagation policies.
+//! path, `scale` the `autoscaling/v1` Scale view of custom resources and `delete` deletion with
+//! finalizers and propagation policies.
 
 mod delete;
+mod scale;
 mod validation;
 mod write;
+
+pub use scale::{ScaleOp, scale_of};
 
 use crate::builtin;
 use crate::meta::{self, meta_mut};
@@ -108,10 +112,15 @@ fn patch_error(e: PatchError) -> ApiError {
     }
 }
 
+/// The part of an object whose change bumps `generation`: not metadata, not the type (a
+/// multi-version kind's objects differ only in `apiVersion` between views), and not status when
+/// status has its own subresource.
 fn without_meta_and(v: &Value, also_status: bool) -> Value {
     let mut v = v.clone();
     if let Some(m) = v.as_object_mut() {
         m.remove("metadata");
+        m.remove("apiVersion");
+        m.remove("kind");
         if also_status {
             m.remove("status");
         }

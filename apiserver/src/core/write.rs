@@ -60,6 +60,7 @@ impl Core {
             {
                 list.push(json!(CRD_FINALIZER));
             }
+            obj["status"] = crate::controllers::crd::desired_status(&obj);
         }
         if !applied {
             let av = rt.api_version();
@@ -165,7 +166,13 @@ impl Core {
         }
         if rt.tracks_generation() {
             let skip_status = rt.status_subresource;
-            if without_meta_and(&obj, skip_status) != without_meta_and(cur, skip_status) {
+            // Defaults are applied on read, so the stored form may lack them; compare with the
+            // defaulted form, or merely reading and writing back would look like a spec change.
+            let mut before = cur.clone();
+            if let Some(s) = &rt.schema {
+                schema::default(&mut before, s);
+            }
+            if without_meta_and(&obj, skip_status) != without_meta_and(&before, skip_status) {
                 let g = cur
                     .pointer("/metadata/generation")
                     .and_then(Value::as_i64)
@@ -368,9 +375,10 @@ impl Core {
                         self.updated(rt, ns, &name, sub, cur, body, opts, false, &mut warnings)
                     }
                     (Op::Patch(p), Some(cur)) => {
-                        let mut view = self.to_view(rt, cur);
-                        meta_mut(&mut view).remove("resourceVersion");
-                        // Without an RV in the patch itself, a patch never conflicts: it applies to the latest object.
+                        // The patch sees the current resourceVersion, as on kube: a JSON Patch
+                        // may `test` or `replace` it, and a stale one answers 409. A patch that
+                        // leaves it alone applies to the latest object and never conflicts.
+                        let view = self.to_view(rt, cur);
                         let (patched, applied) = self.apply_patch(rt, sub, &view, p, opts)?;
                         self.updated(
                             rt,
@@ -385,9 +393,9 @@ impl Core {
                         )
                     }
                     (Op::Mutate(f), Some(cur)) => {
-                        let mut view = self.to_view(rt, cur);
-                        meta_mut(&mut view).remove("resourceVersion");
-                        let new = f(view)?;
+                        // The view keeps its resourceVersion: a mutation that leaves it alone
+                        // never conflicts, and one that checks it (Scale) can.
+                        let new = f(self.to_view(rt, cur))?;
                         self.updated(rt, ns, &name, sub, cur, new, opts, false, &mut warnings)
                     }
                 }

@@ -79,6 +79,17 @@ fn resource_doc(rt: &ResourceType) -> Vec<Value> {
             "verbs": ["get", "patch", "update"],
         }));
     }
+    if rt.scale.is_some() {
+        out.push(json!({
+            "name": format!("{}/scale", rt.plural),
+            "singularName": "",
+            "namespaced": rt.namespaced,
+            "group": "autoscaling",
+            "version": "v1",
+            "kind": "Scale",
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
     out
 }
 

@@ -6,7 +6,9 @@ mod list;
 pub mod request;
 mod watch;
 
-use crate::core::{Core, DeleteOptions, FieldValidation, Op, PatchBody, Propagation, WriteOptions};
+use crate::core::{
+    Core, DeleteOptions, FieldValidation, Op, PatchBody, Propagation, ScaleOp, WriteOptions,
+};
 use crate::registry::ResourceType;
 use crate::status::ApiError;
 use crate::store::Outcome;
@@ -463,6 +465,48 @@ async fn self_subject_access_review(
     Ok(respond(201, &review, Want::Json))
 }
 
+fn body_type(headers: &HeaderMap) -> String {
+    request::content_type(
+        headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|h| h.to_str().ok()),
+    )
+}
+
+/// `…/scale`: GET, PUT and PATCH of the `autoscaling/v1` Scale view.
+#[allow(clippy::too_many_arguments)]
+async fn scale(
+    core: &Core,
+    rt: &Arc<ResourceType>,
+    method: &Method,
+    headers: &HeaderMap,
+    body: Body,
+    rp: &ResourcePath,
+    q: &Query,
+    want: Want,
+) -> Result<Response, ApiError> {
+    let (ns, name) = (rp.namespace.as_str(), rp.name.as_str());
+    if name.is_empty() || (rt.namespaced && ns.is_empty()) {
+        return Err(ApiError::route_not_found());
+    }
+    let op = match *method {
+        Method::GET => return Ok(respond(200, &core.get_scale(rt, ns, name)?, want)),
+        Method::PUT => {
+            let bytes = read_body(headers, body).await?;
+            ScaleOp::Replace(decode_object(&body_type(headers), &bytes)?)
+        }
+        Method::PATCH => {
+            let bytes = read_body(headers, body).await?;
+            ScaleOp::Patch(parse_patch(rt, &body_type(headers), &bytes)?)
+        }
+        ref m => return Err(ApiError::method_not_allowed(m.as_str(), &format!("{}/scale", rt.plural))),
+    };
+    let mut opts = write_options(q)?;
+    update_manager(&mut opts, headers);
+    let scale = core.write_scale(rt, ns, name, op, &opts).await?;
+    Ok(respond(200, &scale, want))
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn resource(
     app: &Arc<App>,
@@ -480,11 +524,13 @@ async fn resource(
         .get(&rp.group, &rp.version, &rp.resource)
         .ok_or_else(ApiError::route_not_found)?;
     if (!rt.namespaced && !rp.namespace.is_empty())
-        || !matches!(rp.subresource.as_str(), "" | "status")
+        || !matches!(rp.subresource.as_str(), "" | "status" | "scale")
     {
         return Err(ApiError::route_not_found());
     }
-    if rp.subresource == "status" && !rt.status_subresource {
+    if (rp.subresource == "status" && !rt.status_subresource)
+        || (rp.subresource == "scale" && rt.scale.is_none())
+    {
         return Err(ApiError::route_not_found());
     }
     let ns = rp.namespace.as_str();
@@ -503,6 +549,9 @@ async fn resource(
     let core = &app.core;
     if rt.builtin == Some(crate::registry::Builtin::SelfSubjectAccessReview) {
         return self_subject_access_review(&rt, method, headers, body).await;
+    }
+    if rp.subresource == "scale" {
+        return scale(core, &rt, method, headers, body, &rp, q, want).await;
     }
     match (method.clone(), collection) {
         (Method::GET, true) if q.flag("watch") => {

@@ -15,3 +15,4 @@ mod i_builtins;
 mod j_faults;
 mod k_persistence;
 mod l_clients;
+mod m_fidelity;
