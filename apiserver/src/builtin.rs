@@ -130,7 +130,12 @@ fn data_size(obj: &Value, field: &str, secret: bool, errs: &mut Vec<Cause>) {
     };
     let mut total = 0;
     for (part, decode) in [("data", secret), ("binaryData", true)] {
-        for (k, v) in obj.get(part).and_then(Value::as_object).into_iter().flatten() {
+        for (k, v) in obj
+            .get(part)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
             total += k.len()
                 + if decode {
                     b64(v)
@@ -156,7 +161,10 @@ fn default_crd(crd: &mut Value) {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    if let Some(names) = crd.pointer_mut("/spec/names").and_then(Value::as_object_mut) {
+    if let Some(names) = crd
+        .pointer_mut("/spec/names")
+        .and_then(Value::as_object_mut)
+    {
         if !kind.is_empty() {
             names
                 .entry("listKind")

@@ -518,7 +518,11 @@ impl Registry {
 
     /// Every served type.
     pub fn all(&self) -> Vec<Arc<ResourceType>> {
-        self.table().values().filter(|t| t.served).cloned().collect()
+        self.table()
+            .values()
+            .filter(|t| t.served)
+            .cloned()
+            .collect()
     }
 
     /// Replaces the types served for a CRD's group/plural with `types` (empty removes them).

@@ -3,6 +3,8 @@
 //! the order kube-apiserver applies them. Messages and field paths follow kube-apiserver so
 //! users see `spec.replicas: Invalid value: 11: ...` as they would on a real cluster.
 
+mod formats;
+
 use crate::patch::apply::ListType;
 use crate::status::Cause;
 use serde_json::{Map, Value};
@@ -119,6 +121,59 @@ fn check_node(s: &Value, path: &str, out: &mut Vec<Cause>) {
     }
     if let Some(ap) = obj.get("additionalProperties").filter(|a| a.is_object()) {
         check_node(ap, &join(path, "additionalProperties"), out);
+    }
+    if let Some(p) = obj.get("pattern").and_then(Value::as_str)
+        && let Err(e) = regex::Regex::new(p)
+    {
+        out.push(Cause::new(
+            "FieldValueInvalid",
+            join(path, "pattern"),
+            format!(
+                "Invalid value: {p:?}: must be a valid regular expression, but isn't: {}",
+                e.to_string().lines().last().unwrap_or_default().trim()
+            ),
+        ));
+    }
+    if let Some(lt) = obj.get("x-kubernetes-list-type").and_then(Value::as_str) {
+        if !matches!(lt, "atomic" | "set" | "map") {
+            out.push(Cause::new(
+                "FieldValueNotSupported",
+                join(path, "x-kubernetes-list-type"),
+                format!(
+                    "Unsupported value: {lt:?}: supported values: \"atomic\", \"set\", \"map\""
+                ),
+            ));
+        }
+        if obj.get("type").and_then(Value::as_str) != Some("array") {
+            out.push(Cause::new(
+                "FieldValueInvalid",
+                join(path, "type"),
+                format!(
+                    "Invalid value: {}: must be array if x-kubernetes-list-type is specified",
+                    obj.get("type").map_or("\"\"".to_string(), Value::to_string)
+                ),
+            ));
+        }
+        let keys = obj
+            .get("x-kubernetes-list-map-keys")
+            .and_then(Value::as_array)
+            .is_some_and(|k| !k.is_empty());
+        if lt == "map" && !keys {
+            out.push(Cause::new(
+                "FieldValueRequired",
+                join(path, "x-kubernetes-list-map-keys"),
+                "Required value: must not be empty if x-kubernetes-list-type is map",
+            ));
+        }
+    }
+    if let Some(mt) = obj.get("x-kubernetes-map-type").and_then(Value::as_str)
+        && !matches!(mt, "granular" | "atomic")
+    {
+        out.push(Cause::new(
+            "FieldValueNotSupported",
+            join(path, "x-kubernetes-map-type"),
+            format!("Unsupported value: {mt:?}: supported values: \"granular\", \"atomic\""),
+        ));
     }
     if let Some(d) = obj.get("default") {
         let mut value = d.clone();
@@ -296,10 +351,13 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
         let actual = type_name(v);
         let ok = actual == t || (t == "number" && actual == "integer");
         if !ok {
-            out.push(invalid(
+            out.push(Cause::new(
+                "FieldValueTypeInvalid",
                 path,
-                v,
-                format!("{shown} in body must be of type {t}: \"{actual}\""),
+                format!(
+                    "Invalid value: {}: {shown} in body must be of type {t}: \"{actual}\"",
+                    show(v)
+                ),
             ));
             return;
         }
@@ -401,13 +459,13 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
                     )),
                 }
             }
-            if s.get("format").and_then(Value::as_str) == Some("date-time")
-                && st.parse::<jiff::Timestamp>().is_err()
+            if let Some(f) = s.get("format").and_then(Value::as_str)
+                && !formats::valid(f, st)
             {
                 out.push(invalid(
                     path,
                     &Value::String(st.clone()),
-                    format!("{shown} in body must be of type date-time"),
+                    format!("{shown} in body must be of type {f}: {st:?}"),
                 ));
             }
         }
@@ -480,10 +538,10 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
                 .and_then(Value::as_u64)
                 .filter(|x| n < *x)
             {
-                out.push(Cause::new(
-                    "FieldValueRequired",
+                out.push(invalid(
                     path,
-                    format!("Required value: must have at least {min} properties"),
+                    &Value::Object(m.clone()),
+                    format!("{shown} in body should have at least {min} properties"),
                 ));
             }
             let props = s.get("properties").and_then(Value::as_object);
@@ -523,27 +581,110 @@ fn duplicates(items: &[Value], path: &str, key: impl Fn(&Value) -> String, out: 
     }
 }
 
+/// The value at a cause's field path (`spec.items[0].name`), if there is one.
+fn value_at<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = v;
+    for seg in path.split('.').filter(|s| !s.is_empty()) {
+        let (name, indexes) = match seg.find('[') {
+            Some(i) => (&seg[..i], &seg[i..]),
+            None => (seg, ""),
+        };
+        if !name.is_empty() {
+            cur = cur.get(name)?;
+        }
+        for idx in indexes.split(']').filter(|s| !s.is_empty()) {
+            let idx = idx.trim_start_matches('[');
+            cur = match idx.parse::<usize>() {
+                Ok(i) => cur.get(i)?,
+                Err(_) => cur.get(idx)?,
+            };
+        }
+    }
+    Some(cur)
+}
+
+/// Validation ratcheting (kube ≥ 1.30): an error about a value the update did not change is
+/// dropped, so a CRD that tightens a rule does not block edits of other fields. A missing
+/// required field belongs to the object that lacks it, so that object is what must be
+/// unchanged.
+pub fn ratcheted(cause: &Cause, new: &Value, old: &Value) -> bool {
+    let path = if cause.reason == "FieldValueRequired" {
+        cause.field.rsplit_once('.').map_or("", |(p, _)| p)
+    } else {
+        cause.field.as_str()
+    };
+    value_at(new, path) == value_at(old, path)
+}
+
+/// kube's CEL error value: the type of the schema node the rule sits on.
+fn node_type(schema: &Value, field_path: &str) -> String {
+    let dotted: String = field_path
+        .split('.')
+        .map(|seg| seg.split('[').next().unwrap_or_default())
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(".");
+    node_at(schema, &dotted)
+        .and_then(|n| n.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("object")
+        .to_string()
+}
+
 /// Evaluates the CEL rules (`x-kubernetes-validations`) of the schema; `old` enables
-/// transition rules (`oldSelf`) on updates.
+/// transition rules (`oldSelf`) and ratcheting on updates.
 pub fn validate_cel(obj: &Value, schema: &Value, old: Option<&Value>) -> Vec<Cause> {
     match kube_cel::validate(schema, obj, old) {
         Ok(()) => vec![],
         Err(errors) => errors
             .into_vec()
             .into_iter()
-            .map(|e| {
+            .filter_map(|e| {
                 let reason = e
                     .reason
                     .clone()
                     .unwrap_or_else(|| "FieldValueInvalid".into());
-                Cause::new(
-                    &reason,
-                    e.field_path.clone(),
-                    format!("Invalid value: \"object\": {}", e.message),
-                )
+                let message = match reason.as_str() {
+                    "FieldValueForbidden" => format!("Forbidden: {}", e.message),
+                    "FieldValueRequired" => format!("Required value: {}", e.message),
+                    "FieldValueDuplicate" => format!("Duplicate value: {}", e.message),
+                    _ => format!(
+                        "Invalid value: \"{}\": {}",
+                        node_type(schema, &e.field_path),
+                        e.message
+                    ),
+                };
+                let cause = Cause::new(&reason, e.field_path.clone(), message);
+                // Transition rules compare with oldSelf on purpose; they never ratchet.
+                let ratchet = !e.rule.contains("oldSelf")
+                    && old.is_some_and(|o| {
+                        value_at(obj, &e.field_path) == value_at(o, &e.field_path)
+                    });
+                (!ratchet).then_some(cause)
             })
             .collect(),
     }
+}
+
+/// The error kinds after which kube does not run CEL rules (`hasBlockingErr`).
+pub fn blocks_cel(cause: &Cause) -> bool {
+    matches!(
+        cause.reason.as_str(),
+        "FieldValueNotSupported"
+            | "FieldValueRequired"
+            | "FieldValueTooLong"
+            | "FieldValueTooMany"
+            | "FieldValueTypeInvalid"
+    )
+}
+
+/// The cause kube adds when blocking errors kept CEL rules from running.
+pub fn cel_not_checked() -> Cause {
+    Cause::new(
+        "FieldValueInvalid",
+        "<nil>",
+        "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+    )
 }
 
 /// The apply list type declared on a schema node.

@@ -44,8 +44,7 @@ pub fn scale_of(paths: &ScalePaths, obj: &Value) -> Value {
             }
         }
     }
-    let replicas =
-        |p: &str| get_path(obj, p).and_then(Value::as_i64).unwrap_or(0);
+    let replicas = |p: &str| get_path(obj, p).and_then(Value::as_i64).unwrap_or(0);
     let mut status = json!({"replicas": replicas(&paths.status_replicas)});
     if let Some(sel) = paths
         .label_selector
@@ -110,7 +109,10 @@ impl Core {
             if !rv.is_empty() && rv != current_rv {
                 return Err(ApiError::conflict(&group, &plural, &obj_name));
             }
-            let replicas = wanted.pointer("/spec/replicas").cloned().unwrap_or(json!(0));
+            let replicas = wanted
+                .pointer("/spec/replicas")
+                .cloned()
+                .unwrap_or(json!(0));
             match replicas.as_i64() {
                 Some(n) if n >= 0 => {}
                 _ => {

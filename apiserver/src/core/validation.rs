@@ -106,7 +106,9 @@ impl Core {
                             .collect::<Vec<_>>()
                             .join(", ");
                         return Err(ApiError::bad_request(format!(
-                            "strict decoding error: {list}"
+                            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {list}",
+                            kind = rt.kind,
+                            version = rt.version,
                         )));
                     }
                     FieldValidation::Warn => {
@@ -117,9 +119,23 @@ impl Core {
             }
             schema::default(obj, s);
             let mut body = obj.clone();
-            causes.extend(schema::validate(&mut body, s, ""));
-            if rt.has_cel && causes.is_empty() {
-                causes.extend(schema::validate_cel(&body, s, old));
+            let mut schema_errs = schema::validate(&mut body, s, "");
+            let old = old.map(|o| {
+                let mut o = o.clone();
+                schema::default(&mut o, s);
+                o
+            });
+            if let Some(o) = &old {
+                schema_errs.retain(|c| !schema::ratcheted(c, &body, o));
+            }
+            let blocked = schema_errs.iter().any(schema::blocks_cel);
+            causes.extend(schema_errs);
+            if rt.has_cel {
+                if blocked {
+                    causes.push(schema::cel_not_checked());
+                } else {
+                    causes.extend(schema::validate_cel(&body, s, old.as_ref()));
+                }
             }
         }
         if let Some(b) = rt.builtin {

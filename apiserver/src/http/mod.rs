@@ -499,7 +499,12 @@ async fn scale(
             let bytes = read_body(headers, body).await?;
             ScaleOp::Patch(parse_patch(rt, &body_type(headers), &bytes)?)
         }
-        ref m => return Err(ApiError::method_not_allowed(m.as_str(), &format!("{}/scale", rt.plural))),
+        ref m => {
+            return Err(ApiError::method_not_allowed(
+                m.as_str(),
+                &format!("{}/scale", rt.plural),
+            ));
+        }
     };
     let mut opts = write_options(q)?;
     update_manager(&mut opts, headers);

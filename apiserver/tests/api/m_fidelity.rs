@@ -84,7 +84,10 @@ async fn gc_writes_multi_version_objects_through_the_storage_version() {
     let doomed = config_map(&t, "doomed-owner").await;
 
     // Dangling owner: the GC strips the reference to the deleted owner, keeping the live one.
-    let owners = json!([owner_ref("ConfigMap", "v1", &live), owner_ref("ConfigMap", "v1", &doomed)]);
+    let owners = json!([
+        owner_ref("ConfigMap", "v1", &live),
+        owner_ref("ConfigMap", "v1", &doomed)
+    ]);
     let r = t
         .send_json("POST", G2, "application/json", &gadget("dangling", owners))
         .await;
@@ -136,7 +139,12 @@ async fn gc_writes_multi_version_objects_through_the_storage_version() {
     // Foreground: the GC removes `foregroundDeletion` from the Gadget owner once its
     // dependent is gone; the test's own finalizer keeps the owner to be inspected.
     let r = t
-        .send_json("POST", G2, "application/json", &gadget("fg-owner", json!([])))
+        .send_json(
+            "POST",
+            G2,
+            "application/json",
+            &gadget("fg-owner", json!([])),
+        )
         .await;
     let fg = r.json();
     let dep = json!({"metadata": {"name": "fg-dependent",
@@ -187,7 +195,10 @@ async fn gc_writes_multi_version_objects_through_the_storage_version() {
 async fn json_patch_sees_the_resource_version() {
     let t = start().await;
     let cm = config_map(&t, "rv").await;
-    let rv = cm["metadata"]["resourceVersion"].as_str().expect("rv").to_string();
+    let rv = cm["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .to_string();
     let path = format!("{CM}/rv");
 
     // kopf's and kubectl's form: test the current RV, then change something.
@@ -230,7 +241,12 @@ async fn scale_subresource_is_served() {
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
 
     let scale = t.get(&format!("{G2}/s/scale")).await;
-    assert_eq!(scale.status, 200, "{}", String::from_utf8_lossy(&scale.body));
+    assert_eq!(
+        scale.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&scale.body)
+    );
     let s = scale.json();
     assert_eq!(s["apiVersion"], "autoscaling/v1");
     assert_eq!(s["kind"], "Scale");
@@ -266,7 +282,10 @@ async fn scale_subresource_is_served() {
     assert_eq!(r.json()["spec"]["replicas"], 2);
     let g = t.get(&format!("{G2}/s")).await.json();
     assert_eq!(g["spec"]["replicas"], 2);
-    assert_eq!(g["metadata"]["generation"], 4, "each scale is a spec change");
+    assert_eq!(
+        g["metadata"]["generation"], 4,
+        "each scale is a spec change"
+    );
 
     let r = t
         .send_json(
@@ -347,7 +366,9 @@ async fn delete_responses_have_kube_shapes() {
     assert_eq!(crd["spec"]["conversion"], json!({"strategy": "None"}));
 
     let mut g = gadget("d", json!([]));
-    g["metadata"].as_object_mut().map(|m| m.remove("finalizers"));
+    g["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("finalizers"));
     let created = t.send_json("POST", G2, "application/json", &g).await.json();
     let r = t.raw("DELETE", &format!("{G2}/d"), &[], vec![]).await;
     assert_eq!(r.status, 200);
@@ -363,7 +384,12 @@ async fn delete_responses_have_kube_shapes() {
     // A ServiceAccount answers the object it deleted.
     let sa = "/api/v1/namespaces/default/serviceaccounts";
     let r = t
-        .send_json("POST", sa, "application/json", &json!({"metadata": {"name": "robot"}}))
+        .send_json(
+            "POST",
+            sa,
+            "application/json",
+            &json!({"metadata": {"name": "robot"}}),
+        )
         .await;
     assert_eq!(r.status, 201);
     let r = t.raw("DELETE", &format!("{sa}/robot"), &[], vec![]).await;
