@@ -9,6 +9,16 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
+impl crate::patch::apply::ListTypes for ResourceType {
+    fn list_type(&self, dotted: &str) -> ListType {
+        ResourceType::list_type(self, dotted)
+    }
+
+    fn atomic_map(&self, dotted: &str) -> bool {
+        ResourceType::atomic_map(self, dotted)
+    }
+}
+
 /// The built-in kinds, each with its own write rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Builtin {
@@ -180,6 +190,16 @@ impl ResourceType {
             Some(ListStrategy::PrimitiveSet) => ListType::Set,
             None => ListType::Atomic,
         }
+    }
+
+    /// Whether the map or struct at `dotted` is `x-kubernetes-map-type: atomic` (built-in
+    /// kinds have no schema here, so all their maps are granular).
+    pub fn atomic_map(&self, dotted: &str) -> bool {
+        self.schema
+            .as_ref()
+            .and_then(|s| schema::node_at(s, dotted))
+            .and_then(|n| n.get("x-kubernetes-map-type"))
+            .is_some_and(|t| t == "atomic")
     }
 
     pub fn media_types_for_patch(&self) -> Vec<&'static str> {

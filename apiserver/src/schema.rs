@@ -4,6 +4,7 @@
 //! users see `spec.replicas: Invalid value: 11: ...` as they would on a real cluster.
 
 mod formats;
+mod rules;
 
 use crate::patch::apply::ListType;
 use crate::status::Cause;
@@ -66,6 +67,7 @@ pub fn check_structural(schema: &Value, path: &str) -> Vec<Cause> {
         }
     }
     check_node(schema, path, &mut out);
+    rules::check(schema, path, &mut out);
     out
 }
 

@@ -64,12 +64,7 @@ impl Core {
         }
         if !applied {
             let av = rt.api_version();
-            ssa::record_update(
-                None,
-                &mut obj,
-                &Self::who(opts, &av, "", &now),
-                &|p: &str| rt.list_type(p),
-            );
+            ssa::record_update(None, &mut obj, &Self::who(opts, &av, "", &now), rt);
         }
         Ok(obj)
     }
@@ -183,12 +178,7 @@ impl Core {
         if !applied {
             let now = meta::now_rfc3339();
             let av = rt.api_version();
-            ssa::record_update(
-                Some(cur),
-                &mut obj,
-                &Self::who(opts, &av, sub, &now),
-                &|p: &str| rt.list_type(p),
-            );
+            ssa::record_update(Some(cur), &mut obj, &Self::who(opts, &av, sub, &now), rt);
         }
         let ns_finalizers = obj
             .pointer("/spec/finalizers")
@@ -236,40 +226,26 @@ impl Core {
                 let now = meta::now_rfc3339();
                 let av = rt.api_version();
                 let who = Self::who(opts, &av, sub, &now);
-                let out = ssa::apply(view, &a, &who, &|p: &str| rt.list_type(p)).map_err(
-                    |conflicts| {
-                        let causes: Vec<Cause> = conflicts
-                            .iter()
-                            .map(|c| {
-                                Cause::new(
-                                    "FieldManagerConflict",
-                                    ssa::display_path(&c.path),
-                                    format!(
-                                        "conflict with \"{}\" using {}",
-                                        c.manager, c.api_version
-                                    ),
-                                )
-                            })
-                            .collect();
-                        let lines: Vec<String> = causes
-                            .iter()
-                            .map(|c| format!("{}: {}", c.message, c.field))
-                            .collect();
-                        let n = lines.len();
-                        let mut e = ApiError::conflict_msg(
-                            &rt.group,
-                            &rt.plural,
-                            meta::str_field(view, "name"),
-                            "",
-                        );
-                        e.message = format!(
-                            "Apply failed with {n} conflict{}: {}",
-                            if n == 1 { "" } else { "s" },
-                            lines.join("\n")
-                        );
-                        e.with_causes(causes)
-                    },
-                )?;
+                let out = ssa::apply(view, &a, &who, rt).map_err(|conflicts| {
+                    let causes: Vec<Cause> = conflicts
+                        .iter()
+                        .map(|c| {
+                            Cause::new(
+                                "FieldManagerConflict",
+                                ssa::display_path(&c.path),
+                                format!("conflict with {}", c.manager_display()),
+                            )
+                        })
+                        .collect();
+                    let mut e = ApiError::conflict_msg(
+                        &rt.group,
+                        &rt.plural,
+                        meta::str_field(view, "name"),
+                        "",
+                    );
+                    e.message = ssa::conflict_message(&conflicts);
+                    e.with_causes(causes)
+                })?;
                 // The applied body's resourceVersion is a precondition, as on a real server.
                 let mut out = out;
                 if let Some(rv) = a

@@ -17,9 +17,15 @@ pub enum ListType {
 pub type FieldPath = Vec<String>;
 pub type FieldSet = BTreeSet<FieldPath>;
 
-/// Looks up the list type of a field by its dotted path (map-list keys omitted).
+/// Looks up how a field merges, by its dotted path (map-list keys omitted).
 pub trait ListTypes {
     fn list_type(&self, dotted: &str) -> ListType;
+
+    /// Whether the map or struct at `dotted` is `x-kubernetes-map-type: atomic`: owned,
+    /// compared and replaced as one value.
+    fn atomic_map(&self, _dotted: &str) -> bool {
+        false
+    }
 }
 
 impl<F: Fn(&str) -> ListType> ListTypes for F {
@@ -93,7 +99,7 @@ fn collect(
     out: &mut FieldSet,
 ) {
     match v {
-        Value::Object(m) if !m.is_empty() => {
+        Value::Object(m) if !m.is_empty() && !types.atomic_map(dotted) => {
             for (k, c) in m {
                 path.push(format!("f:{k}"));
                 collect(c, path, &join(dotted, k), types, out);
@@ -188,7 +194,7 @@ pub fn remove(v: &mut Value, path: &[String]) {
 /// Merges an applied configuration into the live object with apply's list semantics.
 pub fn merge_applied(live: &mut Value, applied: &Value, dotted: &str, types: &dyn ListTypes) {
     match (live, applied) {
-        (Value::Object(l), Value::Object(a)) => {
+        (Value::Object(l), Value::Object(a)) if dotted.is_empty() || !types.atomic_map(dotted) => {
             for (k, av) in a {
                 let child = join(dotted, k);
                 match l.get_mut(k) {
@@ -333,11 +339,27 @@ pub fn write_managed(obj: &mut Value, entries: &[ManagedEntry]) {
 }
 
 /// Renders a field path the way kube-apiserver prints it in conflict messages (`.spec.color`).
+/// A path as structured-merge-diff prints it: `.spec.ports[name="http",port=80].protocol`,
+/// set members as `[="x"]`.
 pub fn display_path(path: &[String]) -> String {
     path.iter()
-        .map(|s| match s.strip_prefix("f:") {
-            Some(f) => format!(".{f}"),
-            None => format!("[{}]", &s[2..]),
+        .map(|s| {
+            if let Some(f) = s.strip_prefix("f:") {
+                format!(".{f}")
+            } else if let Some(k) = s.strip_prefix("k:") {
+                match serde_json::from_str::<Value>(k) {
+                    Ok(Value::Object(keys)) => format!(
+                        "[{}]",
+                        keys.iter()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ),
+                    _ => format!("[{k}]"),
+                }
+            } else {
+                format!("[={}]", s.get(2..).unwrap_or_default())
+            }
         })
         .collect()
 }
@@ -346,8 +368,56 @@ pub fn display_path(path: &[String]) -> String {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Conflict {
     pub manager: String,
+    pub operation: String,
+    pub subresource: String,
     pub api_version: String,
     pub path: FieldPath,
+}
+
+impl Conflict {
+    /// kube's `printManager`: the name, its subresource, and `using <apiVersion>` only for an
+    /// Update manager (an applier's version is not part of its identity).
+    pub fn manager_display(&self) -> String {
+        let mut s = format!("{:?}", self.manager);
+        if !self.subresource.is_empty() {
+            s.push_str(&format!(" with subresource {:?}", self.subresource));
+        }
+        if self.operation == "Update" {
+            s.push_str(&format!(" using {}", self.api_version));
+        }
+        s
+    }
+}
+
+/// kube's apply conflict message: one line for one conflict, else grouped per manager in
+/// sorted order.
+pub fn conflict_message(conflicts: &[Conflict]) -> String {
+    if let [c] = conflicts {
+        return format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            c.manager_display(),
+            display_path(&c.path)
+        );
+    }
+    let mut by_manager: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for c in conflicts {
+        by_manager
+            .entry(c.manager_display())
+            .or_default()
+            .push(display_path(&c.path));
+    }
+    let lines: Vec<String> = by_manager
+        .into_iter()
+        .flat_map(|(m, paths)| {
+            std::iter::once(format!("conflicts with {m}:"))
+                .chain(paths.into_iter().map(|p| format!("- {p}")))
+        })
+        .collect();
+    format!(
+        "Apply failed with {} conflicts: {}",
+        conflicts.len(),
+        lines.join("\n")
+    )
 }
 
 /// Who is applying, and where.
@@ -392,6 +462,8 @@ pub fn apply(
         } else {
             conflicts.extend(contested.into_iter().map(|path| Conflict {
                 manager: e.manager.clone(),
+                operation: e.operation.clone(),
+                subresource: e.subresource.clone(),
                 api_version: e.api_version.clone(),
                 path,
             }));
