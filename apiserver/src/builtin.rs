@@ -161,18 +161,17 @@ fn default_crd(crd: &mut Value) {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    if let Some(names) = crd
-        .pointer_mut("/spec/names")
-        .and_then(Value::as_object_mut)
+    if !kind.is_empty()
+        && let Some(names) = crd
+            .pointer_mut("/spec/names")
+            .and_then(Value::as_object_mut)
     {
-        if !kind.is_empty() {
-            names
-                .entry("listKind")
-                .or_insert_with(|| json!(format!("{kind}List")));
-            names
-                .entry("singular")
-                .or_insert_with(|| json!(kind.to_lowercase()));
-        }
+        names
+            .entry("listKind")
+            .or_insert_with(|| json!(format!("{kind}List")));
+        names
+            .entry("singular")
+            .or_insert_with(|| json!(kind.to_lowercase()));
     }
     if let Some(spec) = crd.get_mut("spec").and_then(Value::as_object_mut) {
         spec.entry("conversion")

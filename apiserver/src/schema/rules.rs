@@ -242,22 +242,16 @@ const NAMESPACES: &[&str] = &[
 /// Walks the expression: undeclared fields, unknown functions, unknown variables.
 fn walk(e: &IdedExpr, node: &Value, bound: &mut Vec<String>, errs: &mut Vec<String>) {
     match &e.expr {
-        Expr::Ident(name) => {
-            if !(name == "self" || name == "oldSelf" || bound.contains(name)) {
-                errs.push(format!(
-                    "undeclared reference to '{name}' (in container '')"
-                ));
-            }
+        Expr::Ident(name) if !(name == "self" || name == "oldSelf" || bound.contains(name)) => {
+            errs.push(format!(
+                "undeclared reference to '{name}' (in container '')"
+            ));
         }
-        Expr::Select(sel) => {
-            if resolve(e, node, errs).is_none() {
-                walk(&sel.operand, node, bound, errs);
-            }
+        Expr::Select(sel) if resolve(e, node, errs).is_none() => {
+            walk(&sel.operand, node, bound, errs);
         }
         Expr::Call(call) => {
-            let op = call
-                .func_name
-                .starts_with(|c: char| matches!(c, '_' | '@' | '!' | '-'));
+            let op = call.func_name.starts_with(['_', '@', '!', '-']);
             let namespace = call.target.as_deref().and_then(|t| match &t.expr {
                 Expr::Ident(ns) if NAMESPACES.contains(&ns.as_str()) => Some(ns.clone()),
                 _ => None,
@@ -350,8 +344,8 @@ fn check_node(node: &Value, path: &str, out: &mut Vec<Cause>) {
             Ok(p) => p,
             Err(e) => {
                 out.push(invalid(format!(
-                    "compilation failed: ERROR: <input>: {}",
-                    e.to_string().lines().next().unwrap_or_default()
+                    "compilation failed: {}",
+                    parse_error(&e.to_string())
                 )));
                 continue;
             }
@@ -376,9 +370,9 @@ fn check_node(node: &Value, path: &str, out: &mut Vec<Cause>) {
                 "FieldValueInvalid",
                 format!("{path}.x-kubernetes-validations[{i}].messageExpression"),
                 format!(
-                    "Invalid value: {}: messageExpression compilation failed: ERROR: <input>: {}",
+                    "Invalid value: {}: messageExpression compilation failed: {}",
                     go_rule(r),
-                    e.to_string().lines().next().unwrap_or_default()
+                    parse_error(&e.to_string())
                 ),
             ));
         }
@@ -405,6 +399,16 @@ fn check_node(node: &Value, path: &str, out: &mut Vec<Cause>) {
                 ));
             }
         }
+    }
+}
+
+/// The first line of a parse error in cel-go's `ERROR: <input>:line:col: …` form.
+fn parse_error(e: &str) -> String {
+    let first = e.lines().next().unwrap_or_default().trim();
+    if first.starts_with("ERROR:") {
+        first.to_string()
+    } else {
+        format!("ERROR: <input>: {first}")
     }
 }
 

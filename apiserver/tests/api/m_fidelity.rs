@@ -399,3 +399,391 @@ async fn delete_responses_have_kube_shapes() {
     let r = t.raw("DELETE", &format!("{CM}/gone"), &[], vec![]).await;
     assert_eq!(r.json()["kind"], "Status");
 }
+
+const POLICIES: &str = "/apis/fidelity.example.com/v1/namespaces/default/policies";
+
+fn policy_crd() -> Value {
+    serde_json::from_str(include_str!("../fixtures/policy-crd.json")).expect("fixture")
+}
+
+fn good_spec() -> Value {
+    json!({"endpoint": "https://example.com/hook", "podCIDR": "10.244.0.0/16",
+           "version": "1.31.2", "name": "web", "token": "aGVsbG8=",
+           "id": "6f1a0a52-8c1e-4c8e-9a59-6f0c3d3e2b11", "window": "90m",
+           "contact": "ops@example.com", "nodeIP": "10.0.0.7", "replicas": 2,
+           "selector": {"matchLabels": {"app": "web"}}, "limits": {"cpu": "1"}})
+}
+
+async fn create_policy(t: &TestServer, name: &str, spec: Value) -> Raw {
+    t.send_json(
+        "POST",
+        POLICIES,
+        "application/json",
+        &json!({"apiVersion": "fidelity.example.com/v1", "kind": "Policy",
+                "metadata": {"name": name}, "spec": spec}),
+    )
+    .await
+}
+
+fn messages(r: &Raw) -> Vec<String> {
+    r.json()["details"]["causes"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .map(|c| {
+                    format!(
+                        "{}: {}",
+                        c["field"].as_str().unwrap_or(""),
+                        c["message"].as_str().unwrap_or("")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn cel_libraries_and_string_formats_validate_as_kube() {
+    let t = start().await;
+    let r = t
+        .send_json("POST", CRDS, "application/json", &policy_crd())
+        .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let r = create_policy(&t, "good", good_spec()).await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+
+    let bad = |k: &str, v: Value| {
+        let mut s = good_spec();
+        s[k] = v;
+        s
+    };
+    let cases = [
+        (
+            bad("endpoint", json!("http://example.com")),
+            vec!["spec.endpoint: Forbidden: must be an https URL"],
+        ),
+        (
+            bad("podCIDR", json!("10.0.0.0/28")),
+            vec!["spec.podCIDR: Invalid value: \"string\": not a /24 or wider CIDR: 10.0.0.0/28"],
+        ),
+        (
+            bad("version", json!("1.28.0")),
+            vec!["spec.version: Invalid value: \"string\": must be a version after 1.29"],
+        ),
+        (
+            bad("name", json!("Not_A_Label")),
+            vec!["spec.name: Invalid value: \"string\": must be a DNS label"],
+        ),
+        (
+            bad("raw", json!("not base64!")),
+            vec![
+                "spec.raw: Invalid value: \"not base64!\": spec.raw in body must be of type byte: \"not base64!\"",
+            ],
+        ),
+        (
+            bad("id", json!("1234")),
+            vec![
+                "spec.id: Invalid value: \"1234\": spec.id in body must be of type uuid: \"1234\"",
+            ],
+        ),
+        (
+            bad("window", json!("an hour")),
+            vec![
+                "spec.window: Invalid value: \"an hour\": spec.window in body must be of type duration: \"an hour\"",
+            ],
+        ),
+        (
+            bad("contact", json!("nobody")),
+            vec![
+                "spec.contact: Invalid value: \"nobody\": spec.contact in body must be of type email: \"nobody\"",
+            ],
+        ),
+        (
+            bad("nodeIP", json!("fd00::1")),
+            vec![
+                "spec.nodeIP: Invalid value: \"fd00::1\": spec.nodeIP in body must be of type ipv4: \"fd00::1\"",
+            ],
+        ),
+        (
+            bad("limits", json!({})),
+            vec![
+                "spec.limits: Invalid value: \"object\": spec.limits in body should have at least 1 properties",
+            ],
+        ),
+        (
+            bad("token", json!("Zm9yYmlkZGVu")),
+            vec!["spec: Invalid value: \"object\": token may not be forbidden"],
+        ),
+        // A type error blocks the CEL rules, and kube says so.
+        (
+            bad("replicas", json!("two")),
+            vec![
+                "spec.replicas: Invalid value: \"two\": spec.replicas in body must be of type integer: \"string\"",
+                "<nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+            ],
+        ),
+    ];
+    for (i, (spec, want)) in cases.into_iter().enumerate() {
+        let r = create_policy(&t, &format!("bad-{i}"), spec).await;
+        assert_eq!(
+            r.status,
+            422,
+            "case {i}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert_eq!(messages(&r), want, "case {i}");
+    }
+
+    // A transition rule with its own fieldPath.
+    let path = format!("{POLICIES}/good");
+    let r = t
+        .send_json("PATCH", &path, MERGE, &json!({"spec": {"replicas": 1}}))
+        .await;
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        messages(&r),
+        vec!["spec.replicas: Invalid value: \"integer\": replicas may not go down"]
+    );
+}
+
+#[tokio::test]
+async fn crd_creation_rejects_bad_rules_patterns_and_list_types() {
+    let t = start().await;
+    let mut crd = policy_crd();
+    let spec = "/spec/versions/0/schema/openAPIV3Schema/properties/spec";
+    let props = crd
+        .pointer_mut(&format!("{spec}/properties"))
+        .and_then(Value::as_object_mut)
+        .expect("properties");
+    props.insert("code".into(), json!({"type": "string", "pattern": "[a-z"}));
+    props.insert(
+        "bag".into(),
+        json!({"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "bag"}),
+    );
+    props.insert(
+        "typo".into(),
+        json!({"type": "object", "properties": {"a": {"type": "string"}},
+               "x-kubernetes-validations": [{"rule": "self.b == 'x'"}]}),
+    );
+    props.insert(
+        "unknownFn".into(),
+        json!({"type": "string", "x-kubernetes-validations": [{"rule": "frobnicate(self)"}]}),
+    );
+    props.insert(
+        "notBool".into(),
+        json!({"type": "string", "x-kubernetes-validations": [{"rule": "self + 'x'"}]}),
+    );
+    let r = t.send_json("POST", CRDS, "application/json", &crd).await;
+    assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
+    let got = messages(&r);
+    let base = "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties";
+    let rule = |r: &str| {
+        format!(
+            "apiextensions.ValidationRule{{Rule:{r:?}, Message:\"\", MessageExpression:\"\", Reason:(*apiextensions.FieldValueErrorReason)(nil), FieldPath:\"\", OptionalOldSelf:(*bool)(nil)}}"
+        )
+    };
+    let want = [
+        format!(
+            "{base}[bag].x-kubernetes-list-type: Unsupported value: \"bag\": supported values: \"atomic\", \"set\", \"map\""
+        ),
+        format!(
+            "{base}[code].pattern: Invalid value: \"[a-z\": must be a valid regular expression, but isn't: error: unclosed character class"
+        ),
+        format!(
+            "{base}[notBool].x-kubernetes-validations[0].rule: Invalid value: {}: cel expression must evaluate to a bool",
+            rule("self + 'x'")
+        ),
+        format!(
+            "{base}[typo].x-kubernetes-validations[0].rule: Invalid value: {}: compilation failed: ERROR: <input>: undefined field 'b'",
+            rule("self.b == 'x'")
+        ),
+        format!(
+            "{base}[unknownFn].x-kubernetes-validations[0].rule: Invalid value: {}: compilation failed: ERROR: <input>: undeclared reference to 'frobnicate' (in container '')",
+            rule("frobnicate(self)")
+        ),
+    ];
+    for w in &want {
+        assert!(got.contains(w), "missing {w}\nin {got:#?}");
+    }
+    assert_eq!(got.len(), want.len(), "{got:#?}");
+}
+
+#[tokio::test]
+async fn validation_ratchets_unchanged_invalid_fields() {
+    let t = start().await;
+    let mut crd = policy_crd();
+    let r = t.send_json("POST", CRDS, "application/json", &crd).await;
+    assert_eq!(r.status, 201);
+    let mut spec = good_spec();
+    spec["endpoint"] = json!("https://old.example.com");
+    spec["version"] = json!("1.30.0");
+    let r = create_policy(&t, "p", spec).await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+
+    // The CRD tightens: endpoints must be internal, versions get a maxLength of 3.
+    let spec_schema = "/spec/versions/0/schema/openAPIV3Schema/properties/spec";
+    let cur = t
+        .get(&format!("{CRDS}/policies.fidelity.example.com"))
+        .await
+        .json();
+    crd["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"].clone();
+    *crd.pointer_mut(&format!(
+        "{spec_schema}/properties/endpoint/x-kubernetes-validations/0/rule"
+    ))
+    .expect("rule") = json!("isURL(self) && url(self).getHostname().endsWith('.internal')");
+    *crd.pointer_mut(&format!("{spec_schema}/properties/version"))
+        .expect("version") = json!({"type": "string", "maxLength": 3});
+    let r = t
+        .send_json(
+            "PUT",
+            &format!("{CRDS}/policies.fidelity.example.com"),
+            "application/json",
+            &crd,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+
+    // Labels, finalizers, status and other spec fields still update.
+    let path = format!("{POLICIES}/p");
+    let r = t
+        .send_json(
+            "PATCH",
+            &path,
+            MERGE,
+            &json!({"metadata": {"labels": {"tier": "gold"}, "finalizers": ["test.capw.dev/hold"]},
+                    "spec": {"replicas": 3}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let r = t
+        .send_json(
+            "PATCH",
+            &format!("{path}/status"),
+            MERGE,
+            &json!({"status": {"ready": true}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let r = t
+        .send_json(
+            "PATCH",
+            &path,
+            MERGE,
+            &json!({"metadata": {"finalizers": null}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+
+    // Changing an invalid field is checked against the new rules.
+    let r = t
+        .send_json(
+            "PATCH",
+            &path,
+            MERGE,
+            &json!({"spec": {"version": "1.31.0"}}),
+        )
+        .await;
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        messages(&r),
+        vec![
+            "spec.version: Too long: may not be more than 3 bytes".to_string(),
+            "<nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".to_string(),
+        ]
+    );
+    let r = t
+        .send_json(
+            "PATCH",
+            &path,
+            MERGE,
+            &json!({"spec": {"endpoint": "https://new.example.com"}}),
+        )
+        .await;
+    assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        messages(&r),
+        vec!["spec.endpoint: Forbidden: must be an https URL".to_string()]
+    );
+}
+
+#[tokio::test]
+async fn server_side_apply_honours_atomic_maps_and_reports_conflicts_as_kube() {
+    let t = start().await;
+    let r = t
+        .send_json("POST", CRDS, "application/json", &policy_crd())
+        .await;
+    assert_eq!(r.status, 201);
+    let apply = |manager: &'static str, body: Value| {
+        let t = &t;
+        async move {
+            t.raw(
+                "PATCH",
+                &format!("{POLICIES}/a?fieldManager={manager}"),
+                &[("content-type", "application/apply-patch+yaml")],
+                serde_json::to_vec(&body).expect("json"),
+            )
+            .await
+        }
+    };
+    let obj = |spec: Value| {
+        json!({"apiVersion": "fidelity.example.com/v1", "kind": "Policy",
+               "metadata": {"name": "a"}, "spec": spec})
+    };
+    let r = apply(
+        "alice",
+        obj(json!({"selector": {"matchLabels": {"app": "web", "tier": "fe"}}})),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let mf = &r.json()["metadata"]["managedFields"][0]["fieldsV1"];
+    assert_eq!(
+        mf["f:spec"]["f:selector"],
+        json!({}),
+        "an atomic map is one field: {mf}"
+    );
+
+    // Re-applying a smaller atomic map replaces it whole: no stale key survives.
+    let r = apply(
+        "alice",
+        obj(json!({"selector": {"matchLabels": {"app": "web"}}})),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json()["spec"]["selector"],
+        json!({"matchLabels": {"app": "web"}})
+    );
+
+    // Another applier touching one key of it conflicts on the whole map.
+    let r = apply(
+        "bob",
+        obj(json!({"selector": {"matchLabels": {"app": "api"}}, "replicas": 1})),
+    )
+    .await;
+    assert_eq!(r.status, 409);
+    assert_eq!(
+        r.json()["message"],
+        "Apply failed with 1 conflict: conflict with \"alice\": .spec.selector"
+    );
+
+    // An Update manager is named with its API version; conflicts are grouped per manager.
+    let r = t
+        .send_json(
+            "PATCH",
+            &format!("{POLICIES}/a?fieldManager=carol"),
+            MERGE,
+            &json!({"spec": {"replicas": 5, "name": "x"}}),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let r = apply(
+        "bob",
+        obj(json!({"selector": {"matchLabels": {"app": "api"}}, "replicas": 1, "name": "y"})),
+    )
+    .await;
+    assert_eq!(r.status, 409);
+    assert_eq!(
+        r.json()["message"],
+        "Apply failed with 3 conflicts: conflicts with \"alice\":\n- .spec.selector\nconflicts with \"carol\" using fidelity.example.com/v1:\n- .spec.name\n- .spec.replicas"
+    );
+}
