@@ -249,6 +249,12 @@ fn builtin(
     }
 }
 
+/// A column kubectl shows only with `-o wide`.
+fn wide(mut c: Column) -> Column {
+    c.priority = 1;
+    c
+}
+
 fn builtins() -> Vec<ResourceType> {
     let c = Column::new;
     let mut event_v1 = builtin(
@@ -320,11 +326,16 @@ fn builtins() -> Vec<ResourceType> {
             false,
             Builtin::Event,
             vec![
-                c("Last Seen", "date", ".lastTimestamp"),
+                c("Last Seen", "string", "#lastSeen"),
                 c("Type", "string", ".type"),
                 c("Reason", "string", ".reason"),
                 c("Object", "string", "#involved"),
+                wide(c("Subobject", "string", ".involvedObject.fieldPath")),
+                wide(c("Source", "string", "#source")),
                 c("Message", "string", ".message"),
+                wide(c("First Seen", "string", "#firstSeen")),
+                wide(c("Count", "string", "#count")),
+                wide(c("Name", "string", ".metadata.name")),
             ],
         ),
         event_v1,

@@ -132,6 +132,44 @@ fn cell(obj: &Value, col: &Column, now: jiff::Timestamp) -> Value {
                 io["name"].as_str().unwrap_or_default()
             ));
         }
+        "#lastSeen" | "#firstSeen" => {
+            let keys: &[&str] = if col.json_path == "#lastSeen" {
+                &["/series/lastObservedTime", "/lastTimestamp", "/eventTime"]
+            } else {
+                &["/firstTimestamp", "/eventTime"]
+            };
+            let at = keys
+                .iter()
+                .filter_map(|k| obj.pointer(k).and_then(Value::as_str))
+                .find(|t| !t.is_empty())
+                .or_else(|| {
+                    obj.pointer("/metadata/creationTimestamp")
+                        .and_then(Value::as_str)
+                });
+            return json!(
+                at.and_then(|t| age_of(t, now))
+                    .unwrap_or_else(|| "<unknown>".into())
+            );
+        }
+        "#source" => {
+            let component = obj.pointer("/source/component").and_then(Value::as_str);
+            let host = obj.pointer("/source/host").and_then(Value::as_str);
+            let controller = obj.get("reportingController").and_then(Value::as_str);
+            let text = match (component.or(controller), host) {
+                (Some(c), Some(h)) if !h.is_empty() => format!("{c}, {h}"),
+                (Some(c), _) => c.to_string(),
+                (None, _) => String::new(),
+            };
+            return json!(text);
+        }
+        "#count" => {
+            let n = obj
+                .pointer("/series/count")
+                .or_else(|| obj.get("count"))
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            return json!(n.to_string());
+        }
         "#ready" => {
             let ready = jsonpath(obj, ".status.conditions[?(@.type==\"Ready\")].status");
             return json!(if ready.first().and_then(|v| v.as_str()) == Some("True") {
@@ -194,22 +232,31 @@ pub fn table(
     include: IncludeObject,
 ) -> Value {
     let now = jiff::Timestamp::now();
-    let mut defs = vec![json!({"name": "Name", "type": "string", "format": "name",
-        "description": "Name must be unique within a namespace.", "priority": 0})];
+    // kube's Event printer names its own columns (Name last, at priority 1) and has no Age.
+    let own_name = rt.columns.iter().any(|c| c.json_path == ".metadata.name");
+    let mut defs = vec![];
+    if !own_name {
+        defs.push(json!({"name": "Name", "type": "string", "format": "name",
+            "description": "Name must be unique within a namespace.", "priority": 0}));
+    }
     for c in &rt.columns {
         defs.push(json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority}));
     }
-    let has_age = rt
-        .columns
-        .iter()
-        .any(|c| c.json_path == ".metadata.creationTimestamp");
+    let has_age = own_name
+        || rt
+            .columns
+            .iter()
+            .any(|c| c.json_path == ".metadata.creationTimestamp");
     if !has_age {
         defs.push(json!({"name": "Age", "type": "date", "format": "", "description": "CreationTimestamp", "priority": 0}));
     }
     let rows: Vec<Value> = items
         .iter()
         .map(|o| {
-            let mut cells = vec![o.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
+            let mut cells = vec![];
+            if !own_name {
+                cells.push(o.pointer("/metadata/name").cloned().unwrap_or(Value::Null));
+            }
             cells.extend(rt.columns.iter().map(|c| cell(o, c, now)));
             if !has_age {
                 let ts = o

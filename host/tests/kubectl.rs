@@ -387,3 +387,44 @@ fn kubectl_1_20() {
     );
     suite(old, PathBuf::from("/usr/bin/kubectl"));
 }
+
+/// Issue 11 through the machine's kubectl: `kubectl scale` on the scale subresource,
+/// `kubectl explain` from `/openapi/v3`, and `kubectl get <category>`.
+#[test]
+fn kubectl_scale_explain_and_categories() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = ApiServer::start(&tmp.path().join("data"));
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let k = Kubectl {
+        bin: PathBuf::from("/usr/bin/kubectl"),
+        home,
+        kubeconfig: server.kubeconfig.clone(),
+    };
+    let crd = repo_root()
+        .join("apiserver/tests/fixtures/gadget-crd.json")
+        .display()
+        .to_string();
+    k.ok(&["apply", "-f", &crd]);
+    let gadget = write(
+        tmp.path(),
+        "gadget.yaml",
+        "apiVersion: fidelity.example.com/v1beta2\nkind: Gadget\nmetadata: {name: s}\nspec:\n  replicas: 1\n  infrastructureRef: {apiGroup: infra.example.com, kind: Box, name: s}\n",
+    );
+    k.ok(&["apply", "-f", &gadget]);
+    assert!(
+        k.ok(&["scale", "gadget/s", "--replicas=3"])
+            .contains("scaled")
+    );
+    assert_eq!(
+        k.ok(&["get", "gadget", "s", "-o", "jsonpath={.spec.replicas}"]),
+        "3"
+    );
+    let explained = k.ok(&["explain", "gadgets.spec.infrastructureRef"]);
+    assert!(
+        explained.contains("apiGroup") && explained.contains("-required-"),
+        "{explained}"
+    );
+    let by_category = k.ok(&["get", "fidelity"]);
+    assert!(by_category.contains("s "), "{by_category}");
+}

@@ -1,4 +1,4 @@
-//! Discovery documents, `/version`, and the `/openapi/v2` answer kubectl 1.20 needs.
+//! Discovery documents, legacy and aggregated (`apidiscovery.k8s.io/v2`), and `/version`.
 
 use crate::registry::{Registry, ResourceType};
 use serde_json::{Value, json};
@@ -110,7 +110,83 @@ pub fn resources(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     )
 }
 
-/// The JSON form of `/openapi/v2`: an empty but valid Swagger document.
-pub fn openapi_json() -> Value {
-    json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.33.0-capw"}, "paths": {}, "definitions": {}})
+/// The media type of aggregated discovery (`apidiscovery.k8s.io/v2`).
+pub const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Whether the client asks for aggregated discovery (kubectl ≥ 1.26 and kube-rs
+/// `run_aggregated` put it first in `Accept`).
+pub fn wants_aggregated(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(',').any(|m| {
+            let m = m.replace(' ', "");
+            m.contains("g=apidiscovery.k8s.io")
+                && m.contains("v=v2;")
+                && m.contains("as=APIGroupDiscoveryList")
+        })
+    })
+}
+
+fn aggregated_resource(rt: &ResourceType) -> Value {
+    let kind = |k: &str, g: &str, v: &str| json!({"group": g, "version": v, "kind": k});
+    let mut r = json!({
+        "resource": rt.plural,
+        "responseKind": kind(&rt.kind, &rt.group, &rt.version),
+        "scope": if rt.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": rt.singular,
+        "verbs": rt.verbs(),
+    });
+    if !rt.short_names.is_empty() {
+        r["shortNames"] = json!(rt.short_names);
+    }
+    if !rt.categories.is_empty() {
+        r["categories"] = json!(rt.categories);
+    }
+    let mut subs = vec![];
+    if rt.status_subresource {
+        subs.push(
+            json!({"subresource": "status", "responseKind": kind(&rt.kind, &rt.group, &rt.version),
+                         "verbs": ["get", "patch", "update"]}),
+        );
+    }
+    if rt.scale.is_some() {
+        subs.push(
+            json!({"subresource": "scale", "responseKind": kind("Scale", "autoscaling", "v1"),
+                         "verbs": ["get", "patch", "update"]}),
+        );
+    }
+    if !subs.is_empty() {
+        r["subresources"] = json!(subs);
+    }
+    r
+}
+
+fn aggregated_group(reg: &Registry, name: &str, versions: &[String]) -> Value {
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|v| {
+            let mut types = reg.in_group_version(name, v);
+            types.sort_by(|a, b| a.plural.cmp(&b.plural));
+            let resources: Vec<Value> = types.iter().map(|t| aggregated_resource(t)).collect();
+            json!({"version": v, "resources": resources, "freshness": "Current"})
+        })
+        .collect();
+    let mut metadata = json!({"creationTimestamp": null});
+    if !name.is_empty() {
+        metadata["name"] = json!(name);
+    }
+    json!({"metadata": metadata, "versions": versions})
+}
+
+/// `/api` (`core`) or `/apis` (every group) as an `APIGroupDiscoveryList`.
+pub fn aggregated(reg: &Registry, core: bool) -> Value {
+    let items: Vec<Value> = if core {
+        vec![aggregated_group(reg, "", &["v1".to_string()])]
+    } else {
+        reg.groups()
+            .iter()
+            .map(|(g, vs)| aggregated_group(reg, g, vs))
+            .collect()
+    };
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
+           "metadata": {}, "items": items})
 }

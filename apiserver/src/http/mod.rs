@@ -3,6 +3,7 @@
 
 mod discovery;
 mod list;
+mod openapi;
 pub mod request;
 mod watch;
 
@@ -215,8 +216,22 @@ async fn serve_request(app: Arc<App>, req: Request) -> Response {
                 )
                     .into_response()
             } else {
-                plain(discovery::openapi_json())
+                plain(openapi::v2(&app.core.registry))
             }
+        }
+        Route::OpenApiV3Index => plain(openapi::v3_index(&app.core.registry)),
+        Route::OpenApiV3(g, v) if openapi::served(&app.core.registry, &g, &v) => {
+            plain(openapi::v3(&app.core.registry, &g, &v))
+        }
+        Route::OpenApiV3(..) => error_response(&ApiError::route_not_found()),
+        Route::CoreVersions | Route::Groups if discovery::wants_aggregated(accept.as_deref()) => {
+            let doc = discovery::aggregated(&app.core.registry, route == Route::CoreVersions);
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, discovery::AGGREGATED)],
+                json_bytes(&doc),
+            )
+                .into_response()
         }
         Route::CoreVersions => plain(discovery::core_versions(&app.address)),
         Route::Groups => plain(discovery::groups(&app.core.registry)),

@@ -151,7 +151,11 @@ async fn a09_to_a12_queries_paths_and_accept() {
     let r = t.raw("GET", "/apis", &[("accept", agg)], vec![]).await;
     assert_eq!(
         r.json()["kind"],
-        "APIGroupList",
-        "aggregated discovery falls back to the legacy document"
+        "APIGroupDiscoveryList",
+        "aggregated discovery is served when asked for"
     );
+    let r = t
+        .raw("GET", "/apis", &[("accept", "application/json")], vec![])
+        .await;
+    assert_eq!(r.json()["kind"], "APIGroupList");
 }

@@ -787,3 +787,124 @@ async fn server_side_apply_honours_atomic_maps_and_reports_conflicts_as_kube() {
         "Apply failed with 3 conflicts: conflicts with \"alice\":\n- .spec.selector\nconflicts with \"carol\" using fidelity.example.com/v1:\n- .spec.name\n- .spec.replicas"
     );
 }
+
+#[tokio::test]
+async fn discovery_is_aggregated_and_openapi_is_published() {
+    let t = start().await;
+    install_gadgets(&t).await;
+    let accept =
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+    let r = t.raw("GET", "/apis", &[("accept", accept)], vec![]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.headers["content-type"],
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    );
+    let doc = r.json();
+    assert_eq!(doc["kind"], "APIGroupDiscoveryList");
+    let group = doc["items"]
+        .as_array()
+        .and_then(|i| {
+            i.iter()
+                .find(|g| g["metadata"]["name"] == "fidelity.example.com")
+        })
+        .cloned()
+        .expect("the Gadget group");
+    assert_eq!(
+        group["versions"][0]["version"], "v1beta2",
+        "preferred first"
+    );
+    let res = &group["versions"][0]["resources"][0];
+    assert_eq!(res["resource"], "gadgets");
+    assert_eq!(res["categories"], json!(["fidelity"]));
+    assert_eq!(res["scope"], "Namespaced");
+    assert_eq!(res["subresources"][1]["responseKind"]["kind"], "Scale");
+    let core = t
+        .raw("GET", "/api", &[("accept", accept)], vec![])
+        .await
+        .json();
+    assert!(
+        core["items"][0]["versions"][0]["resources"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["resource"] == "configmaps"))
+    );
+    // A client that does not ask gets the legacy documents.
+    assert_eq!(t.get("/apis").await.json()["kind"], "APIGroupList");
+
+    let index = t.get("/openapi/v3").await.json();
+    let url = index["paths"]["apis/fidelity.example.com/v1beta2"]["serverRelativeURL"]
+        .as_str()
+        .expect("v1beta2 in the index")
+        .to_string();
+    let v3 = t.get(&url).await.json();
+    let def = &v3["components"]["schemas"]["com.example.fidelity.v1beta2.Gadget"];
+    assert_eq!(
+        def["x-kubernetes-group-version-kind"],
+        json!([{"group": "fidelity.example.com", "version": "v1beta2", "kind": "Gadget"}])
+    );
+    assert!(def["properties"]["spec"]["properties"]["minReadySeconds"].is_object());
+    let v2 = t.get("/openapi/v2").await.json();
+    assert!(v2["definitions"]["com.example.fidelity.v1beta1.Gadget"].is_object());
+    assert!(v2["definitions"]["io.k8s.api.core.v1.ConfigMap"].is_object());
+}
+
+#[tokio::test]
+async fn event_tables_have_kube_columns() {
+    let t = start().await;
+    let ev = json!({"metadata": {"name": "e1"}, "type": "Normal", "reason": "Scaled",
+        "message": "scaled to 3", "involvedObject": {"kind": "Gadget", "name": "s"},
+        "source": {"component": "capw"}, "count": 2,
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z"});
+    let r = t
+        .send_json(
+            "POST",
+            "/api/v1/namespaces/default/events",
+            "application/json",
+            &ev,
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let table = t
+        .raw(
+            "GET",
+            "/api/v1/namespaces/default/events",
+            &[("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")],
+            vec![],
+        )
+        .await
+        .json();
+    let cols: Vec<(String, i64)> = table["columnDefinitions"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or("").to_string(),
+                c["priority"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let want = [
+        ("Last Seen", 0),
+        ("Type", 0),
+        ("Reason", 0),
+        ("Object", 0),
+        ("Subobject", 1),
+        ("Source", 1),
+        ("Message", 0),
+        ("First Seen", 1),
+        ("Count", 1),
+        ("Name", 1),
+    ];
+    assert_eq!(
+        cols,
+        want.iter()
+            .map(|(n, p)| (n.to_string(), *p))
+            .collect::<Vec<_>>()
+    );
+    let row = &table["rows"][0]["cells"];
+    assert_eq!(row[3], "gadget/s");
+    assert_eq!(row[5], "capw");
+    assert_eq!(row[8], "2");
+    assert_eq!(row[9], "e1");
+}
