@@ -333,6 +333,16 @@ fn check_node(node: &Value, path: &str, out: &mut Vec<Cause>) {
             ));
             continue;
         };
+        // cel 0.13, under kube-cel, has no optional types: `.?` does not parse (refused
+        // below as a compilation failure) and an optional oldSelf would fail every write.
+        if r.get("optionalOldSelf") == Some(&Value::Bool(true)) {
+            out.push(Cause::new(
+                "FieldValueForbidden",
+                format!("{path}.x-kubernetes-validations[{i}].optionalOldSelf"),
+                "Forbidden: capw-apiserver's CEL engine has no optional types; write the rule without optionalOldSelf (transition rules run on updates only)",
+            ));
+            continue;
+        }
         let invalid = |detail: String| {
             Cause::new(
                 "FieldValueInvalid",
