@@ -501,4 +501,29 @@ mod tests {
                 .contains("undeclared reference to 'other'")
         );
     }
+
+    #[test]
+    fn rules_over_the_cost_budget_are_refused_unless_bounded() {
+        let rule = "self.tags.all(a, self.tags.all(b, self.tags.all(c, a != b || b != c)))";
+        let schema = |bound: Option<u64>| {
+            let mut tags = json!({"type": "array", "items": {"type": "string", "maxLength": 10}});
+            if let Some(n) = bound {
+                tags["maxItems"] = json!(n);
+            }
+            json!({"type": "object", "properties": {"tags": tags},
+                   "x-kubernetes-validations": [{"rule": rule}]})
+        };
+        let mut out = vec![];
+        check(&schema(None), "s", &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].reason, "FieldValueForbidden");
+        assert!(
+            out[0]
+                .message
+                .starts_with("Forbidden: estimated rule cost exceeds budget by more than 100x")
+        );
+        let mut out = vec![];
+        check(&schema(Some(10)), "s", &mut out);
+        assert!(out.is_empty(), "{out:?}");
+    }
 }

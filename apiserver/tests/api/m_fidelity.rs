@@ -918,3 +918,24 @@ async fn event_tables_have_kube_columns() {
     assert_eq!(row[8], "2");
     assert_eq!(row[9], "e1");
 }
+
+#[tokio::test]
+async fn strict_decoding_errors_carry_kubes_prefix() {
+    let t = start().await;
+    install_gadgets(&t).await;
+    let mut g = gadget("strict", json!([]));
+    g["spec"]["bogus"] = json!(1);
+    let r = t
+        .send_json(
+            "POST",
+            &format!("{G2}?fieldValidation=Strict"),
+            "application/json",
+            &g,
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.json()["message"],
+        "Gadget in version \"v1beta2\" cannot be handled as a Gadget: strict decoding error: unknown field \"spec.bogus\""
+    );
+}
