@@ -91,8 +91,9 @@ pub struct ResourceType {
     pub schema: Option<Value>,
     pub columns: Vec<Column>,
     pub selectable_fields: Vec<String>,
-    /// Whether the schema carries CEL rules (`x-kubernetes-validations`).
-    pub has_cel: bool,
+    /// The schema's CEL rules (`x-kubernetes-validations`), compiled once when the CRD is
+    /// installed rather than on every write.
+    pub cel: Option<Arc<kube_cel::CompiledSchema>>,
     /// Where objects live in the store (`group/plural`); the events.k8s.io view shares core's.
     pub storage: String,
     /// Whether clients may use this version. A CRD's storage version may be unserved; the
@@ -242,7 +243,7 @@ fn builtin(
         schema: None,
         columns,
         selectable_fields: vec![],
-        has_cel: false,
+        cel: None,
         storage: format!("{group}/{plural}"),
         served: true,
         storage_version: b != Builtin::EventV1,
@@ -479,9 +480,10 @@ pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
             schema: v.pointer("/schema/openAPIV3Schema").cloned(),
             columns,
             selectable_fields: selectable,
-            has_cel: v
+            cel: v
                 .pointer("/schema/openAPIV3Schema")
-                .is_some_and(|s| s.to_string().contains("x-kubernetes-validations")),
+                .filter(|s| s.to_string().contains("x-kubernetes-validations"))
+                .map(|s| Arc::new(kube_cel::compile_schema(s))),
             storage: format!("{group}/{plural}"),
             served,
             storage_version,

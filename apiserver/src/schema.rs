@@ -635,8 +635,13 @@ fn node_type(schema: &Value, field_path: &str) -> String {
 
 /// Evaluates the CEL rules (`x-kubernetes-validations`) of the schema; `old` enables
 /// transition rules (`oldSelf`) and ratcheting on updates.
-pub fn validate_cel(obj: &Value, schema: &Value, old: Option<&Value>) -> Vec<Cause> {
-    match kube_cel::validate(schema, obj, old) {
+pub fn validate_cel(
+    obj: &Value,
+    schema: &Value,
+    compiled: &kube_cel::CompiledSchema,
+    old: Option<&Value>,
+) -> Vec<Cause> {
+    match kube_cel::validate_compiled(compiled, obj, old) {
         Ok(()) => vec![],
         Err(errors) => errors
             .into_vec()

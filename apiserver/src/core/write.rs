@@ -163,11 +163,13 @@ impl Core {
             let skip_status = rt.status_subresource;
             // Defaults are applied on read, so the stored form may lack them; compare with the
             // defaulted form, or merely reading and writing back would look like a spec change.
-            let mut before = cur.clone();
-            if let Some(s) = &rt.schema {
-                schema::default(&mut before, s);
-            }
-            if without_meta_and(&obj, skip_status) != without_meta_and(&before, skip_status) {
+            let changed = without_meta_and(&obj, skip_status) != without_meta_and(cur, skip_status)
+                && rt.schema.as_ref().is_none_or(|s| {
+                    let mut before = cur.clone();
+                    schema::default(&mut before, s);
+                    without_meta_and(&obj, skip_status) != without_meta_and(&before, skip_status)
+                });
+            if changed {
                 let g = cur
                     .pointer("/metadata/generation")
                     .and_then(Value::as_i64)

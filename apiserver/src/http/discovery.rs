@@ -118,10 +118,11 @@ pub const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=API
 pub fn wants_aggregated(accept: Option<&str>) -> bool {
     accept.is_some_and(|a| {
         a.split(',').any(|m| {
-            let m = m.replace(' ', "");
-            m.contains("g=apidiscovery.k8s.io")
-                && m.contains("v=v2;")
-                && m.contains("as=APIGroupDiscoveryList")
+            let params: Vec<&str> = m.split(';').map(str::trim).collect();
+            params.first() == Some(&"application/json")
+                && ["g=apidiscovery.k8s.io", "v=v2", "as=APIGroupDiscoveryList"]
+                    .iter()
+                    .all(|p| params.contains(p))
         })
     })
 }
