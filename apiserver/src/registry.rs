@@ -94,6 +94,9 @@ pub struct ResourceType {
     /// The schema's CEL rules (`x-kubernetes-validations`), compiled once when the CRD is
     /// installed rather than on every write.
     pub cel: Option<Arc<kube_cel::CompiledSchema>>,
+    /// Where the schema declares `x-kubernetes-map-type: atomic` (see
+    /// [`schema::atomic_map_paths`]).
+    pub atomic_maps: Vec<String>,
     /// Where objects live in the store (`group/plural`); the events.k8s.io view shares core's.
     pub storage: String,
     /// Whether clients may use this version. A CRD's storage version may be unserved; the
@@ -196,11 +199,7 @@ impl ResourceType {
     /// Whether the map or struct at `dotted` is `x-kubernetes-map-type: atomic` (built-in
     /// kinds have no schema here, so all their maps are granular).
     pub fn atomic_map(&self, dotted: &str) -> bool {
-        self.schema
-            .as_ref()
-            .and_then(|s| schema::node_at(s, dotted))
-            .and_then(|n| n.get("x-kubernetes-map-type"))
-            .is_some_and(|t| t == "atomic")
+        !self.atomic_maps.is_empty() && schema::matches_path(&self.atomic_maps, dotted)
     }
 
     pub fn media_types_for_patch(&self) -> Vec<&'static str> {
@@ -244,6 +243,7 @@ fn builtin(
         columns,
         selectable_fields: vec![],
         cel: None,
+        atomic_maps: vec![],
         storage: format!("{group}/{plural}"),
         served: true,
         storage_version: b != Builtin::EventV1,
@@ -484,6 +484,10 @@ pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
                 .pointer("/schema/openAPIV3Schema")
                 .filter(|s| s.to_string().contains("x-kubernetes-validations"))
                 .map(|s| Arc::new(kube_cel::compile_schema(s))),
+            atomic_maps: v
+                .pointer("/schema/openAPIV3Schema")
+                .map(schema::atomic_map_paths)
+                .unwrap_or_default(),
             storage: format!("{group}/{plural}"),
             served,
             storage_version,

@@ -732,6 +732,52 @@ pub fn node_at<'a>(schema: &'a Value, dotted: &str) -> Option<&'a Value> {
     Some(cur)
 }
 
+/// The dotted paths of the `x-kubernetes-map-type: atomic` nodes of a schema, `*` standing
+/// for any key of a map (`additionalProperties`). Computed once per CRD version, so apply's
+/// per-field lookups cost nothing for the common schema that has none.
+pub fn atomic_map_paths(schema: &Value) -> Vec<String> {
+    fn walk(s: &Value, path: &str, out: &mut Vec<String>) {
+        let mut s = s;
+        while s.get("type").and_then(Value::as_str) == Some("array") {
+            match s.get("items") {
+                Some(i) => s = i,
+                None => return,
+            }
+        }
+        if !path.is_empty()
+            && s.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")
+        {
+            out.push(path.to_string());
+        }
+        if let Some(props) = s.get("properties").and_then(Value::as_object) {
+            for (k, p) in props {
+                walk(p, &join(path, k), out);
+            }
+        }
+        if let Some(ap) = s.get("additionalProperties").filter(|a| a.is_object()) {
+            walk(ap, &join(path, "*"), out);
+        }
+    }
+    let mut out = vec![];
+    walk(schema, "", &mut out);
+    out
+}
+
+/// Whether `dotted` is one of `paths` (as made by [`atomic_map_paths`]).
+pub fn matches_path(paths: &[String], dotted: &str) -> bool {
+    paths.iter().any(|p| {
+        let mut want = p.split('.');
+        let mut got = dotted.split('.');
+        loop {
+            match (want.next(), got.next()) {
+                (None, None) => return true,
+                (Some(w), Some(g)) if w == "*" || w == g => {}
+                _ => return false,
+            }
+        }
+    })
+}
+
 /// Builds an empty object for `Map` use in tests and callers that need a root.
 pub fn empty() -> Value {
     Value::Object(Map::new())
@@ -790,6 +836,22 @@ mod tests {
         );
         let mut dup = json!({"spec":{"color":"x","items":[{"name":"a"},{"name":"a"}]}});
         assert_eq!(validate(&mut dup, &s, "")[0].reason, "FieldValueDuplicate");
+    }
+
+    #[test]
+    fn atomic_maps_are_found_through_lists_and_maps() {
+        let s = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "selector": {"type": "object", "x-kubernetes-map-type": "atomic"},
+            "pools": {"type": "array", "items": {"type": "object", "properties": {
+                "ref": {"type": "object", "x-kubernetes-map-type": "atomic"}}}},
+            "byName": {"type": "object", "additionalProperties": {"type": "object",
+                "x-kubernetes-map-type": "atomic"}}}}}});
+        let paths = atomic_map_paths(&s);
+        assert!(matches_path(&paths, "spec.selector"));
+        assert!(matches_path(&paths, "spec.pools.ref"));
+        assert!(matches_path(&paths, "spec.byName.anything"));
+        assert!(!matches_path(&paths, "spec"));
+        assert!(!matches_path(&paths, "spec.selector.matchLabels"));
     }
 
     #[test]
