@@ -16,8 +16,19 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "capw", version, about, long_about = None)]
 pub struct Cli {
+    /// How log lines are written to stderr: `text` (coloured only on a terminal) or `json`, one
+    /// object per line, for log shippers. `RUST_LOG` picks what is logged (default `info`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "CAPW_LOG_FORMAT")]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The form of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]

@@ -820,14 +820,7 @@ pub fn validate_metadata(m: &PluginMetadata) -> Result<(), String> {
     if !label {
         return Err(format!("name {:?} is not a DNS label", m.name));
     }
-    let semver = m
-        .version
-        .split('.')
-        .take(3)
-        .filter(|p| !p.is_empty() && p.chars().take_while(char::is_ascii_digit).count() > 0)
-        .count()
-        == 3;
-    if !semver {
+    if semver::Version::parse(&m.version).is_err() {
         return Err(format!("version {:?} is not a semantic version", m.version));
     }
     if m.contract_version != "v1beta2" {
@@ -861,3 +854,17 @@ pub fn validate_metadata(m: &PluginMetadata) -> Result<(), String> {
 
 /// A shared handle to one version.
 pub type PluginRef = Arc<Plugin>;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn plugin_versions_are_semantic_versions() {
+        for ok in ["0.1.0", "1.0.0-v2", "0.1.1-trap", "2.3.4+build.5"] {
+            assert!(semver::Version::parse(ok).is_ok(), "{ok}");
+        }
+        // The old hand-written check let these through.
+        for bad in ["1x.2y.3z", "1.2", "01.2.3", "1.2.3.4"] {
+            assert!(semver::Version::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
