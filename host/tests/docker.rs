@@ -690,21 +690,23 @@ fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
         .expect("victim")
         .1;
     // A watch sees every state the Machine passes through, however briefly.
-    let mut watch = Command::new("/usr/bin/kubectl")
-        .args([
-            "get",
-            "machine",
-            &format!("{cluster}-worker-1"),
-            "--watch",
-            "--output-watch-events",
-            "-o",
-            "json",
-        ])
-        .env("KUBECONFIG", &env.api.kubeconfig)
-        .env("HOME", &env.home)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("kubectl watch");
+    let mut watch = support::KillOnDrop(
+        Command::new("/usr/bin/kubectl")
+            .args([
+                "get",
+                "machine",
+                &format!("{cluster}-worker-1"),
+                "--watch",
+                "--output-watch-events",
+                "-o",
+                "json",
+            ])
+            .env("KUBECONFIG", &env.api.kubeconfig)
+            .env("HOME", &env.home)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("kubectl watch"),
+    );
     let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let stdout = watch.stdout.take().expect("watch stdout");
     let sink = seen.clone();
@@ -736,8 +738,7 @@ fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
                 .then_some(())
         },
     );
-    let _ = watch.kill();
-    let _ = watch.wait();
+    drop(watch);
     env.eventually(
         "the Machine's InfrastructureReady to be True again",
         60,

@@ -2,10 +2,13 @@
 //! stops answering is taken out, one added to the backends file is taken in, and the banner comes
 //! only once the socket is bound.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::KillOnDrop;
 
 /// A backend that answers every connection with its own name.
 fn backend(name: &'static str) -> (String, std::sync::mpsc::Sender<()>) {
@@ -57,19 +60,21 @@ fn balances_over_healthy_backends_and_follows_the_file() {
     std::fs::write(&file, format!("{a}\n{b}\n")).expect("backends");
     // Port 0: the lb binds a free port itself and names it in its banner, so there is no window
     // in which another process could take a port picked here.
-    let mut lb = Command::new(env!("CARGO_BIN_EXE_capw"))
-        .args([
-            "lb",
-            "--listen",
-            "127.0.0.1:0",
-            "--check-interval-ms",
-            "200",
-        ])
-        .arg("--backends-file")
-        .arg(&file)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("capw lb starts");
+    let mut lb = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_capw"))
+            .args([
+                "lb",
+                "--listen",
+                "127.0.0.1:0",
+                "--check-interval-ms",
+                "200",
+            ])
+            .arg("--backends-file")
+            .arg(&file)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("capw lb starts"),
+    );
     let mut line = String::new();
     BufReader::new(lb.stdout.take().expect("stdout"))
         .read_line(&mut line)
@@ -96,6 +101,4 @@ fn balances_over_healthy_backends_and_follows_the_file() {
     let (c, _stop_c) = backend("c");
     std::fs::write(&file, format!("{a}\n{b}\n{c}\n")).expect("backends");
     until("c to be taken in", || (0..6).any(|_| ask(&listen) == "c"));
-    let _ = lb.kill();
-    let _ = lb.wait();
 }

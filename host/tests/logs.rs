@@ -1,30 +1,32 @@
 //! Log output: plain text without colour codes when stderr is not a terminal, and one JSON
 //! object per line with `--log-format json`.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use support::KillOnDrop;
 
 /// Starts `capw apiserver` with `extra` flags and returns its first stderr line.
 fn first_log_line(extra: &[&str]) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_capw"))
-        .args(extra)
-        .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("capw apiserver starts");
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_capw"))
+            .args(extra)
+            .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("capw apiserver starts"),
+    );
     let stderr = child.stderr.take().expect("stderr");
-    let line = BufReader::new(stderr)
+    BufReader::new(stderr)
         .lines()
         .next()
         .expect("a log line")
-        .expect("utf-8");
-    let _ = child.kill();
-    let _ = child.wait();
-    line
+        .expect("utf-8")
 }
 
 #[test]

@@ -15,6 +15,30 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// A child process that is killed and reaped when the guard drops, so a failing test never
+/// leaves it running (holding the test runner's output pipe open).
+pub struct KillOnDrop(pub Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A `capw apiserver` child process.
 pub struct ApiServer {
     pub child: Child,
