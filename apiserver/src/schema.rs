@@ -583,8 +583,9 @@ fn duplicates(items: &[Value], path: &str, key: impl Fn(&Value) -> String, out: 
     }
 }
 
-/// The value at a cause's field path (`spec.items[0].name`), if there is one.
-fn value_at<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+/// The value at a field path (`spec.items[0].name`, or a CRD's `.spec.replicas`), if there is
+/// one.
+pub fn value_at<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
     let mut cur = v;
     for seg in path.split('.').filter(|s| !s.is_empty()) {
         let (name, indexes) = match seg.find('[') {

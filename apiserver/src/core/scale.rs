@@ -9,10 +9,6 @@ fn segments(path: &str) -> impl Iterator<Item = &str> {
     path.split('.').filter(|s| !s.is_empty())
 }
 
-fn get_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
-    segments(path).try_fold(obj, |v, k| v.get(k))
-}
-
 fn set_path(obj: &mut Value, path: &str, value: Value) {
     let mut cur = obj;
     for k in segments(path) {
@@ -44,12 +40,16 @@ pub fn scale_of(paths: &ScalePaths, obj: &Value) -> Value {
             }
         }
     }
-    let replicas = |p: &str| get_path(obj, p).and_then(Value::as_i64).unwrap_or(0);
+    let replicas = |p: &str| {
+        schema::value_at(obj, p)
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
     let mut status = json!({"replicas": replicas(&paths.status_replicas)});
     if let Some(sel) = paths
         .label_selector
         .as_deref()
-        .and_then(|p| get_path(obj, p))
+        .and_then(|p| schema::value_at(obj, p))
         .and_then(Value::as_str)
     {
         status["selector"] = json!(sel);

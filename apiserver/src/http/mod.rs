@@ -469,11 +469,7 @@ async fn self_subject_access_review(
         return Err(ApiError::method_not_allowed(method.as_str(), &rt.plural));
     }
     let bytes = read_body(headers, body).await?;
-    let ct = request::content_type(
-        headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|h| h.to_str().ok()),
-    );
+    let ct = body_type(headers);
     let mut review = decode_object(&ct, &bytes)?;
     crate::builtin::typed_check(crate::registry::Builtin::SelfSubjectAccessReview, &review)?;
     review["status"] = serde_json::json!({"allowed": true, "reason": "capw-apiserver authenticates with one token and does not enforce authorization"});
@@ -592,11 +588,7 @@ async fn resource(
             let mut opts = write_options(q)?;
             update_manager(&mut opts, headers);
             let bytes = read_body(headers, body).await?;
-            let ct = request::content_type(
-                headers
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|h| h.to_str().ok()),
-            );
+            let ct = body_type(headers);
             let obj = decode_object(&ct, &bytes)?;
             let w = core.write(&rt, ns, "", "", Op::Create(obj), &opts).await?;
             Ok(written(201, &w, want))
@@ -605,11 +597,7 @@ async fn resource(
             let mut opts = write_options(q)?;
             update_manager(&mut opts, headers);
             let bytes = read_body(headers, body).await?;
-            let ct = request::content_type(
-                headers
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|h| h.to_str().ok()),
-            );
+            let ct = body_type(headers);
             let obj = decode_object(&ct, &bytes)?;
             let w = core
                 .write(&rt, ns, name, &rp.subresource, Op::Replace(obj), &opts)
@@ -619,11 +607,7 @@ async fn resource(
         (Method::PATCH, false) => {
             let mut opts = write_options(q)?;
             let bytes = read_body(headers, body).await?;
-            let ct = request::content_type(
-                headers
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|h| h.to_str().ok()),
-            );
+            let ct = body_type(headers);
             let patch = parse_patch(&rt, &ct, &bytes)?;
             if !matches!(patch, PatchBody::Apply(_)) {
                 update_manager(&mut opts, headers);
