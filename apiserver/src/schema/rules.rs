@@ -7,8 +7,7 @@
 //! declared-field and bool checks walk the parsed expression against the schema here.
 
 use crate::status::Cause;
-use kube_cel::cel::Program;
-use kube_cel::cel::common::ast::{Expr, IdedExpr, LiteralValue};
+use kube_cel::cel::common::ast::{Expr, IdedExpr, LiteralValue, operators::OPT_SELECT};
 use serde_json::Value;
 
 /// The functions and macros of kube 1.33's CEL environment for CRD rules: the CEL standard
@@ -212,17 +211,28 @@ fn select<'a>(s: &'a Value, field: &str) -> Result<Option<&'a Value>, String> {
 fn resolve<'a>(e: &IdedExpr, node: &'a Value, errs: &mut Vec<String>) -> Option<&'a Value> {
     match &e.expr {
         Expr::Ident(name) if name == "self" || name == "oldSelf" => Some(node),
-        Expr::Select(sel) => {
-            let parent = resolve(&sel.operand, node, errs)?;
-            match select(parent, &sel.field) {
-                Ok(child) => child,
-                Err(f) => {
-                    errs.push(format!("undefined field '{f}'"));
-                    None
+        Expr::Select(sel) => select_checked(resolve(&sel.operand, node, errs)?, &sel.field, errs),
+        // `a.?b`: the same field, as an optional; selecting through an optional keeps the path.
+        Expr::Call(call) if call.func_name == OPT_SELECT => match call.args.as_slice() {
+            [operand, field] => match &field.expr {
+                Expr::Literal(LiteralValue::String(f)) => {
+                    select_checked(resolve(operand, node, errs)?, f, errs)
                 }
-            }
-        }
+                _ => None,
+            },
+            _ => None,
+        },
         _ => None,
+    }
+}
+
+fn select_checked<'a>(parent: &'a Value, field: &str, errs: &mut Vec<String>) -> Option<&'a Value> {
+    match select(parent, field) {
+        Ok(child) => child,
+        Err(f) => {
+            errs.push(format!("undefined field '{f}'"));
+            None
+        }
     }
 }
 
@@ -250,6 +260,7 @@ fn walk(e: &IdedExpr, node: &Value, bound: &mut Vec<String>, errs: &mut Vec<Stri
         Expr::Select(sel) if resolve(e, node, errs).is_none() => {
             walk(&sel.operand, node, bound, errs);
         }
+        Expr::Call(call) if call.func_name == OPT_SELECT && resolve(e, node, errs).is_some() => {}
         Expr::Call(call) => {
             let op = call.func_name.starts_with(['_', '@', '!', '-']);
             let namespace = call.target.as_deref().and_then(|t| match &t.expr {
@@ -333,16 +344,6 @@ fn check_node(node: &Value, path: &str, out: &mut Vec<Cause>) {
             ));
             continue;
         };
-        // cel 0.13, under kube-cel, has no optional types: `.?` does not parse (refused
-        // below as a compilation failure) and an optional oldSelf would fail every write.
-        if r.get("optionalOldSelf") == Some(&Value::Bool(true)) {
-            out.push(Cause::new(
-                "FieldValueForbidden",
-                format!("{path}.x-kubernetes-validations[{i}].optionalOldSelf"),
-                "Forbidden: capw-apiserver's CEL engine has no optional types; write the rule without optionalOldSelf (transition rules run on updates only)",
-            ));
-            continue;
-        }
         let invalid = |detail: String| {
             Cause::new(
                 "FieldValueInvalid",
@@ -350,7 +351,7 @@ fn check_node(node: &Value, path: &str, out: &mut Vec<Cause>) {
                 format!("Invalid value: {}: {detail}", go_rule(r)),
             )
         };
-        let program = match Program::compile(text) {
+        let program = match kube_cel::compile(text) {
             Ok(p) => p,
             Err(e) => {
                 out.push(invalid(format!(
@@ -360,6 +361,16 @@ fn check_node(node: &Value, path: &str, out: &mut Vec<Cause>) {
                 continue;
             }
         };
+        if let Some(optional) = r.get("optionalOldSelf")
+            && !program.references().has_variable("oldSelf")
+        {
+            out.push(Cause::new(
+                "FieldValueInvalid",
+                format!("{path}.x-kubernetes-validations[{i}].optionalOldSelf"),
+                format!("Invalid value: {optional}: may not be set if oldSelf is not used in rule"),
+            ));
+            continue;
+        }
         let mut errs = vec![];
         walk(program.expression(), node, &mut vec![], &mut errs);
         errs.dedup();
@@ -374,7 +385,7 @@ fn check_node(node: &Value, path: &str, out: &mut Vec<Cause>) {
             continue;
         }
         if let Some(me) = r.get("messageExpression").and_then(Value::as_str)
-            && let Err(e) = Program::compile(me)
+            && let Err(e) = kube_cel::compile(me)
         {
             out.push(Cause::new(
                 "FieldValueInvalid",

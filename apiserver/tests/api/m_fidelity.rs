@@ -547,6 +547,70 @@ async fn cel_libraries_and_string_formats_validate_as_kube() {
 }
 
 #[tokio::test]
+async fn cel_optional_syntax_and_optional_old_self_work_as_kube() {
+    let t = start().await;
+    let r = t
+        .send_json("POST", CRDS, "application/json", &policy_crd())
+        .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let with = |k: &str, v: Value| {
+        let mut s = good_spec();
+        s[k] = v;
+        s
+    };
+
+    // `.?` and `orValue`: an absent field reads as the default, a present one as itself.
+    let r = create_policy(&t, "range", with("range", json!({"min": 5}))).await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    for (i, (range, want)) in [
+        (json!({"min": 200}), "min 200 exceeds max 100"),
+        (json!({"min": 4, "max": 3}), "min 4 exceeds max 3"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = create_policy(&t, &format!("range-{i}"), with("range", range)).await;
+        assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(
+            messages(&r),
+            vec![format!("spec.range: Invalid value: \"object\": {want}")]
+        );
+    }
+
+    // optionalOldSelf: the transition rule also runs on create, with oldSelf = optional.none().
+    let owner_error = "spec.owner: Invalid value: \"string\": owner is immutable, and a new owner starts with team-";
+    let r = create_policy(&t, "bob", with("owner", json!("bob"))).await;
+    assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(messages(&r), vec![owner_error]);
+    let r = create_policy(&t, "owned", with("owner", json!("team-a"))).await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    // On update oldSelf is optional.of(old): the owner cannot change, other fields can.
+    let path = format!("{POLICIES}/owned");
+    let r = t
+        .send_json("PATCH", &path, MERGE, &json!({"spec": {"owner": "team-b"}}))
+        .await;
+    assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(messages(&r), vec![owner_error]);
+    let r = t
+        .send_json("PATCH", &path, MERGE, &json!({"spec": {"replicas": 3}}))
+        .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    // A field first set on update has no old value to correlate with: optional.none() again.
+    let path = format!("{POLICIES}/range");
+    for (owner, status) in [("carol", 422), ("team-c", 200)] {
+        let r = t
+            .send_json("PATCH", &path, MERGE, &json!({"spec": {"owner": owner}}))
+            .await;
+        assert_eq!(
+            r.status,
+            status,
+            "{owner}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+}
+
+#[tokio::test]
 async fn crd_creation_rejects_bad_rules_patterns_and_list_types() {
     let t = start().await;
     let mut crd = policy_crd();
@@ -573,12 +637,15 @@ async fn crd_creation_rejects_bad_rules_patterns_and_list_types() {
         "notBool".into(),
         json!({"type": "string", "x-kubernetes-validations": [{"rule": "self + 'x'"}]}),
     );
-    // Optional types are a known gap of the CEL engine: refused at CRD creation, not at
-    // every write.
     props.insert(
         "optional".into(),
         json!({"type": "string", "x-kubernetes-validations": [
-            {"rule": "self == oldSelf.value()", "optionalOldSelf": true}]}),
+            {"rule": "self != 'x'", "optionalOldSelf": true}]}),
+    );
+    props.insert(
+        "optTypo".into(),
+        json!({"type": "object", "properties": {"a": {"type": "string"}},
+               "x-kubernetes-validations": [{"rule": "self.?b.hasValue()"}]}),
     );
     let r = t.send_json("POST", CRDS, "application/json", &crd).await;
     assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
@@ -601,7 +668,11 @@ async fn crd_creation_rejects_bad_rules_patterns_and_list_types() {
             rule("self + 'x'")
         ),
         format!(
-            "{base}[optional].x-kubernetes-validations[0].optionalOldSelf: Forbidden: capw-apiserver's CEL engine has no optional types; write the rule without optionalOldSelf (transition rules run on updates only)"
+            "{base}[optTypo].x-kubernetes-validations[0].rule: Invalid value: {}: compilation failed: ERROR: <input>: undefined field 'b'",
+            rule("self.?b.hasValue()")
+        ),
+        format!(
+            "{base}[optional].x-kubernetes-validations[0].optionalOldSelf: Invalid value: true: may not be set if oldSelf is not used in rule"
         ),
         format!(
             "{base}[typo].x-kubernetes-validations[0].rule: Invalid value: {}: compilation failed: ERROR: <input>: undefined field 'b'",
