@@ -1,11 +1,14 @@
 //! Rules of the built-in kinds: typed decoding through k8s-openapi, Secret `stringData` and
 //! type rules, immutable ConfigMaps and Secrets, Namespace defaults, the two Event views, and
-//! CustomResourceDefinition validation.
+//! CustomResourceDefinition validation; Pods in `pod`.
+
+mod pod;
 
 use crate::registry::Builtin;
 use crate::schema;
 use crate::status::{ApiError, Cause};
 use base64::Engine;
+pub use pod::{ready_column, restarts_column, status_column};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
@@ -29,6 +32,7 @@ pub fn typed_check(b: Builtin, obj: &Value) -> Result<(), ApiError> {
         Builtin::EventV1 => decode::<ev::Event>(obj),
         Builtin::ServiceAccount => decode::<core::ServiceAccount>(obj),
         Builtin::Node => decode::<core::Node>(obj),
+        Builtin::Pod => decode::<core::Pod>(obj),
         Builtin::Lease => decode::<coord::Lease>(obj),
         Builtin::Crd => decode::<ext::CustomResourceDefinition>(obj),
         Builtin::SelfSubjectAccessReview => {
@@ -108,6 +112,7 @@ pub fn on_write(b: Builtin, obj: &mut Value, old: Option<&Value>) -> Vec<Cause> 
             }
             obj["status"] = json!({"phase": "Active"});
         }
+        Builtin::Pod => errs.extend(pod::on_write(obj, old)),
         Builtin::Crd => {
             default_crd(obj);
             errs.extend(validate_crd(obj, old));

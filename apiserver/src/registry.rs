@@ -31,6 +31,8 @@ pub enum Builtin {
     EventV1,
     ServiceAccount,
     Node,
+    /// Stored and validated; nothing on the management API schedules or runs one.
+    Pod,
     Lease,
     Crd,
     /// RBAC objects are stored so manifests apply, but not enforced.
@@ -139,7 +141,7 @@ impl ResourceType {
     pub fn returns_deleted_object(&self) -> bool {
         matches!(
             self.builtin,
-            Some(Builtin::Crd | Builtin::Namespace | Builtin::ServiceAccount)
+            Some(Builtin::Crd | Builtin::Namespace | Builtin::ServiceAccount | Builtin::Pod)
         )
     }
 
@@ -176,6 +178,17 @@ impl ResourceType {
             Some(Builtin::Secret) => field == "type",
             Some(Builtin::Namespace) => field == "status.phase",
             Some(Builtin::Node) => field == "spec.unschedulable",
+            Some(Builtin::Pod) => matches!(
+                field,
+                "spec.nodeName"
+                    | "spec.restartPolicy"
+                    | "spec.schedulerName"
+                    | "spec.serviceAccountName"
+                    | "spec.hostNetwork"
+                    | "status.phase"
+                    | "status.podIP"
+                    | "status.nominatedNodeName"
+            ),
             _ => self.selectable_fields.iter().any(|f| f == field),
         }
     }
@@ -270,6 +283,27 @@ fn builtins() -> Vec<ResourceType> {
         vec![],
     );
     event_v1.storage = "/events".into();
+    // The one served kind kube puts in the `all` category, so `kubectl get all` works.
+    let mut pod = builtin(
+        "",
+        "v1",
+        "Pod",
+        "pods",
+        &["po"],
+        true,
+        true,
+        Builtin::Pod,
+        vec![
+            c("Ready", "string", "#podReady"),
+            c("Status", "string", "#podStatus"),
+            c("Restarts", "integer", "#restarts"),
+            c("Age", "date", ".metadata.creationTimestamp"),
+            wide(c("IP", "string", ".status.podIP")),
+            wide(c("Node", "string", ".spec.nodeName")),
+            wide(c("Nominated Node", "string", ".status.nominatedNodeName")),
+        ],
+    );
+    pod.categories = vec!["all".into()];
     let rbac = |kind: &str, plural: &str, namespaced| {
         builtin(
             "rbac.authorization.k8s.io",
@@ -365,6 +399,7 @@ fn builtins() -> Vec<ResourceType> {
                 c("Version", "string", ".status.nodeInfo.kubeletVersion"),
             ],
         ),
+        pod,
         builtin(
             "coordination.k8s.io",
             "v1",

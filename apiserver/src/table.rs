@@ -170,6 +170,9 @@ fn cell(obj: &Value, col: &Column, now: jiff::Timestamp) -> Value {
                 .unwrap_or(1);
             return json!(n.to_string());
         }
+        "#podReady" => return json!(crate::builtin::ready_column(obj)),
+        "#podStatus" => return json!(crate::builtin::status_column(obj)),
+        "#restarts" => return json!(crate::builtin::restarts_column(obj)),
         "#ready" => {
             let ready = jsonpath(obj, ".status.conditions[?(@.type==\"Ready\")].status");
             return json!(if ready.first().and_then(|v| v.as_str()) == Some("True") {

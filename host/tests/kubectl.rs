@@ -427,4 +427,49 @@ fn kubectl_scale_explain_and_categories() {
     );
     let by_category = k.ok(&["get", "fidelity"]);
     assert!(by_category.contains("s "), "{by_category}");
+
+    // `all` expands to the served kinds kube puts in it: Pods.
+    let out = k.run(&["get", "all"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "No resources found in default namespace."
+    );
+    assert!(
+        k.ok(&["run", "web", "--image=nginx:1.27"])
+            .contains("pod/web created")
+    );
+    let all = k.ok(&["get", "all"]);
+    let row: Vec<&str> = all
+        .lines()
+        // kubectl prefixes the kind (`pod/web`) only when `all` expands to several kinds.
+        .find(|l| l.starts_with("web "))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    // Nothing runs Pods on the management API: the Pod stays Pending, as its status says.
+    assert_eq!(row.get(1..4), Some(&["0/1", "Pending", "0"][..]), "{all}");
+    let rejected = k.run(&[
+        "set",
+        "image",
+        "pod/web",
+        "web=nginx:1.28",
+        "--dry-run=server",
+    ]);
+    assert!(rejected.status.success(), "{rejected:?}");
+    let rejected = k.run(&[
+        "patch",
+        "pod",
+        "web",
+        "-p",
+        r#"{"spec":{"restartPolicy":"Never"}}"#,
+    ]);
+    assert!(
+        String::from_utf8_lossy(&rejected.stderr).contains("pod updates may not change fields"),
+        "{rejected:?}"
+    );
+    assert!(
+        k.ok(&["delete", "pod", "web"])
+            .contains("pod \"web\" deleted")
+    );
 }

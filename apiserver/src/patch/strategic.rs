@@ -24,6 +24,19 @@ pub fn list_strategy(path: &str) -> Option<ListStrategy> {
         "status.addresses" => ListStrategy::Keyed("type"),
         "spec.taints" => ListStrategy::Keyed("key"),
         "secrets" | "imagePullSecrets" => ListStrategy::Keyed("name"),
+        // Pods.
+        "spec.containers"
+        | "spec.initContainers"
+        | "spec.ephemeralContainers"
+        | "spec.volumes"
+        | "spec.imagePullSecrets" => ListStrategy::Keyed("name"),
+        "spec.containers.ports" | "spec.initContainers.ports" => {
+            ListStrategy::Keyed("containerPort")
+        }
+        "spec.containers.env" | "spec.initContainers.env" => ListStrategy::Keyed("name"),
+        "spec.containers.volumeMounts" | "spec.initContainers.volumeMounts" => {
+            ListStrategy::Keyed("mountPath")
+        }
         _ => return None,
     })
 }
@@ -225,5 +238,24 @@ mod tests {
             json!([3])
         );
         assert!(apply(&obj, &json!([1])).is_err());
+    }
+
+    #[test]
+    fn pod_containers_merge_by_name_and_their_env_by_name() {
+        let pod = json!({"spec": {"containers": [
+            {"name": "a", "image": "x:1", "env": [{"name": "K", "value": "1"}], "resources": {}},
+            {"name": "b", "image": "y:1"}]}});
+        let out = apply(
+            &pod,
+            &json!({"spec": {"containers": [
+            {"name": "a", "image": "x:2", "env": [{"name": "L", "value": "2"}]}]}}),
+        )
+        .unwrap();
+        assert_eq!(
+            out["spec"]["containers"],
+            json!([{"name": "a", "image": "x:2", "resources": {},
+                    "env": [{"name": "K", "value": "1"}, {"name": "L", "value": "2"}]},
+                   {"name": "b", "image": "y:1"}])
+        );
     }
 }
