@@ -166,6 +166,16 @@ fn owned_by(labels: Option<&HashMap<String, String>>, plugin: &str) -> bool {
     })
 }
 
+/// A loopback port nothing listens on now. The engine binds it moments later; if something
+/// else takes it first, creation fails with the engine's "port is already allocated" and the
+/// plugin's next reconcile asks again.
+fn free_loopback_port() -> Result<u16, RuntimeError> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| RuntimeError::Unavailable(format!("no free loopback port to publish on: {e}")))
+}
+
 /// The engine's name for a plugin's container or network.
 pub fn engine_name(plugin: &str, name: &str) -> String {
     format!("{plugin}.{name}")
@@ -422,16 +432,19 @@ impl ContainerRuntime {
         for p in &spec.ports {
             let key = format!("{}/tcp", p.container_port);
             exposed.insert(key.clone(), HashMap::new());
-            // Published on loopback only; port 0 lets the engine pick a free one.
+            // Published on loopback only. For port 0 the host picks a free port and publishes
+            // it explicitly: the engine keeps an explicit port across a restart of the engine
+            // or the container, where a port it picked itself would change under every
+            // endpoint built from it.
+            let host_port = match p.host_port {
+                0 => free_loopback_port()?,
+                n => n,
+            };
             bindings.insert(
                 key,
                 Some(vec![PortBinding {
                     host_ip: Some("127.0.0.1".into()),
-                    host_port: Some(if p.host_port == 0 {
-                        String::new()
-                    } else {
-                        p.host_port.to_string()
-                    }),
+                    host_port: Some(host_port.to_string()),
                 }]),
             );
         }

@@ -186,13 +186,19 @@ impl Provider for Docker {
         let (name, id) = (cluster.name(), cluster_id(obj.namespace(), cluster.name()));
         runtime::ensure_network(&network(name))?;
         // Once reported, the endpoint must not move: a recreated load balancer asks for the
-        // same port.
-        let port_before = match obj.str("/spec/controlPlaneEndpoint/host") {
-            "127.0.0.1" => obj
+        // same port. The Cluster keeps the endpoint it first copied, so its port counts too,
+        // even before this object's own spec carries it.
+        let endpoint_port = |v: &View| match v.str("/spec/controlPlaneEndpoint/host") {
+            "127.0.0.1" => v
                 .get("/spec/controlPlaneEndpoint/port")
                 .and_then(Value::as_u64)
-                .unwrap_or(0) as u16,
+                .and_then(|p| u16::try_from(p).ok())
+                .unwrap_or(0),
             _ => 0,
+        };
+        let port_before = match endpoint_port(&obj) {
+            0 => endpoint_port(&cluster),
+            p => p,
         };
         let lb = load_balancer(name);
         let spec = ContainerSpec {
