@@ -12,20 +12,22 @@
 //! # Ok(()) }
 //! ```
 
-pub mod builtin;
-pub mod controllers;
+#![warn(missing_docs)]
+
+pub(crate) mod builtin;
+pub(crate) mod controllers;
 pub mod core;
-pub mod http;
+pub(crate) mod http;
 pub mod kubeconfig;
-pub mod meta;
-pub mod patch;
-pub mod protobuf;
-pub mod registry;
-pub mod schema;
-pub mod selector;
+pub(crate) mod meta;
+pub(crate) mod patch;
+pub(crate) mod protobuf;
+pub(crate) mod registry;
+pub(crate) mod schema;
+pub(crate) mod selector;
 pub mod status;
 pub mod store;
-pub mod table;
+pub(crate) mod table;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -45,7 +47,9 @@ pub enum ServerError {
     /// The data directory could not be created or written.
     #[error("cannot use the data directory {path}")]
     DataDir {
+        /// The directory.
         path: PathBuf,
+        /// Why it could not be used.
         #[source]
         source: std::io::Error,
     },
@@ -57,7 +61,9 @@ pub enum ServerError {
         "cannot listen on {addr} (is another server using the port? pick another with --listen)"
     )]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// Why binding failed.
         #[source]
         source: std::io::Error,
     },
@@ -72,17 +78,22 @@ pub enum ServerError {
 /// Everything the server needs to start.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// Where the database, the CA, the token and the kubeconfig are kept.
     pub data_dir: PathBuf,
     /// Keep everything in memory (workload clusters of the in-memory provider, benchmarks).
     pub in_memory: bool,
+    /// The HTTPS listen address; port 0 picks a free one.
     pub listen: SocketAddr,
     /// The bearer token; when unset, the token in `DATA_DIR/token` is reused or a new one made.
     pub token: Option<String>,
     /// A CA (certificate PEM, key PEM) to sign the serving certificate with, instead of the one
     /// kept in the data directory: a workload cluster's CA, handed over by its bootstrap data.
     pub ca: Option<(String, String)>,
+    /// Storage tuning.
     pub store: StoreConfig,
+    /// Watch and request limits.
     pub http: HttpSettings,
+    /// The built-in controllers' timing.
     pub controllers: ControllerConfig,
 }
 
@@ -272,10 +283,12 @@ impl Server {
         })
     }
 
+    /// The address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
+    /// The server's `https://` URL.
     pub fn url(&self) -> String {
         format!("https://{}", self.addr)
     }
@@ -285,14 +298,17 @@ impl Server {
         &self.ca_pem
     }
 
+    /// The bearer token every request must carry.
     pub fn token(&self) -> &str {
         &self.token
     }
 
+    /// The kubeconfig written for this server.
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig
     }
 
+    /// The shared state, for in-process writes that skip HTTP.
     pub fn core(&self) -> &Arc<Core> {
         &self.app.core
     }
@@ -328,6 +344,7 @@ impl Server {
 /// An in-memory API server on a listener the caller already bound, with a CA the caller owns:
 /// what a simulated workload cluster serves. No data directory, no kubeconfig, no controllers.
 pub struct InMemoryServer {
+    /// The shared state, for in-process writes that skip HTTP.
     pub core: Arc<Core>,
     app: Arc<http::App>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
@@ -335,6 +352,7 @@ pub struct InMemoryServer {
 }
 
 impl InMemoryServer {
+    /// Serves on `listener` with a serving certificate signed by the caller's CA, requiring `token`.
     pub async fn start(
         listener: tokio::net::TcpListener,
         ca_pem: &str,

@@ -22,13 +22,6 @@ pub fn now_rfc3339() -> String {
         .to_string()
 }
 
-/// RFC 3339 with microseconds (MicroTime).
-pub fn now_micro() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
-        .to_string()
-}
-
 pub fn meta(obj: &Value) -> Option<&Map<String, Value>> {
     obj.get("metadata").and_then(Value::as_object)
 }

@@ -8,7 +8,7 @@ mod rules;
 
 use crate::patch::apply::ListType;
 use crate::status::Cause;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// ObjectMeta fields kept on custom resources; anything else under `metadata` is dropped.
 pub const OBJECT_META_FIELDS: &[&str] = &[
@@ -777,11 +777,6 @@ pub fn matches_path(paths: &[String], dotted: &str) -> bool {
             }
         }
     })
-}
-
-/// Builds an empty object for `Map` use in tests and callers that need a root.
-pub fn empty() -> Value {
-    Value::Object(Map::new())
 }
 
 #[cfg(test)]

@@ -9,12 +9,16 @@ use serde_json::{Value, json};
 /// One entry of `details.causes`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cause {
+    /// kube's cause type, such as `FieldValueInvalid`.
     pub reason: String,
+    /// The message, as kube words it.
     pub message: String,
+    /// The field path, such as `spec.replicas`.
     pub field: String,
 }
 
 impl Cause {
+    /// A cause of `reason` at `field`.
     pub fn new(reason: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
         Cause {
             reason: reason.to_string(),
@@ -27,10 +31,13 @@ impl Cause {
 /// Who an error is about: rendered into `details`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Subject {
+    /// The API group; empty for the core group.
     pub group: String,
     /// The resource (plural) for most errors, the Kind for `Invalid`.
     pub kind: String,
+    /// The object's name.
     pub name: String,
+    /// The object's uid, when known.
     pub uid: Option<String>,
 }
 
@@ -38,11 +45,17 @@ pub struct Subject {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{reason} ({code}): {message}")]
 pub struct ApiError {
+    /// The HTTP status code.
     pub code: u16,
+    /// kube's `reason`, such as `NotFound`.
     pub reason: &'static str,
+    /// The message, as kube words it.
     pub message: String,
+    /// The object the error is about.
     pub subject: Option<Box<Subject>>,
+    /// Field-level causes, rendered into `details.causes`.
     pub causes: Vec<Cause>,
+    /// Seconds the client should wait before retrying (`Retry-After`).
     pub retry_after: Option<u32>,
 }
 
@@ -77,6 +90,7 @@ impl ApiError {
         self
     }
 
+    /// The same error with field-level causes.
     pub fn with_causes(mut self, causes: Vec<Cause>) -> Self {
         self.causes = causes;
         self
@@ -91,6 +105,7 @@ impl ApiError {
         )
     }
 
+    /// 404 for an object that does not exist.
     pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
         Self::new(
             404,
@@ -100,6 +115,7 @@ impl ApiError {
         .about(group, plural, name)
     }
 
+    /// 409 for a create whose name is taken.
     pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
         Self::new(
             409,
@@ -109,6 +125,7 @@ impl ApiError {
         .about(group, plural, name)
     }
 
+    /// 409 for a write against a stale resourceVersion.
     pub fn conflict(group: &str, plural: &str, name: &str) -> Self {
         Self::conflict_msg(
             group,
@@ -118,6 +135,7 @@ impl ApiError {
         )
     }
 
+    /// 409 with kube's message for `why`.
     pub fn conflict_msg(group: &str, plural: &str, name: &str, why: &str) -> Self {
         Self::new(
             409,
@@ -130,6 +148,7 @@ impl ApiError {
         .about(group, plural, name)
     }
 
+    /// 400 for a request that cannot be understood.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }
@@ -170,10 +189,12 @@ impl ApiError {
         Self::new(422, "Invalid", message)
     }
 
+    /// 403 with `message`.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message)
     }
 
+    /// 401 for a missing or wrong bearer token.
     pub fn unauthorized() -> Self {
         Self::new(
             401,
@@ -182,6 +203,7 @@ impl ApiError {
         )
     }
 
+    /// 405 for a verb the resource does not support.
     pub fn method_not_allowed(verb: &str, resource: &str) -> Self {
         Self::new(
             405,
@@ -190,6 +212,7 @@ impl ApiError {
         )
     }
 
+    /// 406 for an `Accept` header the server cannot answer.
     pub fn not_acceptable(accept: &str) -> Self {
         Self::new(
             406,
@@ -200,6 +223,7 @@ impl ApiError {
         )
     }
 
+    /// 413 for a body over the limit.
     pub fn too_large(message: impl Into<String>) -> Self {
         Self::new(
             413,
@@ -208,6 +232,7 @@ impl ApiError {
         )
     }
 
+    /// 415 listing the content types accepted.
     pub fn unsupported_media(accepted: &[&str]) -> Self {
         Self::new(
             415,
@@ -219,6 +244,7 @@ impl ApiError {
         )
     }
 
+    /// 410 for a resourceVersion older than the watch window.
     pub fn expired(requested: u64, oldest: u64) -> Self {
         Self::new(
             410,
@@ -227,6 +253,7 @@ impl ApiError {
         )
     }
 
+    /// 429 when too many writes are in flight.
     pub fn too_many_requests() -> Self {
         let mut e = Self::new(
             429,
@@ -237,6 +264,7 @@ impl ApiError {
         e
     }
 
+    /// 504 for a resourceVersion newer than the store has.
     pub fn rv_too_large() -> Self {
         let mut e =
             Self::new(504, "Timeout", "Too large resource version").with_causes(vec![Cause::new(
@@ -248,6 +276,7 @@ impl ApiError {
         e
     }
 
+    /// 500; only storage failures answer it.
     pub fn internal(message: impl std::fmt::Display) -> Self {
         Self::new(
             500,

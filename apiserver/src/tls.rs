@@ -17,7 +17,9 @@ pub enum TlsError {
     /// Reading or writing the CA files failed.
     #[error("cannot read or write {path}")]
     Io {
+        /// The file.
         path: String,
+        /// Why it could not be used.
         #[source]
         source: std::io::Error,
     },
@@ -33,7 +35,9 @@ pub enum TlsError {
 
 /// The CA (PEM, for kubeconfigs) and the server configuration.
 pub struct TlsMaterial {
+    /// The CA certificate, PEM.
     pub ca_pem: String,
+    /// The rustls configuration serving with it.
     pub server_config: Arc<rustls::ServerConfig>,
 }
 

@@ -7,6 +7,9 @@
 //! (`include!`d from `plugins/*/src/provider.rs`) and driven through the same host. Each run has
 //! its own `capw apiserver` child process, so the peak RSS reported is the host's.
 
+// Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use capw::capabilities::sim_cloud::{SimCloud, SimSettings};
 use capw::manager::{self, HostConfig};
 use capw::runtime::Limits;

@@ -5,6 +5,9 @@
 //!
 //! Every test uses its own cluster name, because container names are global on the engine.
 
+// Test code: a failed step fails the test where it happened (workspace lints deny these elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use serde_json::Value;

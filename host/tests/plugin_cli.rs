@@ -1,5 +1,8 @@
 //! `capw plugin verify` and `capw plugin inspect` on the real components.
 
+// Test code: a failed step fails the test where it happened (workspace lints deny these elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::process::Command;

@@ -18,7 +18,9 @@ use std::time::Duration;
 /// How often the controllers sweep everything, and the Event time to live.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
+    /// How often every object is swept again, whatever the watches said.
     pub resync: Duration,
+    /// How long an Event is kept after its last update (kube's `--event-ttl`).
     pub event_ttl: Duration,
     /// Off only in tests that need work left undone across a restart.
     pub enabled: bool,

@@ -33,26 +33,37 @@ impl From<StoreError> for ApiError {
 /// `fieldValidation`: what happens to fields the schema does not know.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum FieldValidation {
+    /// Drop unknown fields silently.
     Ignore,
+    /// Drop unknown fields and warn about each (kube's default).
     #[default]
     Warn,
+    /// Refuse a body with unknown or duplicate fields.
     Strict,
 }
 
 /// Options common to every write.
 #[derive(Debug, Clone, Default)]
 pub struct WriteOptions {
+    /// Validate and answer, but store nothing (`dryRun=All`).
     pub dry_run: bool,
+    /// The `fieldManager` recorded in managedFields.
     pub field_manager: String,
+    /// What happens to fields the schema does not know.
     pub field_validation: FieldValidation,
+    /// Server-side apply takes over conflicting fields (`force=true`).
     pub force: bool,
 }
 
 /// The body of a PATCH, already parsed.
 pub enum PatchBody {
+    /// `application/merge-patch+json`.
     Merge(Value),
+    /// `application/json-patch+json`: the operations.
     Json(Vec<Value>),
+    /// `application/strategic-merge-patch+json`.
     Strategic(Value),
+    /// `application/apply-patch+yaml`: the applied configuration.
     Apply(Value),
 }
 
@@ -61,32 +72,47 @@ pub type MutateFn = Box<dyn FnOnce(Value) -> Result<Value, ApiError> + Send>;
 
 /// What to do to one object.
 pub enum Op {
+    /// Create this object (POST).
     Create(Value),
+    /// Replace the whole object (PUT).
     Replace(Value),
+    /// Patch the current object (PATCH).
     Patch(PatchBody),
+    /// Compute the new object from the current one (internal controllers).
     Mutate(MutateFn),
 }
 
 /// `propagationPolicy` of a DELETE.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Propagation {
+    /// Delete the object now; the garbage collector deletes its dependents afterwards.
     Background,
+    /// Keep the object, with the `foregroundDeletion` finalizer, until its blocking dependents are gone.
     Foreground,
+    /// Delete the object and remove it from its dependents' ownerReferences.
     Orphan,
 }
 
+/// Options of a DELETE.
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOptions {
+    /// Check and answer, but delete nothing (`dryRun=All`).
     pub dry_run: bool,
+    /// `propagationPolicy`; the kind's default when unset.
     pub propagation: Option<Propagation>,
+    /// `preconditions.uid`: delete only the object with this uid.
     pub precondition_uid: Option<String>,
+    /// `preconditions.resourceVersion`: delete only this version of the object.
     pub precondition_rv: Option<String>,
 }
 
 /// The result of a write, with the object in the requested version's form.
 pub struct Written {
+    /// What the store did.
     pub outcome: Outcome,
+    /// The object as the client asked to see it.
     pub view: Value,
+    /// Warnings for the response's `Warning` headers (unknown fields, for example).
     pub warnings: Vec<String>,
 }
 
@@ -94,11 +120,14 @@ pub struct Written {
 pub const INITIAL_NAMESPACES: &[&str] =
     &["default", "kube-system", "kube-public", "kube-node-lease"];
 const PROTECTED_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+/// The finalizer that holds a deleted CRD until its custom resources are gone.
 pub const CRD_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
 /// Server state shared by HTTP handlers and built-in controllers.
 pub struct Core {
+    /// The objects.
     pub store: Store,
+    /// The kinds served: the built-ins and every established CRD's.
     pub registry: Registry,
 }
 
@@ -129,6 +158,7 @@ fn without_meta_and(v: &Value, also_status: bool) -> Value {
 }
 
 impl Core {
+    /// State over `store`, serving the built-in kinds; CRDs are added as they are established.
     pub fn new(store: Store) -> Self {
         Core {
             store,
@@ -164,6 +194,7 @@ impl Core {
         }
     }
 
+    /// The stored object in the form of `rt`'s version, or 404.
     pub fn get(&self, rt: &ResourceType, ns: &str, name: &str) -> Result<Value, ApiError> {
         self.store
             .get(&Self::key(rt, ns, name))

@@ -65,7 +65,9 @@ pub fn scale_of(paths: &ScalePaths, obj: &Value) -> Value {
 
 /// A write to `…/scale`: a whole Scale (PUT) or a patch of the Scale view (PATCH).
 pub enum ScaleOp {
+    /// PUT of a whole `autoscaling/v1` Scale.
     Replace(Value),
+    /// PATCH of the Scale view.
     Patch(PatchBody),
 }
 
@@ -84,6 +86,7 @@ fn wanted_scale(current: Value, op: ScaleOp) -> Result<Value, ApiError> {
 }
 
 impl Core {
+    /// The object's `autoscaling/v1` Scale, read from the CRD's `subresources.scale` paths.
     pub fn get_scale(&self, rt: &ResourceType, ns: &str, name: &str) -> Result<Value, ApiError> {
         let paths = rt.scale.as_ref().ok_or_else(ApiError::route_not_found)?;
         Ok(scale_of(paths, &self.get(rt, ns, name)?))

@@ -33,6 +33,7 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 pub struct HttpSettings {
     /// Watch duration when the client sets no `timeoutSeconds`; `None` = random 30–60 min.
     pub watch_timeout: Option<Duration>,
+    /// How often a watch that asked for bookmarks gets one.
     pub bookmark_interval: Duration,
     /// Mutating requests in flight before the server answers 429.
     pub max_inflight_writes: usize,

@@ -43,7 +43,9 @@ pub enum StoreError {
     /// The database file could not be opened or created.
     #[error("cannot open the database at {path} (is another capw using this data directory?)")]
     Open {
+        /// The database file.
         path: String,
+        /// Why redb could not open it.
         #[source]
         source: Box<redb::Error>,
     },
@@ -62,12 +64,16 @@ fn txn_err(e: impl std::fmt::Display) -> StoreError {
 /// Identifies an object: resource (`group/plural`), namespace ("" when cluster-scoped), name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjKey {
+    /// `group/plural`, or `/plural` for the core group.
     pub gr: Arc<str>,
+    /// The namespace; empty when cluster-scoped.
     pub ns: String,
+    /// The object's name.
     pub name: String,
 }
 
 impl ObjKey {
+    /// The key of `name` in `ns` of resource `gr`.
     pub fn new(gr: &str, ns: &str, name: &str) -> Self {
         ObjKey {
             gr: Arc::from(gr),
@@ -86,14 +92,19 @@ impl ObjKey {
     }
 }
 
+/// The type of a watch event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
+    /// The object was created.
     Added,
+    /// The object was changed.
     Modified,
+    /// The object was removed.
     Deleted,
 }
 
 impl EventType {
+    /// The wire form: `ADDED`, `MODIFIED` or `DELETED`.
     pub fn as_str(self) -> &'static str {
         match self {
             EventType::Added => "ADDED",
@@ -115,8 +126,11 @@ impl EventType {
 /// One committed change, as watchers see it.
 #[derive(Debug)]
 pub struct Event {
+    /// The resourceVersion of the change.
     pub rv: u64,
+    /// What happened.
     pub kind: EventType,
+    /// Which object.
     pub key: ObjKey,
     /// The new object; for DELETED the last content stamped with the deletion's RV.
     pub object: Arc<Value>,
@@ -135,14 +149,18 @@ pub enum Proposed {
 /// What a write did.
 #[derive(Debug, Clone)]
 pub enum Outcome {
+    /// A new object was stored.
     Created(Arc<Value>),
+    /// The stored object was replaced.
     Updated(Arc<Value>),
     /// The proposed object equals the stored one: nothing was written and no event was sent.
     Unchanged(Arc<Value>),
+    /// The object was removed; this is its last content.
     Deleted(Arc<Value>),
 }
 
 impl Outcome {
+    /// The object the outcome is about.
     pub fn object(&self) -> &Arc<Value> {
         match self {
             Outcome::Created(o)
@@ -357,6 +375,7 @@ impl Store {
             .is_ok_and(|r| r.is_ok())
     }
 
+    /// The current object at `key`.
     pub fn get(&self, key: &ObjKey) -> Option<Arc<Value>> {
         self.read()
             .objects
@@ -402,6 +421,7 @@ impl Store {
         out
     }
 
+    /// The key of the object with this uid.
     pub fn by_uid(&self, uid: &str) -> Option<ObjKey> {
         self.read().uids.get(uid).cloned()
     }
@@ -420,6 +440,7 @@ impl Store {
         self.read().dependents.keys().cloned().collect()
     }
 
+    /// How many objects are stored.
     pub fn object_count(&self) -> usize {
         self.read().objects.values().map(BTreeMap::len).sum()
     }

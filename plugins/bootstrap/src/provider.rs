@@ -31,8 +31,19 @@ struct File {
 fn render(files: &[File], commands: &[String]) -> String {
     let mut out = String::from("#cloud-config\nwrite_files:\n");
     for f in files {
-        out.push_str(&format!("- path: {}\n  permissions: '{}'\n  content: |\n", q(&f.path), f.permissions));
-        out.push_str(&indent(if f.content.is_empty() { " " } else { &f.content }, 4));
+        out.push_str(&format!(
+            "- path: {}\n  permissions: '{}'\n  content: |\n",
+            q(&f.path),
+            f.permissions
+        ));
+        out.push_str(&indent(
+            if f.content.is_empty() {
+                " "
+            } else {
+                &f.content
+            },
+            4,
+        ));
     }
     out.push_str("runcmd:\n");
     for c in commands {
@@ -43,18 +54,32 @@ fn render(files: &[File], commands: &[String]) -> String {
 
 /// `spec.files[]` and `spec.preCommands`/`spec.postCommands`, checked with field paths.
 fn user_files(obj: &View) -> Result<Vec<File>, ProviderError> {
-    let Some(list) = obj.get("/spec/files") else { return Ok(vec![]) };
-    let list = list.as_array().ok_or_else(|| ProviderError::InvalidSpec(format!("{}: spec.files must be a list", obj.name())))?;
+    let Some(list) = obj.get("/spec/files") else {
+        return Ok(vec![]);
+    };
+    let list = list.as_array().ok_or_else(|| {
+        ProviderError::InvalidSpec(format!("{}: spec.files must be a list", obj.name()))
+    })?;
     list.iter()
         .enumerate()
         .map(|(i, f)| {
-            let path = f.get("path").and_then(Value::as_str).filter(|p| p.starts_with('/'));
+            let path = f
+                .get("path")
+                .and_then(Value::as_str)
+                .filter(|p| p.starts_with('/'));
             let path = path.ok_or_else(|| {
-                ProviderError::InvalidSpec(format!("{}: spec.files[{i}].path must be an absolute path", obj.name()))
+                ProviderError::InvalidSpec(format!(
+                    "{}: spec.files[{i}].path must be an absolute path",
+                    obj.name()
+                ))
             })?;
             Ok(File {
                 path: path.into(),
-                content: f.get("content").and_then(Value::as_str).unwrap_or_default().into(),
+                content: f
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .into(),
                 permissions: "0644",
             })
         })
@@ -69,19 +94,33 @@ fn commands(obj: &View, field: &str) -> Result<Vec<String>, ProviderError> {
             .enumerate()
             .map(|(i, c)| {
                 c.as_str().map(str::to_string).ok_or_else(|| {
-                    ProviderError::InvalidSpec(format!("{}: spec.{field}[{i}] must be a string", obj.name()))
+                    ProviderError::InvalidSpec(format!(
+                        "{}: spec.{field}[{i}] must be a string",
+                        obj.name()
+                    ))
                 })
             })
             .collect(),
-        Some(_) => Err(ProviderError::InvalidSpec(format!("{}: spec.{field} must be a list of strings", obj.name()))),
+        Some(_) => Err(ProviderError::InvalidSpec(format!(
+            "{}: spec.{field} must be a list of strings",
+            obj.name()
+        ))),
     }
 }
 
 impl Provider for Bootstrap {
     fn metadata() -> Metadata {
         let cols = [
-            ("Cluster", "string", ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']"),
-            ("DataSecretCreated", "boolean", ".status.initialization.dataSecretCreated"),
+            (
+                "Cluster",
+                "string",
+                ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+            ),
+            (
+                "DataSecretCreated",
+                "boolean",
+                ".status.initialization.dataSecretCreated",
+            ),
             ("DataSecret", "string", ".status.dataSecretName"),
         ];
         Metadata {
@@ -102,32 +141,71 @@ impl Provider for Bootstrap {
         let machine = ctx
             .machine_view()?
             .ok_or_else(|| wait(format!("waiting for a Machine to own {}", obj.name()), 5))?;
-        let cluster = ctx.cluster_view()?.ok_or_else(|| wait("waiting for the Cluster", 5))?;
-        let control_plane = machine.get("/metadata/labels/cluster.x-k8s.io~1control-plane").is_some();
+        let cluster = ctx
+            .cluster_view()?
+            .ok_or_else(|| wait("waiting for the Cluster", 5))?;
+        let control_plane = machine
+            .get("/metadata/labels/cluster.x-k8s.io~1control-plane")
+            .is_some();
         let host = cluster.str("/spec/controlPlaneEndpoint/host");
-        let port = cluster.get("/spec/controlPlaneEndpoint/port").and_then(Value::as_u64).unwrap_or(0);
+        let port = cluster
+            .get("/spec/controlPlaneEndpoint/port")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         if host.is_empty() || port == 0 {
-            return Ok(waiting("WaitingForControlPlaneEndpoint", "the Cluster has no controlPlaneEndpoint yet"));
+            return Ok(waiting(
+                "WaitingForControlPlaneEndpoint",
+                "the Cluster has no controlPlaneEndpoint yet",
+            ));
         }
-        let initialized = cluster.get("/status/initialization/controlPlaneInitialized").and_then(Value::as_bool) == Some(true);
+        let initialized = cluster
+            .get("/status/initialization/controlPlaneInitialized")
+            .and_then(Value::as_bool)
+            == Some(true);
         if !control_plane && !initialized {
-            return Ok(waiting("WaitingForControlPlaneInitialized", "workers join once the control plane is initialized"));
+            return Ok(waiting(
+                "WaitingForControlPlaneInitialized",
+                "workers join once the control plane is initialized",
+            ));
         }
-        let (Some(token), Some(ca), Some(ca_key)) = (ctx.secret("token"), ctx.secret("ca.crt"), ctx.secret("ca.key")) else {
-            return Err(wait("waiting for the host to make the cluster's CA and token", 2));
+        let (Some(token), Some(ca), Some(ca_key)) = (
+            ctx.secret("token"),
+            ctx.secret("ca.crt"),
+            ctx.secret("ca.key"),
+        ) else {
+            return Err(wait(
+                "waiting for the host to make the cluster's CA and token",
+                2,
+            ));
         };
-        let mut files = vec![File { path: TOKEN.into(), content: token.into(), permissions: "0600" }];
+        let mut files = vec![File {
+            path: TOKEN.into(),
+            content: token.into(),
+            permissions: "0600",
+        }];
         let mut run = commands(&obj, "preCommands")?;
         run.push(format!("mkdir -p {PKI} {SENTINEL_DIR}"));
         if control_plane {
-            files.push(File { path: format!("{PKI}/ca.crt"), content: ca.into(), permissions: "0644" });
-            files.push(File { path: format!("{PKI}/ca.key"), content: ca_key.into(), permissions: "0600" });
+            files.push(File {
+                path: format!("{PKI}/ca.crt"),
+                content: ca.into(),
+                permissions: "0644",
+            });
+            files.push(File {
+                path: format!("{PKI}/ca.key"),
+                content: ca_key.into(),
+                permissions: "0600",
+            });
             run.push(daemon(
                 "apiserver",
                 &format!("capw apiserver --listen 0.0.0.0:6443 --ca-cert {PKI}/ca.crt --ca-key {PKI}/ca.key --token-file {TOKEN}"),
             ));
         } else {
-            files.push(File { path: format!("{PKI}/ca.crt"), content: ca.into(), permissions: "0644" });
+            files.push(File {
+                path: format!("{PKI}/ca.crt"),
+                content: ca.into(),
+                permissions: "0644",
+            });
         }
         files.extend(user_files(&obj)?);
         run.push(daemon(
@@ -140,8 +218,14 @@ impl Provider for Bootstrap {
         run.extend(commands(&obj, "postCommands")?);
         run.push(format!("touch {SENTINEL}"));
         Ok(BootstrapStatus {
-            data: Some(BootstrapData { format: "cloud-config".into(), value: render(&files, &run) }),
-            common: common(vec![condition("Ready", true, "DataSecretAvailable", "")], None),
+            data: Some(BootstrapData {
+                format: "cloud-config".into(),
+                value: render(&files, &run),
+            }),
+            common: common(
+                vec![condition("Ready", true, "DataSecretAvailable", "")],
+                None,
+            ),
         })
     }
 }
@@ -157,5 +241,8 @@ fn waiting(reason: &str, message: &str) -> BootstrapStatus {
     // The Cluster getting its endpoint or an initialized control plane calls again; this is
     // only a fallback.
     c.requeue_after_seconds = Some(30);
-    BootstrapStatus { data: None, common: c }
+    BootstrapStatus {
+        data: None,
+        common: c,
+    }
 }

@@ -38,7 +38,12 @@ fn replicas(obj: &View) -> Result<u32, ProviderError> {
             .as_u64()
             .filter(|n| (1..=7).contains(n))
             .map(|n| n as u32)
-            .ok_or_else(|| ProviderError::InvalidSpec(format!("{}: spec.replicas must be an integer from 1 to 7", obj.name()))),
+            .ok_or_else(|| {
+                ProviderError::InvalidSpec(format!(
+                    "{}: spec.replicas must be an integer from 1 to 7",
+                    obj.name()
+                ))
+            }),
     }
 }
 
@@ -55,8 +60,16 @@ impl Provider for ControlPlane {
                 "CapwControlPlane",
                 "capwcontrolplanes",
                 &[
-                    ("Cluster", "string", ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']"),
-                    ("Initialized", "boolean", ".status.initialization.controlPlaneInitialized"),
+                    (
+                        "Cluster",
+                        "string",
+                        ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+                    ),
+                    (
+                        "Initialized",
+                        "boolean",
+                        ".status.initialization.controlPlaneInitialized",
+                    ),
                     ("Desired", "integer", ".spec.replicas"),
                     ("Replicas", "integer", ".status.replicas"),
                     ("Available", "integer", ".status.availableReplicas"),
@@ -68,21 +81,43 @@ impl Provider for ControlPlane {
 
     fn reconcile_control_plane(ctx: Context) -> Result<ControlPlaneStatus, ProviderError> {
         let obj = ctx.view()?;
-        let cluster = ctx
-            .cluster_view()?
-            .ok_or_else(|| wait(format!("waiting for the Cluster controller to set an owner reference on {}", obj.name()), 5))?;
+        let cluster = ctx.cluster_view()?.ok_or_else(|| {
+            wait(
+                format!(
+                    "waiting for the Cluster controller to set an owner reference on {}",
+                    obj.name()
+                ),
+                5,
+            )
+        })?;
         let desired = replicas(&obj)?;
-        if obj.str("/spec/machineTemplate/spec/infrastructureRef/kind").is_empty() {
+        if obj
+            .str("/spec/machineTemplate/spec/infrastructureRef/kind")
+            .is_empty()
+        {
             return Err(ProviderError::InvalidSpec(format!(
                 "{}: spec.machineTemplate.spec.infrastructureRef must name an infrastructure machine template",
                 obj.name()
             )));
         }
-        let machines: Vec<Value> = ctx.owned_machines.iter().filter_map(|m| serde_json::from_str(m).ok()).collect();
-        let live: Vec<&Value> = machines.iter().filter(|m| m.pointer("/metadata/deletionTimestamp").is_none()).collect();
-        let with_node = live.iter().filter(|m| m.pointer("/status/nodeRef/name").is_some()).count() as u32;
+        let machines: Vec<Value> = ctx
+            .owned_machines
+            .iter()
+            .filter_map(|m| serde_json::from_str(m).ok())
+            .collect();
+        let live: Vec<&Value> = machines
+            .iter()
+            .filter(|m| m.pointer("/metadata/deletionTimestamp").is_none())
+            .collect();
+        let with_node = live
+            .iter()
+            .filter(|m| m.pointer("/status/nodeRef/name").is_some())
+            .count() as u32;
         let ready = live.iter().filter(|m| condition_true(m, "Ready")).count() as u32;
-        let was_initialized = obj.get("/status/initialization/controlPlaneInitialized").and_then(Value::as_bool) == Some(true);
+        let was_initialized = obj
+            .get("/status/initialization/controlPlaneInitialized")
+            .and_then(Value::as_bool)
+            == Some(true);
         let initialized = was_initialized || with_node > 0;
         let available = initialized && with_node > 0;
 
@@ -92,7 +127,10 @@ impl Provider for ControlPlane {
         // One machine at a time: the first must be initialized before others join, and each
         // join waits for the previous machine to get its Node.
         if count < desired && with_node == count {
-            let taken: Vec<&str> = machines.iter().filter_map(|m| m.pointer("/metadata/name").and_then(Value::as_str)).collect();
+            let taken: Vec<&str> = machines
+                .iter()
+                .filter_map(|m| m.pointer("/metadata/name").and_then(Value::as_str))
+                .collect();
             let name = (0..)
                 .map(|i| format!("{}-{i}", obj.name()))
                 .find(|n| !taken.contains(&n.as_str()))
@@ -109,11 +147,18 @@ impl Provider for ControlPlane {
                 .unwrap_or_default();
             to_create.push(MachineRequest {
                 name,
-                version: obj.get("/spec/version").and_then(Value::as_str).map(str::to_string),
-                failure_domain: (!fds.is_empty()).then(|| fds[count as usize % fds.len()].to_string()),
+                version: obj
+                    .get("/spec/version")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                failure_domain: (!fds.is_empty())
+                    .then(|| fds[count as usize % fds.len()].to_string()),
             });
         } else if count > desired {
-            let mut names: Vec<&str> = live.iter().filter_map(|m| m.pointer("/metadata/name").and_then(Value::as_str)).collect();
+            let mut names: Vec<&str> = live
+                .iter()
+                .filter_map(|m| m.pointer("/metadata/name").and_then(Value::as_str))
+                .collect();
             names.sort();
             if let Some(newest) = names.last() {
                 to_delete.push(newest.to_string());
@@ -121,24 +166,52 @@ impl Provider for ControlPlane {
         }
 
         let host = cluster.str("/spec/controlPlaneEndpoint/host");
-        let port = cluster.get("/spec/controlPlaneEndpoint/port").and_then(Value::as_u64).unwrap_or(0);
+        let port = cluster
+            .get("/spec/controlPlaneEndpoint/port")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         let kubeconfig = match (ctx.secret("ca.crt"), ctx.secret("token")) {
-            (Some(ca), Some(token)) if !host.is_empty() && port != 0 => {
-                Some(kubeconfig(cluster.name(), &format!("https://{host}:{port}"), ca, token))
-            }
+            (Some(ca), Some(token)) if !host.is_empty() && port != 0 => Some(kubeconfig(
+                cluster.name(),
+                &format!("https://{host}:{port}"),
+                ca,
+                token,
+            )),
             _ => None,
         };
         let mut conditions = vec![
-            condition("Available", available, if available { "Available" } else { "NotAvailable" }, ""),
+            condition(
+                "Available",
+                available,
+                if available {
+                    "Available"
+                } else {
+                    "NotAvailable"
+                },
+                "",
+            ),
             condition(
                 "ScalingUp",
                 count < desired,
-                if count < desired { "ScalingUp" } else { "NotScalingUp" },
-                &if count < desired { format!("scaling up from {count} to {desired} replicas") } else { String::new() },
+                if count < desired {
+                    "ScalingUp"
+                } else {
+                    "NotScalingUp"
+                },
+                &if count < desired {
+                    format!("scaling up from {count} to {desired} replicas")
+                } else {
+                    String::new()
+                },
             ),
         ];
         if !initialized {
-            conditions.push(condition("Initialized", false, "WaitingForFirstNode", "waiting for the first control-plane Machine to get a Node"));
+            conditions.push(condition(
+                "Initialized",
+                false,
+                "WaitingForFirstNode",
+                "waiting for the first control-plane Machine to get a Node",
+            ));
         } else {
             conditions.push(condition("Initialized", true, "Initialized", ""));
         }
@@ -152,7 +225,12 @@ impl Provider for ControlPlane {
             initialized,
             available,
             endpoint: None,
-            replicas: ReplicaCounts { desired, ready, available: with_node, up_to_date: count },
+            replicas: ReplicaCounts {
+                desired,
+                ready,
+                available: with_node,
+                up_to_date: count,
+            },
             kubeconfig,
             machines_to_create: to_create,
             machines_to_delete: to_delete,
@@ -170,8 +248,6 @@ impl Provider for ControlPlane {
         Ok(DeleteStatus { done, common: c })
     }
 }
-
-
 
 #[cfg(test)]
 mod tests {

@@ -8,28 +8,35 @@ pub struct View(pub Value);
 impl View {
     /// Parses one JSON object of the context; malformed JSON is an `invalid-spec` error.
     pub fn parse(json: &str) -> Result<View, ProviderError> {
-        serde_json::from_str(json)
-            .map(View)
-            .map_err(|e| ProviderError::InvalidSpec(format!("the host sent an object that is not JSON: {e}")))
+        serde_json::from_str(json).map(View).map_err(|e| {
+            ProviderError::InvalidSpec(format!("the host sent an object that is not JSON: {e}"))
+        })
     }
 
+    /// `metadata.name`.
     pub fn name(&self) -> &str {
         self.str("/metadata/name")
     }
 
+    /// `metadata.namespace`, or "" for a cluster-scoped object.
     pub fn namespace(&self) -> &str {
         self.str("/metadata/namespace")
     }
 
+    /// `kind`.
     pub fn kind(&self) -> &str {
         self.str("/kind")
     }
 
     /// The string at a JSON pointer, or "".
     pub fn str(&self, pointer: &str) -> &str {
-        self.0.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+        self.0
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
     }
 
+    /// The value at a JSON pointer.
     pub fn get(&self, pointer: &str) -> Option<&Value> {
         self.0.pointer(pointer)
     }
@@ -44,7 +51,10 @@ impl View {
             .filter_map(|fd| {
                 Some(FailureDomain {
                     name: fd.get("name")?.as_str()?.into(),
-                    control_plane: fd.get("controlPlane").and_then(Value::as_bool).unwrap_or(true),
+                    control_plane: fd
+                        .get("controlPlane")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(true),
                     attributes: vec![],
                 })
             })
@@ -54,43 +64,52 @@ impl View {
 
 /// Reading the JSON of a call's context.
 pub trait ContextExt {
+    /// The provider object of this call.
     fn view(&self) -> Result<View, ProviderError>;
+    /// The owning Cluster, when the host sent one.
     fn cluster_view(&self) -> Result<Option<View>, ProviderError>;
+    /// The owning Machine, when the host sent one.
     fn machine_view(&self) -> Result<Option<View>, ProviderError>;
+    /// The infrastructure cluster of the owning Cluster, when the host sent one.
     fn infrastructure_cluster_view(&self) -> Result<Option<View>, ProviderError>;
+    /// A secret the host handed over (`ca.crt`, `ca.key`, `token`).
     fn secret(&self, key: &str) -> Option<&str>;
 }
 
 impl ContextExt for Context {
-    /// The provider object of this call.
     fn view(&self) -> Result<View, ProviderError> {
         View::parse(&self.object)
     }
 
-    /// The owning Cluster, when the host sent one.
     fn cluster_view(&self) -> Result<Option<View>, ProviderError> {
         self.cluster.as_deref().map(View::parse).transpose()
     }
 
-    /// The owning Machine, when the host sent one.
     fn machine_view(&self) -> Result<Option<View>, ProviderError> {
         self.machine.as_deref().map(View::parse).transpose()
     }
 
-    /// The infrastructure cluster of the owning Cluster, when the host sent one.
     fn infrastructure_cluster_view(&self) -> Result<Option<View>, ProviderError> {
-        self.infrastructure_cluster.as_deref().map(View::parse).transpose()
+        self.infrastructure_cluster
+            .as_deref()
+            .map(View::parse)
+            .transpose()
     }
 
-    /// A secret the host handed over (`ca.crt`, `ca.key`, `token`).
     fn secret(&self, key: &str) -> Option<&str> {
-        self.secrets.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.secrets
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 }
 
 /// A transient error asking to be called again after `seconds`.
 pub fn wait(message: impl Into<String>, seconds: u32) -> ProviderError {
-    ProviderError::Transient(Retry { message: message.into(), retry_after_seconds: Some(seconds) })
+    ProviderError::Transient(Retry {
+        message: message.into(),
+        retry_after_seconds: Some(seconds),
+    })
 }
 
 /// A v1beta2 condition.
@@ -114,7 +133,10 @@ pub fn common(conditions: Vec<Condition>, status_patch: Option<Value>) -> Common
 
 /// Deletion finished.
 pub fn deleted() -> DeleteStatus {
-    DeleteStatus { done: true, common: common(vec![], None) }
+    DeleteStatus {
+        done: true,
+        common: common(vec![], None),
+    }
 }
 
 fn not_served(what: &str) -> ProviderError {
@@ -124,43 +146,52 @@ fn not_served(what: &str) -> ProviderError {
 /// A provider of any type. Every method has a default, so a provider overrides what its type
 /// serves (and test providers only what they exercise).
 pub trait Provider {
+    /// Who the provider is: name, version, type, contract and the kinds it serves.
     fn metadata() -> Metadata;
 
+    /// Reconciles an infrastructure cluster.
     fn reconcile_cluster(ctx: Context) -> Result<ClusterStatus, ProviderError> {
         let _ = ctx;
         Err(not_served("infrastructure clusters"))
     }
 
+    /// Deletes an infrastructure cluster's resources; `done` once they are gone.
     fn delete_cluster(ctx: Context) -> Result<DeleteStatus, ProviderError> {
         let _ = ctx;
         Ok(deleted())
     }
 
+    /// Reconciles an infrastructure machine.
     fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
         let _ = ctx;
         Err(not_served("infrastructure machines"))
     }
 
+    /// Deletes an infrastructure machine's resources; `done` once they are gone.
     fn delete_machine(ctx: Context) -> Result<DeleteStatus, ProviderError> {
         let _ = ctx;
         Ok(deleted())
     }
 
+    /// Reconciles a bootstrap config: renders its bootstrap data.
     fn reconcile_bootstrap(ctx: Context) -> Result<BootstrapStatus, ProviderError> {
         let _ = ctx;
         Err(not_served("bootstrap configs"))
     }
 
+    /// Deletes a bootstrap config's resources; `done` once they are gone.
     fn delete_bootstrap(ctx: Context) -> Result<DeleteStatus, ProviderError> {
         let _ = ctx;
         Ok(deleted())
     }
 
+    /// Reconciles a control plane: its endpoint, replicas and the Machines it asks for.
     fn reconcile_control_plane(ctx: Context) -> Result<ControlPlaneStatus, ProviderError> {
         let _ = ctx;
         Err(not_served("control planes"))
     }
 
+    /// Deletes a control plane's resources; `done` once they are gone.
     fn delete_control_plane(ctx: Context) -> Result<DeleteStatus, ProviderError> {
         let _ = ctx;
         Ok(deleted())
@@ -201,5 +232,9 @@ pub fn crd(group: &str, kind: &str, plural: &str, columns: &[(&str, &str, &str)]
 
 /// A served kind in `group`/v1beta2.
 pub fn kind(group: &str, kind: &str) -> ServedKind {
-    ServedKind { group: group.into(), version: "v1beta2".into(), kind: kind.into() }
+    ServedKind {
+        group: group.into(),
+        version: "v1beta2".into(),
+        kind: kind.into(),
+    }
 }

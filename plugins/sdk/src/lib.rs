@@ -11,6 +11,10 @@
 //! capw_sdk::export_provider!(Echo);
 //! ```
 
+#![warn(missing_docs)]
+
+/// The generated WIT bindings (wit-bindgen); the SDK re-exports what providers use.
+#[allow(missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",

@@ -49,9 +49,14 @@ impl Provider for Probe {
             labels: vec![("probe".into(), "yes".into())],
             // A hostile probe asks for what its object says: the host must refuse what the
             // grant does not allow.
-            network: Some(obj.str("/spec/network")).filter(|n| !n.is_empty()).map(str::to_string),
+            network: Some(obj.str("/spec/network"))
+                .filter(|n| !n.is_empty())
+                .map(str::to_string),
             ports: vec![],
-            privileged: obj.get("/spec/privileged").and_then(Value::as_bool).unwrap_or(false),
+            privileged: obj
+                .get("/spec/privileged")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
         };
         let mut report = serde_json::Map::new();
         report.insert(

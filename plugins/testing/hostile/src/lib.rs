@@ -30,7 +30,10 @@ fn name() -> &'static str {
 }
 
 fn patch_and_logs(obj: &View) -> Option<Value> {
-    let lines = obj.get("/spec/logLines").and_then(Value::as_u64).unwrap_or(0);
+    let lines = obj
+        .get("/spec/logLines")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     for _ in 0..lines {
         log(Level::Info, "");
     }
@@ -43,7 +46,12 @@ impl Provider for Hostile {
             (
                 ProviderType::ControlPlane,
                 vec![kind(CP_GROUP, "HostileControlPlane")],
-                vec![crd(CP_GROUP, "HostileControlPlane", "hostilecontrolplanes", &[])],
+                vec![crd(
+                    CP_GROUP,
+                    "HostileControlPlane",
+                    "hostilecontrolplanes",
+                    &[],
+                )],
             )
         } else if cfg!(feature = "bootstrap") {
             (
@@ -66,10 +74,18 @@ impl Provider for Hostile {
         } else {
             (
                 ProviderType::Infrastructure,
-                vec![kind(INFRA_GROUP, "HostileMachine"), kind(INFRA_GROUP, "HostileCluster")],
+                vec![
+                    kind(INFRA_GROUP, "HostileMachine"),
+                    kind(INFRA_GROUP, "HostileCluster"),
+                ],
                 vec![
                     crd("cluster.x-k8s.io", "Cluster", "clusters", &[]),
-                    crd("apiextensions.k8s.io", "CustomResourceDefinition", "customresourcedefinitions", &[]),
+                    crd(
+                        "apiextensions.k8s.io",
+                        "CustomResourceDefinition",
+                        "customresourcedefinitions",
+                        &[],
+                    ),
                 ],
             )
         };
@@ -85,7 +101,10 @@ impl Provider for Hostile {
 
     fn reconcile_control_plane(ctx: Context) -> Result<ControlPlaneStatus, ProviderError> {
         let obj = ctx.view()?;
-        let n = obj.get("/spec/createMachines").and_then(Value::as_u64).unwrap_or(0);
+        let n = obj
+            .get("/spec/createMachines")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         let machines_to_create = (0..n)
             .map(|i| MachineRequest {
                 name: format!("{}-m{i}", obj.name()),
@@ -97,11 +116,22 @@ impl Provider for Hostile {
             initialized: true,
             available: true,
             endpoint: None,
-            replicas: ReplicaCounts { desired: 1, ready: 1, available: 1, up_to_date: 1 },
-            kubeconfig: obj.get("/spec/kubeconfig").and_then(Value::as_str).map(str::to_string),
+            replicas: ReplicaCounts {
+                desired: 1,
+                ready: 1,
+                available: 1,
+                up_to_date: 1,
+            },
+            kubeconfig: obj
+                .get("/spec/kubeconfig")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             machines_to_create,
             machines_to_delete: vec![],
-            common: common(vec![condition("Ready", true, "Hostile", "")], patch_and_logs(&obj)),
+            common: common(
+                vec![condition("Ready", true, "Hostile", "")],
+                patch_and_logs(&obj),
+            ),
         })
     }
 
@@ -109,7 +139,10 @@ impl Provider for Hostile {
         let obj = ctx.view()?;
         Ok(BootstrapStatus {
             data: None,
-            common: common(vec![condition("Ready", true, "Hostile", "")], patch_and_logs(&obj)),
+            common: common(
+                vec![condition("Ready", true, "Hostile", "")],
+                patch_and_logs(&obj),
+            ),
         })
     }
 

@@ -1,4 +1,8 @@
 //! Misbehaving: reconcile panics, which traps the instance.
+
+// Panicking is what this component is for.
+#![allow(clippy::panic)]
+
 use capw_sdk::*;
 
 struct Boom;
