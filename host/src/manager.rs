@@ -13,7 +13,7 @@ use crate::controllers::external::{OwnerMap, Resolver, Tracker, owner_of_kind};
 use crate::controllers::fanout::Fanout;
 use crate::controllers::relevance;
 use crate::controllers::{cluster, dropin, machine, remote, wasmprovider};
-use crate::metrics::Metrics;
+use crate::metrics::{METRICS_CONTENT_TYPE, Metrics};
 use crate::runtime::{Registry, Runtime};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
@@ -390,7 +390,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
                 "/metrics",
                 axum::routing::get(move || {
                     let m = m.clone();
-                    async move { ([("content-type", "text/plain; version=0.0.4")], m.render()) }
+                    async move { ([("content-type", METRICS_CONTENT_TYPE)], m.render()) }
                 }),
             )
             .route("/healthz", axum::routing::get(|| async { "ok" }));

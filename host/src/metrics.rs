@@ -1,74 +1,53 @@
-//! Prometheus text metrics of the host: reconciles per controller (count, errors, duration) and
-//! plugin calls per plugin version (count, latency, traps, timeouts).
+//! Prometheus metrics of the host: reconciles per controller (count, errors, duration) and
+//! plugin calls per plugin version (count, latency, errors, traps, timeouts), encoded by
+//! `prometheus-client`, which escapes label values (a plugin version is plugin-chosen text).
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use std::time::Duration;
+
+/// The content type of the OpenMetrics text [`Metrics::render`] writes.
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 const BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-#[derive(Default, Clone)]
-struct Histogram {
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
 }
 
-impl Histogram {
-    fn observe(&mut self, secs: f64) {
-        if self.counts.is_empty() {
-            self.counts = vec![0; BUCKETS.len()];
-        }
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if secs <= *b {
-                self.counts[i] += 1;
-            }
-        }
-        self.sum += secs;
-        self.count += 1;
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabels {
+    plugin: String,
+    version: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Buckets;
+
+impl MetricConstructor<Histogram> for Buckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(BUCKETS.iter().copied())
     }
-
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        for (i, b) in BUCKETS.iter().enumerate() {
-            let n = self.counts.get(i).copied().unwrap_or(0);
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {n}");
-        }
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
-        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
-    }
-}
-
-#[derive(Default)]
-struct ReconcileStats {
-    total: u64,
-    errors: u64,
-    duration: Histogram,
-}
-
-#[derive(Default)]
-struct CallStats {
-    calls: u64,
-    errors: u64,
-    traps: u64,
-    timeouts: u64,
-    latency: Histogram,
-}
-
-#[derive(Default)]
-struct Inner {
-    reconciles: BTreeMap<String, ReconcileStats>,
-    /// By (plugin, version).
-    calls: BTreeMap<(String, String), CallStats>,
 }
 
 /// The host's metrics; cheap to update from every reconcile and call.
-#[derive(Default)]
 pub struct Metrics {
-    inner: Mutex<Inner>,
+    registry: Registry,
+    reconciles: Family<ControllerLabels, Counter>,
+    reconcile_errors: Family<ControllerLabels, Counter>,
+    reconcile_duration: Family<ControllerLabels, Histogram, Buckets>,
+    calls: Family<PluginLabels, Counter>,
+    call_errors: Family<PluginLabels, Counter>,
+    call_traps: Family<PluginLabels, Counter>,
+    call_timeouts: Family<PluginLabels, Counter>,
+    call_duration: Family<PluginLabels, Histogram, Buckets>,
 }
 
 /// How a plugin call ended, for the counters.
@@ -80,107 +59,118 @@ pub enum CallOutcome {
     Timeout,
 }
 
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Family::new_with_constructor(Buckets),
+            calls: Family::default(),
+            call_errors: Family::default(),
+            call_traps: Family::default(),
+            call_timeouts: Family::default(),
+            call_duration: Family::new_with_constructor(Buckets),
+            registry: Registry::default(),
+        };
+        // Counters are registered without `_total`: the encoder appends it.
+        registry.register(
+            "capw_reconcile",
+            "Reconciles per controller",
+            m.reconciles.clone(),
+        );
+        registry.register(
+            "capw_reconcile_errors",
+            "Failed reconciles per controller",
+            m.reconcile_errors.clone(),
+        );
+        registry.register(
+            "capw_reconcile_duration_seconds",
+            "Reconcile duration per controller",
+            m.reconcile_duration.clone(),
+        );
+        registry.register(
+            "capw_plugin_calls",
+            "Plugin calls per plugin version",
+            m.calls.clone(),
+        );
+        registry.register(
+            "capw_plugin_errors",
+            "Provider errors per plugin version",
+            m.call_errors.clone(),
+        );
+        registry.register(
+            "capw_plugin_traps",
+            "Traps per plugin version",
+            m.call_traps.clone(),
+        );
+        registry.register(
+            "capw_plugin_timeouts",
+            "Timeouts per plugin version",
+            m.call_timeouts.clone(),
+        );
+        registry.register(
+            "capw_plugin_call_duration_seconds",
+            "Plugin call latency per plugin version",
+            m.call_duration.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+}
+
 impl Metrics {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
+    /// Counts one reconcile of `controller`.
     pub fn reconcile(&self, controller: &str, took: Duration, ok: bool) {
-        let mut g = self.lock();
-        let e = g.reconciles.entry(controller.to_string()).or_default();
-        e.total += 1;
+        let l = ControllerLabels {
+            controller: controller.to_string(),
+        };
+        self.reconciles.get_or_create(&l).inc();
+        let errors = self.reconcile_errors.get_or_create(&l);
         if !ok {
-            e.errors += 1;
+            errors.inc();
         }
-        e.duration.observe(took.as_secs_f64());
+        self.reconcile_duration
+            .get_or_create(&l)
+            .observe(took.as_secs_f64());
     }
 
+    /// Counts one call of a plugin version.
     pub fn plugin_call(&self, plugin: &str, version: &str, took: Duration, outcome: CallOutcome) {
-        let mut g = self.lock();
-        let e = g
-            .calls
-            .entry((plugin.to_string(), version.to_string()))
-            .or_default();
-        e.calls += 1;
-        match outcome {
-            CallOutcome::Ok => {}
-            CallOutcome::Error => e.errors += 1,
-            CallOutcome::Trap => e.traps += 1,
-            CallOutcome::Timeout => e.timeouts += 1,
+        let l = PluginLabels {
+            plugin: plugin.to_string(),
+            version: version.to_string(),
+        };
+        self.calls.get_or_create(&l).inc();
+        // Every outcome's counter exists from the first call, so a zero is reported as zero.
+        for (family, counted) in [
+            (&self.call_errors, CallOutcome::Error),
+            (&self.call_traps, CallOutcome::Trap),
+            (&self.call_timeouts, CallOutcome::Timeout),
+        ] {
+            let c = family.get_or_create(&l);
+            if outcome == counted {
+                c.inc();
+            }
         }
-        e.latency.observe(took.as_secs_f64());
+        self.call_duration
+            .get_or_create(&l)
+            .observe(took.as_secs_f64());
     }
 
     /// Total reconciles of `controller` so far.
     pub fn reconcile_count(&self, controller: &str) -> u64 {
-        self.lock()
-            .reconciles
-            .get(controller)
-            .map(|e| e.total)
-            .unwrap_or(0)
+        self.reconciles
+            .get_or_create(&ControllerLabels {
+                controller: controller.to_string(),
+            })
+            .get()
     }
 
+    /// The OpenMetrics text of every metric.
     pub fn render(&self) -> String {
-        let g = self.lock();
         let mut out = String::new();
-        out.push_str("# HELP capw_reconcile_total Reconciles per controller.\n# TYPE capw_reconcile_total counter\n");
-        for (c, e) in &g.reconciles {
-            let _ = writeln!(
-                out,
-                "capw_reconcile_total{{controller=\"{c}\"}} {}",
-                e.total
-            );
-        }
-        out.push_str("# HELP capw_reconcile_errors_total Failed reconciles per controller.\n# TYPE capw_reconcile_errors_total counter\n");
-        for (c, e) in &g.reconciles {
-            let _ = writeln!(
-                out,
-                "capw_reconcile_errors_total{{controller=\"{c}\"}} {}",
-                e.errors
-            );
-        }
-        out.push_str("# HELP capw_reconcile_duration_seconds Reconcile duration per controller.\n# TYPE capw_reconcile_duration_seconds histogram\n");
-        for (c, e) in &g.reconciles {
-            e.duration.render(
-                &mut out,
-                "capw_reconcile_duration_seconds",
-                &format!("controller=\"{c}\""),
-            );
-        }
-        out.push_str("# HELP capw_plugin_calls_total Plugin calls per plugin version.\n# TYPE capw_plugin_calls_total counter\n");
-        for ((p, v), e) in &g.calls {
-            let _ = writeln!(
-                out,
-                "capw_plugin_calls_total{{plugin=\"{p}\",version=\"{v}\"}} {}",
-                e.calls
-            );
-        }
-        for (metric, help, idx) in [
-            ("capw_plugin_errors_total", "Provider errors", 1),
-            ("capw_plugin_traps_total", "Traps", 2),
-            ("capw_plugin_timeouts_total", "Timeouts", 3),
-        ] {
-            let _ = writeln!(
-                out,
-                "# HELP {metric} {help} per plugin version.\n# TYPE {metric} counter"
-            );
-            for ((p, v), e) in &g.calls {
-                let n = match idx {
-                    1 => e.errors,
-                    2 => e.traps,
-                    _ => e.timeouts,
-                };
-                let _ = writeln!(out, "{metric}{{plugin=\"{p}\",version=\"{v}\"}} {n}");
-            }
-        }
-        out.push_str("# HELP capw_plugin_call_duration_seconds Plugin call latency per plugin version.\n# TYPE capw_plugin_call_duration_seconds histogram\n");
-        for ((p, v), e) in &g.calls {
-            e.latency.render(
-                &mut out,
-                "capw_plugin_call_duration_seconds",
-                &format!("plugin=\"{p}\",version=\"{v}\""),
-            );
-        }
+        // Writing to a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
         out
     }
 }
@@ -204,9 +194,29 @@ mod tests {
         assert!(text.contains("capw_reconcile_total{controller=\"cluster\"} 2"));
         assert!(text.contains("capw_reconcile_errors_total{controller=\"cluster\"} 1"));
         assert!(text.contains(
-            "capw_reconcile_duration_seconds_bucket{controller=\"cluster\",le=\"0.005\"} 1"
+            // prometheus-client writes `le` first; the sample is the same.
+            "capw_reconcile_duration_seconds_bucket{le=\"0.005\",controller=\"cluster\"} 1"
         ));
         assert!(text.contains("capw_plugin_traps_total{plugin=\"inmemory\",version=\"0.1.0\"} 1"));
         assert_eq!(m.reconcile_count("cluster"), 2);
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let m = Metrics::default();
+        m.plugin_call(
+            "evil",
+            "1.0.0-\"quoted\"\\\n",
+            Duration::from_micros(1),
+            CallOutcome::Ok,
+        );
+        let text = m.render();
+        assert!(
+            text.contains(
+                r#"capw_plugin_calls_total{plugin="evil",version="1.0.0-\"quoted\"\\\n"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

@@ -83,6 +83,9 @@ impl App {
     }
 }
 
+/// The content type of `/metrics`.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 const METHODS: [axum::http::Method; 5] = [
     axum::http::Method::GET,
     axum::http::Method::POST,
@@ -100,22 +103,35 @@ impl App {
             .sum()
     }
 
-    /// Prometheus text: requests by method and open watches.
+    /// OpenMetrics text (prometheus-client): requests by method and open watches.
     pub fn metrics(&self) -> String {
-        let mut out = String::from(
-            "# HELP capw_apiserver_requests_total Requests served, by method.\n# TYPE capw_apiserver_requests_total counter\n",
-        );
-        let names = ["GET", "POST", "PUT", "PATCH", "DELETE", "OTHER"];
-        for (name, n) in names.iter().zip(&self.requests) {
-            out.push_str(&format!(
-                "capw_apiserver_requests_total{{method=\"{name}\"}} {}\n",
-                n.load(std::sync::atomic::Ordering::Relaxed)
-            ));
+        use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
+        #[derive(
+            Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet,
+        )]
+        struct Method {
+            method: &'static str,
         }
-        out.push_str(&format!(
-            "# HELP capw_apiserver_watches Open watches.\n# TYPE capw_apiserver_watches gauge\ncapw_apiserver_watches {}\n",
-            self.active_watches.load(std::sync::atomic::Ordering::Relaxed)
-        ));
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        let requests = Family::<Method, Counter>::default();
+        let names = ["GET", "POST", "PUT", "PATCH", "DELETE", "OTHER"];
+        for (method, n) in names.into_iter().zip(&self.requests) {
+            requests
+                .get_or_create(&Method { method })
+                .inc_by(n.load(relaxed));
+        }
+        let watches = Gauge::<i64>::default();
+        watches.set(i64::try_from(self.active_watches.load(relaxed)).unwrap_or(i64::MAX));
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register(
+            "capw_apiserver_requests",
+            "Requests served, by method",
+            requests,
+        );
+        registry.register("capw_apiserver_watches", "Open watches", watches);
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         out
     }
 }
@@ -190,7 +206,7 @@ async fn serve_request(app: Arc<App>, req: Request) -> Response {
     if parts.uri.path() == "/metrics" {
         return (
             StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            [(header::CONTENT_TYPE, OPENMETRICS)],
             app.metrics(),
         )
             .into_response();

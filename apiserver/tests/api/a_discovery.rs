@@ -159,3 +159,27 @@ async fn a09_to_a12_queries_paths_and_accept() {
         .await;
     assert_eq!(r.json()["kind"], "APIGroupList");
 }
+
+#[tokio::test]
+async fn metrics_are_openmetrics_text() {
+    let t = start().await;
+    t.get("/api").await;
+    let r = t.get("/metrics").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.headers["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let text = String::from_utf8_lossy(&r.body);
+    let gets: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("capw_apiserver_requests_total{method=\"GET\"} "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(gets >= 1, "{text}");
+    assert!(
+        text.contains("# TYPE capw_apiserver_watches gauge"),
+        "{text}"
+    );
+    assert!(text.ends_with("# EOF\n"), "{text}");
+}
