@@ -4,7 +4,11 @@
 //!     async/epoch path, p50 and p99, against the same provider logic compiled natively;
 //! (b) compile time and cached-load time of a ~1 MB component;
 //! (c) swap latency (load, validate, smoke-test, swap) cold and with a warm artifact cache;
-//! (d) resident memory per concurrent call.
+//! (d) resident memory per concurrent call;
+//! (e) drop-in end to end: from writing `NAME.wasm` into a running `capw up`'s plugin directory
+//!     to the WasmProvider's status naming the new version as active, p50 and max over 20
+//!     swaps (warm artifact cache). With `CAPW_BASELINE=/path/to/capw`, the same is measured for
+//!     that binary in the same run, side by side.
 //!
 //! Run: `scripts/build-plugins && cargo bench -p capw --bench runtime`.
 
@@ -190,7 +194,7 @@ async fn main() {
     .expect("swap");
     let swap_warm = t.elapsed();
     println!(
-        "(c) swap (validate, compile or load, smoke metadata(), swap): cold {swap_cold:?}, cached {swap_warm:?} (+ up to 1 s of drop-in polling)"
+        "(c) swap (validate, compile or load, smoke metadata(), swap): cold {swap_cold:?}, cached {swap_warm:?} (drop-in end to end in (e))"
     );
 
     // (d)
@@ -238,4 +242,123 @@ async fn main() {
         "(d) {concurrent} concurrent calls: peak RSS +{delta} KiB, {} KiB per call",
         delta / concurrent
     );
+    // (e)
+    let ours = dropin_latency(std::path::Path::new(env!("CARGO_BIN_EXE_capw")), 20).await;
+    report_dropin("this build", &ours);
+    if let Some(base) = std::env::var_os("CAPW_BASELINE") {
+        let theirs = dropin_latency(std::path::Path::new(&base), 20).await;
+        report_dropin(&format!("baseline {}", base.to_string_lossy()), &theirs);
+        println!(
+            "(e) ratio of p50s, baseline / this build: {:.1}",
+            pct(&mut theirs.clone(), 0.5).as_secs_f64() / pct(&mut ours.clone(), 0.5).as_secs_f64()
+        );
+    }
+}
+
+fn report_dropin(label: &str, v: &[Duration]) {
+    let mut v = v.to_vec();
+    println!(
+        "(e) drop-in, file written -> status names the new version ({label}): p50 {:?}, max {:?} over {} swaps",
+        pct(&mut v, 0.5),
+        pct(&mut v, 1.0),
+        v.len()
+    );
+}
+
+/// Runs `capw up` from `bin` with an empty plugin directory, then swaps echo 1.0.0 and 2.0.0 in
+/// place `rounds` times, timing each from the write to the status that names the new version.
+async fn dropin_latency(bin: &std::path::Path, rounds: usize) -> Vec<Duration> {
+    use capw::api::wasmprovider::WasmProvider;
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugins = dir.path().join("plugins");
+    let mut child = std::process::Command::new(bin)
+        .args([
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir.path().join("data"))
+        .arg("--plugins")
+        .arg(&plugins)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("capw up starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut kubeconfig = None;
+    for line in lines.by_ref() {
+        let line = line.expect("line");
+        if let Some(k) = line.strip_prefix("kubeconfig: ") {
+            kubeconfig = Some(std::path::PathBuf::from(k));
+        }
+        if line.starts_with("watching ") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig.expect("kubeconfig line"))
+        .expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    let api: kube::Api<WasmProvider> =
+        kube::Api::all(kube::Client::try_from(config).expect("client"));
+    let file = plugins.join("echo.wasm");
+    let serving = |version: &'static str| {
+        let api = api.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let active = api
+                    .get_opt("echo")
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|w| w.status?.active_version);
+                if active.as_deref() == Some(version) {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "echo {version} never became active"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    };
+    // Both versions once, so their artifacts are cached before timing.
+    for (name, version) in [
+        ("echo-v1", "1.0.0"),
+        ("echo-v2", "2.0.0"),
+        ("echo-v1", "1.0.0"),
+    ] {
+        std::fs::copy(wasm_path(name), &file).expect("drop");
+        serving(version).await;
+    }
+    let mut took = vec![];
+    for i in 0..rounds {
+        let (name, version) = if i % 2 == 0 {
+            ("echo-v2", "2.0.0")
+        } else {
+            ("echo-v1", "1.0.0")
+        };
+        let bytes = wasm(name);
+        let t = Instant::now();
+        std::fs::write(&file, &bytes).expect("write");
+        serving(version).await;
+        took.push(t.elapsed());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    took
+}
+
+fn wasm_path(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/plugins")
+        .join(format!("{name}.wasm"))
 }

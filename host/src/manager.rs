@@ -57,7 +57,8 @@ pub struct HostConfig {
     pub metrics: Option<SocketAddr>,
     pub cluster_concurrency: u16,
     pub machine_concurrency: u16,
-    /// How often the drop-in directory is scanned.
+    /// How often the drop-in directory is scanned when no change was reported (the fallback of
+    /// the file watcher).
     pub dropin_interval: Duration,
 }
 
@@ -70,7 +71,7 @@ impl HostConfig {
             metrics: None,
             cluster_concurrency: 50,
             machine_concurrency: 100,
-            dropin_interval: Duration::from_secs(1),
+            dropin_interval: Duration::from_secs(10),
         }
     }
 }

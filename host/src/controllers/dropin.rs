@@ -2,6 +2,10 @@
 //! `NAME.yaml` holding grants, limits and rollout settings) creates or updates the WasmProvider
 //! `NAME`. Removing the file keeps the active version running; the WasmProvider then reports
 //! the module as missing.
+//!
+//! The directory is watched with `notify` (inotify on Linux), so a dropped file is applied
+//! moments after it is written; a slow poll stays as the fallback for filesystems that send no
+//! events (network mounts, some container volumes) and for a watcher that cannot start.
 
 use crate::api::wasmprovider::{
     ContainerRuntimeGrant, WasmProvider, WasmProviderLimits, WasmProviderRollout,
@@ -154,12 +158,52 @@ async fn scan(api: &Api<WasmProvider>, dir: &Path, seen: &mut HashMap<String, Se
     }
 }
 
-/// Watches `dir` until the process ends (polling: it works on every filesystem).
-pub async fn run(client: Client, dir: PathBuf, every: Duration) {
+/// How long the watcher waits for a burst of events to end before it scans: a copy writes a
+/// file in several chunks, and each chunk is an event.
+const SETTLE: Duration = Duration::from_millis(15);
+
+/// Watches `dir` until the process ends: scans on every change the watcher reports, and every
+/// `poll` whether or not it reports one.
+pub async fn run(client: Client, dir: PathBuf, poll: Duration) {
     let api: Api<WasmProvider> = Api::all(client);
     let mut seen = HashMap::new();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+    let _watcher = watch(&dir, tx);
     loop {
         scan(&api, &dir, &mut seen).await;
-        tokio::time::sleep(every).await;
+        tokio::select! {
+            Some(()) = rx.recv() => {
+                // Let the burst end, then take every event it left in one scan.
+                tokio::time::sleep(SETTLE).await;
+                while rx.try_recv().is_ok() {}
+            }
+            () = tokio::time::sleep(poll) => {}
+        }
+    }
+}
+
+/// Starts a watcher on `dir` that sends on `tx` at every change; `None` (and the poll alone)
+/// when the platform or its limits refuse one. Keep the watcher alive as long as events matter.
+fn watch(dir: &Path, tx: tokio::sync::mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+    use notify::{EventKind, RecursiveMode, Watcher};
+    let handler = move |event: notify::Result<notify::Event>| {
+        if let Ok(e) = event
+            && !matches!(
+                e.kind,
+                EventKind::Access(notify::event::AccessKind::Open(_))
+            )
+        {
+            // A full channel already holds a wake-up: this change is in the coming scan.
+            let _ = tx.try_send(());
+        }
+    };
+    let started = notify::recommended_watcher(handler)
+        .and_then(|mut w| w.watch(dir, RecursiveMode::NonRecursive).map(|()| w));
+    match started {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the plugin directory for changes; polling it only");
+            None
+        }
     }
 }
