@@ -257,7 +257,7 @@ async fn boot(
                 let file = |flag_name: &str| {
                     flag(&argv, flag_name)
                         .and_then(|p| cc.file(p))
-                        .map(str::to_string)
+                        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
                 };
                 let (Some(ca), Some(key), Some(token)) =
                     (file("ca-cert"), file("ca-key"), file("token-file"))

@@ -1,6 +1,7 @@
 // The provider's logic, kept apart from the export so the host's benchmark can build the same
 // text natively (`include!`) to compare it with the component.
 
+use capw_cloud_config::{CloudConfig, Command, WriteFile};
 use capw_sdk::*;
 
 const GROUP: &str = "bootstrap.cluster.x-k8s.io";
@@ -12,48 +13,18 @@ const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
 
 pub struct Bootstrap;
 
-/// A YAML double-quoted scalar (JSON strings are valid YAML).
-fn q(s: &str) -> String {
-    Value::String(s.to_string()).to_string()
-}
-
-fn indent(s: &str, by: usize) -> String {
-    let pad = " ".repeat(by);
-    s.lines().map(|l| format!("{pad}{l}\n")).collect()
-}
-
-struct File {
-    path: String,
-    content: String,
-    permissions: &'static str,
-}
-
-fn render(files: &[File], commands: &[String]) -> String {
-    let mut out = String::from("#cloud-config\nwrite_files:\n");
-    for f in files {
-        out.push_str(&format!(
-            "- path: {}\n  permissions: '{}'\n  content: |\n",
-            q(&f.path),
-            f.permissions
-        ));
-        out.push_str(&indent(
-            if f.content.is_empty() {
-                " "
-            } else {
-                &f.content
-            },
-            4,
-        ));
+/// The user data: files, then commands, rendered by the YAML library, so every file's content
+/// comes back byte for byte.
+fn render(files: Vec<WriteFile>, commands: Vec<String>) -> String {
+    CloudConfig {
+        write_files: files,
+        runcmd: commands.into_iter().map(Command::Shell).collect(),
     }
-    out.push_str("runcmd:\n");
-    for c in commands {
-        out.push_str(&format!("- {}\n", q(c)));
-    }
-    out
+    .render()
 }
 
 /// `spec.files[]` and `spec.preCommands`/`spec.postCommands`, checked with field paths.
-fn user_files(obj: &View) -> Result<Vec<File>, ProviderError> {
+fn user_files(obj: &View) -> Result<Vec<WriteFile>, ProviderError> {
     let Some(list) = obj.get("/spec/files") else {
         return Ok(vec![]);
     };
@@ -73,14 +44,14 @@ fn user_files(obj: &View) -> Result<Vec<File>, ProviderError> {
                     obj.name()
                 ))
             })?;
-            Ok(File {
+            let text = |k: &str| f.get(k).and_then(Value::as_str).map(String::from);
+            Ok(WriteFile {
                 path: path.into(),
-                content: f
-                    .get("content")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .into(),
-                permissions: "0644",
+                content: text("content").unwrap_or_default(),
+                permissions: Some(text("permissions").unwrap_or_else(|| "0644".into())),
+                owner: text("owner"),
+                encoding: text("encoding"),
+                append: f.get("append").and_then(Value::as_bool).unwrap_or(false),
             })
         })
         .collect()
@@ -178,34 +149,18 @@ impl Provider for Bootstrap {
                 2,
             ));
         };
-        let mut files = vec![File {
-            path: TOKEN.into(),
-            content: token.into(),
-            permissions: "0600",
-        }];
+        let mut files = vec![WriteFile::new(TOKEN, token, "0600")];
         let mut run = commands(&obj, "preCommands")?;
         run.push(format!("mkdir -p {PKI} {SENTINEL_DIR}"));
         if control_plane {
-            files.push(File {
-                path: format!("{PKI}/ca.crt"),
-                content: ca.into(),
-                permissions: "0644",
-            });
-            files.push(File {
-                path: format!("{PKI}/ca.key"),
-                content: ca_key.into(),
-                permissions: "0600",
-            });
+            files.push(WriteFile::new(format!("{PKI}/ca.crt"), ca, "0644"));
+            files.push(WriteFile::new(format!("{PKI}/ca.key"), ca_key, "0600"));
             run.push(daemon(
                 "apiserver",
                 &format!("capw apiserver --listen 0.0.0.0:6443 --ca-cert {PKI}/ca.crt --ca-key {PKI}/ca.key --token-file {TOKEN}"),
             ));
         } else {
-            files.push(File {
-                path: format!("{PKI}/ca.crt"),
-                content: ca.into(),
-                permissions: "0644",
-            });
+            files.push(WriteFile::new(format!("{PKI}/ca.crt"), ca, "0644"));
         }
         files.extend(user_files(&obj)?);
         run.push(daemon(
@@ -220,7 +175,7 @@ impl Provider for Bootstrap {
         Ok(BootstrapStatus {
             data: Some(BootstrapData {
                 format: "cloud-config".into(),
-                value: render(&files, &run),
+                value: render(files, run),
             }),
             common: common(
                 vec![condition("Ready", true, "DataSecretAvailable", "")],

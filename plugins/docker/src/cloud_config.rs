@@ -1,42 +1,13 @@
 //! The bootstrap data as one shell script, run through exec. Only cloud-config's `write_files`
 //! and `runcmd` are executed, as in CAPD; other modules are ignored.
 
+use capw_cloud_config::{CloudConfig, Command, WriteFile};
 use capw_sdk::ProviderError;
-use serde::Deserialize;
 
 pub const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
 const STARTED: &str = "/run/capw/bootstrap.started";
 const FAILED: &str = "/run/capw/bootstrap.failed";
 const LOG: &str = "/var/log/capw-bootstrap.log";
-
-#[derive(Deserialize)]
-struct CloudConfig {
-    #[serde(default)]
-    write_files: Vec<WriteFile>,
-    #[serde(default)]
-    runcmd: Vec<Command>,
-}
-
-#[derive(Deserialize)]
-struct WriteFile {
-    path: String,
-    #[serde(default)]
-    content: String,
-    /// Usually a quoted string ('0600'); an unquoted YAML number is taken as written.
-    #[serde(default)]
-    permissions: Option<serde_yaml::Value>,
-    #[serde(default)]
-    encoding: Option<String>,
-    #[serde(default)]
-    append: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Command {
-    Shell(String),
-    Argv(Vec<String>),
-}
 
 /// Where a machine's bootstrap stands, as the state files inside the container say.
 #[derive(Debug, PartialEq)]
@@ -63,32 +34,11 @@ impl Bootstrap {
     /// Parses cloud-config; any other format, or a file it cannot write, is an `invalid-spec`
     /// error naming the field.
     pub fn parse(data: &str) -> Result<Bootstrap, ProviderError> {
-        if !data.trim_start().starts_with("#cloud-config") {
-            return Err(ProviderError::InvalidSpec(
-                "the bootstrap data is not cloud-config (it must start with #cloud-config); the docker provider runs only cloud-config's write_files and runcmd".into(),
-            ));
-        }
-        let cc: CloudConfig = serde_yaml::from_str(data).map_err(|e| {
-            ProviderError::InvalidSpec(format!("the bootstrap data is not valid cloud-config: {e}"))
+        let cc = CloudConfig::parse(data).map_err(|e| {
+            ProviderError::InvalidSpec(format!(
+                "{e} (the docker provider runs cloud-config's write_files and runcmd)"
+            ))
         })?;
-        for (i, f) in cc.write_files.iter().enumerate() {
-            if !f.path.starts_with('/') {
-                return Err(ProviderError::InvalidSpec(format!(
-                    "bootstrap data write_files[{i}].path {:?} must be absolute",
-                    f.path
-                )));
-            }
-            if let Some(enc) = f
-                .encoding
-                .as_deref()
-                .filter(|e| !e.is_empty() && *e != "text/plain")
-            {
-                return Err(ProviderError::InvalidSpec(format!(
-                    "bootstrap data write_files[{i}] ({}) has encoding {enc:?}; the docker provider writes plain content only",
-                    f.path
-                )));
-            }
-        }
         let commands = cc
             .runcmd
             .into_iter()
@@ -125,9 +75,10 @@ printf '%s\n' "$1" > /run/capw/provider-id
 shift
 while [ $# -gt 0 ]; do
   mkdir -p "$(dirname "$1")"
-  if [ "$4" = append ]; then printf '%s' "$2" >> "$1"; else printf '%s' "$2" > "$1"; fi
+  if [ "$5" = b64 ]; then dec="base64 -d"; else dec=cat; fi
+  if [ "$4" = append ]; then printf '%s' "$2" | $dec >> "$1"; else printf '%s' "$2" | $dec > "$1"; fi
   chmod "$3" "$1"
-  shift 4
+  shift 5
 done
 {{ ( set -e
 {commands}) >{LOG} 2>&1 </dev/null || touch {FAILED}; }} >/dev/null 2>&1 </dev/null &
@@ -141,15 +92,17 @@ if [ -e {SENTINEL} ]; then echo done; elif [ -e {FAILED} ]; then echo failed; ta
         for f in &self.files {
             args.push(f.path.clone());
             args.push(f.content.clone());
-            args.push(match &f.permissions {
-                Some(serde_yaml::Value::String(p)) => p.clone(),
-                Some(serde_yaml::Value::Number(n)) => n.to_string(),
-                _ => "0644".into(),
-            });
+            args.push(f.mode().into());
             args.push(if f.append { "append" } else { "write" }.into());
+            args.push(if is_b64(f) { "b64" } else { "plain" }.into());
         }
         (script, args)
     }
+}
+
+/// Base64 content goes to the container as written and is decoded there, so any bytes arrive.
+fn is_b64(f: &WriteFile) -> bool {
+    matches!(f.encoding.as_deref(), Some("b64" | "base64"))
 }
 
 /// Reads the first line the script printed.
