@@ -3,6 +3,7 @@
 //! plugin drop-in directory.
 
 pub mod adopt;
+pub mod backoff;
 pub mod cluster;
 pub mod conditions;
 pub mod context;

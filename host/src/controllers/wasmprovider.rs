@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tracing::Instrument;
 
 const FINALIZER: &str = "runtime.capw.dev/objects-remain";
 const MANAGER: &str = "capw-runtime";
@@ -566,14 +567,16 @@ async fn cleanup(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
 async fn reconcile(wp: Arc<WasmProvider>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let span =
         tracing::info_span!("reconcile", object.ref = %format!("wasmprovider/{}", wp.name_any()));
-    let _enter = span.enter();
     let api: Api<WasmProvider> = Api::all(ctx.client.clone());
+    // The span goes with the future (`instrument`), not an entered guard: a guard held across
+    // `.await` would tag whatever else runs on this thread meanwhile.
     finalizer(&api, FINALIZER, wp, |ev| async {
         match ev {
             Finalizer::Apply(wp) => apply(wp, &ctx).await,
             Finalizer::Cleanup(wp) => cleanup(wp, &ctx).await,
         }
     })
+    .instrument(span)
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }

@@ -122,7 +122,7 @@ struct KindCtx {
     ar: ApiResource,
     role: Role,
     finalizer: String,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: crate::controllers::backoff::Failures,
 }
 
 fn plural_of(crds: &[String], group: &str, kind: &str) -> Option<String> {
@@ -210,7 +210,7 @@ impl Driver {
                 finalizer: format!("{}.{}", ar.kind.to_lowercase(), ar.group),
                 ar,
                 role,
-                failures: Mutex::new(HashMap::new()),
+                failures: Default::default(),
             });
             running.insert(key, (plugin, tokio::spawn(run_kind(kctx))));
         }
@@ -418,7 +418,7 @@ fn outcome(e: &CallError) -> CallOutcome {
 
 /// How long to wait after a failed call, and the condition reason naming the failure.
 fn backoff(e: &CallError, failures: u32) -> (Option<Duration>, &'static str) {
-    let exp = Duration::from_secs((1u64 << failures.min(8)).min(300));
+    let exp = crate::controllers::backoff::delay(failures);
     match e {
         CallError::Timeout(_) => (Some(exp), "PluginTimeout"),
         CallError::Trap(_) => (Some(exp), "PluginTrapped"),
@@ -465,12 +465,7 @@ impl KindCtx {
         e: &CallError,
     ) -> Result<Option<Duration>, DriverError> {
         let key = Self::key(obj);
-        let n = {
-            let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-            let n = f.entry(key).or_insert(0);
-            *n += 1;
-            *n
-        };
+        let n = self.failures.record(&key);
         let (after, reason) = backoff(e, n);
         let message = format!("plugin {} {version}: {e}", self.plugin);
         let mut status = obj.data.get("status").cloned().unwrap_or(json!({}));
@@ -490,10 +485,7 @@ impl KindCtx {
     }
 
     fn succeeded(&self, obj: &DynamicObject, status: &mut Value) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&Self::key(obj));
+        self.failures.forget(&Self::key(obj));
         let paused = status
             .pointer("/conditions")
             .and_then(Value::as_array)
@@ -636,7 +628,11 @@ async fn cleanup(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driv
         Role::ControlPlane => call(kctx, async |s| s.delete_control_plane(&ctx).await).await?,
     };
     match r {
-        Ok(d) if d.done => Ok(Action::await_change()),
+        Ok(d) if d.done => {
+            // The finalizer goes next; a failure count must not outlive the object.
+            kctx.failures.forget(&KindCtx::key(&obj));
+            Ok(Action::await_change())
+        }
         Ok(d) => Err(DriverError::Waiting(
             format!("plugin {} {version} is still deleting", kctx.plugin),
             Duration::from_secs(u64::from(
