@@ -74,40 +74,44 @@ impl Default for Metrics {
             registry: Registry::default(),
         };
         // Counters are registered without `_total`: the encoder appends it.
-        registry.register(
-            "capw_reconcile",
-            "Reconciles per controller",
-            m.reconciles.clone(),
-        );
-        registry.register(
-            "capw_reconcile_errors",
-            "Failed reconciles per controller",
-            m.reconcile_errors.clone(),
-        );
+        for (name, help, family) in [
+            ("capw_reconcile", "Reconciles per controller", &m.reconciles),
+            (
+                "capw_reconcile_errors",
+                "Failed reconciles per controller",
+                &m.reconcile_errors,
+            ),
+        ] {
+            registry.register(name, help, family.clone());
+        }
+        for (name, help, family) in [
+            (
+                "capw_plugin_calls",
+                "Plugin calls per plugin version",
+                &m.calls,
+            ),
+            (
+                "capw_plugin_errors",
+                "Provider errors per plugin version",
+                &m.call_errors,
+            ),
+            (
+                "capw_plugin_traps",
+                "Traps per plugin version",
+                &m.call_traps,
+            ),
+            (
+                "capw_plugin_timeouts",
+                "Timeouts per plugin version",
+                &m.call_timeouts,
+            ),
+        ] {
+            registry.register(name, help, family.clone());
+        }
         registry.register(
             "capw_reconcile_duration_seconds",
             "Reconcile duration per controller",
             m.reconcile_duration.clone(),
-        );
-        registry.register(
-            "capw_plugin_calls",
-            "Plugin calls per plugin version",
-            m.calls.clone(),
-        );
-        registry.register(
-            "capw_plugin_errors",
-            "Provider errors per plugin version",
-            m.call_errors.clone(),
-        );
-        registry.register(
-            "capw_plugin_traps",
-            "Traps per plugin version",
-            m.call_traps.clone(),
-        );
-        registry.register(
-            "capw_plugin_timeouts",
-            "Timeouts per plugin version",
-            m.call_timeouts.clone(),
         );
         registry.register(
             "capw_plugin_call_duration_seconds",

@@ -36,17 +36,16 @@ fn default(pod: &mut Value) {
     ] {
         spec.entry(k).or_insert(v);
     }
-    for list in ["initContainers", "containers"] {
-        for c in spec
-            .get_mut(list)
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_object_mut)
-        {
-            default_container(c);
-        }
-    }
+    containers_mut(spec).for_each(default_container);
+}
+
+/// Every container and init container of a Pod spec.
+fn containers_mut(spec: &mut Map<String, Value>) -> impl Iterator<Item = &mut Map<String, Value>> {
+    spec.iter_mut()
+        .filter(|(k, _)| matches!(k.as_str(), "initContainers" | "containers"))
+        .filter_map(|(_, v)| v.as_array_mut())
+        .flatten()
+        .filter_map(Value::as_object_mut)
 }
 
 fn default_container(c: &mut Map<String, Value>) {
@@ -118,22 +117,16 @@ fn validate(pod: &Value) -> Vec<Cause> {
 /// tolerations (by adding to them); everything else in the spec is fixed at creation.
 fn validate_update(pod: &Value, old: &Value) -> Vec<Cause> {
     let comparable = |p: &Value| {
-        let mut spec = p.get("spec").cloned().unwrap_or_else(|| json!({}));
-        for list in ["containers", "initContainers"] {
-            for c in spec
-                .get_mut(list)
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_object_mut)
-            {
-                c.remove("image");
-            }
+        let mut spec = p
+            .get("spec")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        for c in containers_mut(&mut spec) {
+            c.remove("image");
         }
-        if let Some(m) = spec.as_object_mut() {
-            m.remove("activeDeadlineSeconds");
-            m.remove("tolerations");
-        }
+        spec.remove("activeDeadlineSeconds");
+        spec.remove("tolerations");
         spec
     };
     let tolerations = |p: &Value| {
