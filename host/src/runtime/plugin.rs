@@ -330,6 +330,31 @@ fn check_patch(limits: &Limits, patch: &Option<String>) -> Result<(), CallError>
     }
 }
 
+/// One contract call: the export of `$iface` (`$field` of the component's index) through
+/// `call`, the native backend's `$native` for benchmarks, and `$check` on the result. The eight
+/// calls differ only in these, so they are written once.
+macro_rules! contract_call {
+    ($self:ident, $ctx:ident, $field:ident, $iface:literal, $call:ident, $native:ident, $check:expr) => {
+        $self
+            .contract_call(
+                $ctx,
+                |idx, i, s, c| {
+                    Box::pin(async move {
+                        idx.$field
+                            .as_ref()
+                            .ok_or_else(|| unsupported($iface))?
+                            .load(&mut *s, &i)?
+                            .$call(s, &c)
+                            .await
+                    })
+                },
+                |n, c| n.$native(c),
+                $check,
+            )
+            .await
+    };
+}
+
 impl Plugin {
     /// Validates, compiles and smoke-tests a component: the sha256 (when given), the imports
     /// against `grants`, the required exports, linking, and `metadata()`.
@@ -610,20 +635,15 @@ impl Plugin {
         r
     }
 
+    /// `infrastructure-machine.reconcile`, checked against the contract.
     pub async fn reconcile_machine(&self, ctx: &Context) -> Result<MachineStatus, CallError> {
-        self.contract_call(
+        contract_call!(
+            self,
             ctx,
-            |idx, i, s, c| {
-                Box::pin(async move {
-                    idx.infra_machine
-                        .as_ref()
-                        .ok_or_else(|| unsupported("infrastructure-machine"))?
-                        .load(&mut *s, &i)?
-                        .call_reconcile(s, &c)
-                        .await
-                })
-            },
-            |n, c| n.reconcile_machine(c),
+            infra_machine,
+            "infrastructure-machine",
+            call_reconcile,
+            reconcile_machine,
             |st| {
                 check_patch(&self.limits, &st.common.status_patch)?;
                 if st.provisioned && st.provider_id.as_deref().is_none_or(str::is_empty) {
@@ -632,44 +652,32 @@ impl Plugin {
                     ));
                 }
                 Ok(())
-            },
+            }
         )
-        .await
     }
 
+    /// `infrastructure-machine.delete`, checked against the contract.
     pub async fn delete_machine(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
-        self.contract_call(
+        contract_call!(
+            self,
             ctx,
-            |idx, i, s, c| {
-                Box::pin(async move {
-                    idx.infra_machine
-                        .as_ref()
-                        .ok_or_else(|| unsupported("infrastructure-machine"))?
-                        .load(&mut *s, &i)?
-                        .call_delete(s, &c)
-                        .await
-                })
-            },
-            |n, c| n.delete_machine(c),
-            |st| check_patch(&self.limits, &st.common.status_patch),
+            infra_machine,
+            "infrastructure-machine",
+            call_delete,
+            delete_machine,
+            |st| check_patch(&self.limits, &st.common.status_patch)
         )
-        .await
     }
 
+    /// `infrastructure-cluster.reconcile`, checked against the contract.
     pub async fn reconcile_cluster(&self, ctx: &Context) -> Result<ClusterStatus, CallError> {
-        self.contract_call(
+        contract_call!(
+            self,
             ctx,
-            |idx, i, s, c| {
-                Box::pin(async move {
-                    idx.infra_cluster
-                        .as_ref()
-                        .ok_or_else(|| unsupported("infrastructure-cluster"))?
-                        .load(&mut *s, &i)?
-                        .call_reconcile(s, &c)
-                        .await
-                })
-            },
-            |n, c| n.reconcile_cluster(c),
+            infra_cluster,
+            "infrastructure-cluster",
+            call_reconcile,
+            reconcile_cluster,
             |st| {
                 check_patch(&self.limits, &st.common.status_patch)?;
                 if st.provisioned && st.control_plane_endpoint.is_none() {
@@ -678,44 +686,32 @@ impl Plugin {
                     ));
                 }
                 Ok(())
-            },
+            }
         )
-        .await
     }
 
+    /// `infrastructure-cluster.delete`, checked against the contract.
     pub async fn delete_cluster(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
-        self.contract_call(
+        contract_call!(
+            self,
             ctx,
-            |idx, i, s, c| {
-                Box::pin(async move {
-                    idx.infra_cluster
-                        .as_ref()
-                        .ok_or_else(|| unsupported("infrastructure-cluster"))?
-                        .load(&mut *s, &i)?
-                        .call_delete(s, &c)
-                        .await
-                })
-            },
-            |n, c| n.delete_cluster(c),
-            |st| check_patch(&self.limits, &st.common.status_patch),
+            infra_cluster,
+            "infrastructure-cluster",
+            call_delete,
+            delete_cluster,
+            |st| check_patch(&self.limits, &st.common.status_patch)
         )
-        .await
     }
 
+    /// `bootstrap-config.reconcile`, checked against the contract.
     pub async fn reconcile_bootstrap(&self, ctx: &Context) -> Result<BootstrapStatus, CallError> {
-        self.contract_call(
+        contract_call!(
+            self,
             ctx,
-            |idx, i, s, c| {
-                Box::pin(async move {
-                    idx.bootstrap
-                        .as_ref()
-                        .ok_or_else(|| unsupported("bootstrap-config"))?
-                        .load(&mut *s, &i)?
-                        .call_reconcile(s, &c)
-                        .await
-                })
-            },
-            |n, c| n.reconcile_bootstrap(c),
+            bootstrap,
+            "bootstrap-config",
+            call_reconcile,
+            reconcile_bootstrap,
             |st| {
                 check_patch(&self.limits, &st.common.status_patch)?;
                 if let Some(d) = &st.data {
@@ -728,47 +724,35 @@ impl Plugin {
                     }
                 }
                 Ok(())
-            },
+            }
         )
-        .await
     }
 
+    /// `bootstrap-config.delete`, checked against the contract.
     pub async fn delete_bootstrap(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
-        self.contract_call(
+        contract_call!(
+            self,
             ctx,
-            |idx, i, s, c| {
-                Box::pin(async move {
-                    idx.bootstrap
-                        .as_ref()
-                        .ok_or_else(|| unsupported("bootstrap-config"))?
-                        .load(&mut *s, &i)?
-                        .call_delete(s, &c)
-                        .await
-                })
-            },
-            |n, c| n.delete_bootstrap(c),
-            |st| check_patch(&self.limits, &st.common.status_patch),
+            bootstrap,
+            "bootstrap-config",
+            call_delete,
+            delete_bootstrap,
+            |st| check_patch(&self.limits, &st.common.status_patch)
         )
-        .await
     }
 
+    /// `control-plane.reconcile`, checked against the contract.
     pub async fn reconcile_control_plane(
         &self,
         ctx: &Context,
     ) -> Result<ControlPlaneStatus, CallError> {
-        self.contract_call(
+        contract_call!(
+            self,
             ctx,
-            |idx, i, s, c| {
-                Box::pin(async move {
-                    idx.control_plane
-                        .as_ref()
-                        .ok_or_else(|| unsupported("control-plane"))?
-                        .load(&mut *s, &i)?
-                        .call_reconcile(s, &c)
-                        .await
-                })
-            },
-            |n, c| n.reconcile_control_plane(c),
+            control_plane,
+            "control-plane",
+            call_reconcile,
+            reconcile_control_plane,
             |st| {
                 check_patch(&self.limits, &st.common.status_patch)?;
                 let dns = |n: &str| {
@@ -785,28 +769,21 @@ impl Plugin {
                     )));
                 }
                 Ok(())
-            },
+            }
         )
-        .await
     }
 
+    /// `control-plane.delete`, checked against the contract.
     pub async fn delete_control_plane(&self, ctx: &Context) -> Result<DeleteStatus, CallError> {
-        self.contract_call(
+        contract_call!(
+            self,
             ctx,
-            |idx, i, s, c| {
-                Box::pin(async move {
-                    idx.control_plane
-                        .as_ref()
-                        .ok_or_else(|| unsupported("control-plane"))?
-                        .load(&mut *s, &i)?
-                        .call_delete(s, &c)
-                        .await
-                })
-            },
-            |n, c| n.delete_control_plane(c),
-            |st| check_patch(&self.limits, &st.common.status_patch),
+            control_plane,
+            "control-plane",
+            call_delete,
+            delete_control_plane,
+            |st| check_patch(&self.limits, &st.common.status_patch)
         )
-        .await
     }
 }
 
