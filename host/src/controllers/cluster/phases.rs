@@ -45,6 +45,81 @@ async fn reconcile_external(
     }))
 }
 
+/// How one referenced-object phase words its condition when the object cannot be read.
+struct RefPhase {
+    /// The Cluster condition the phase owns.
+    condition: &'static str,
+    /// The reason prefix: `Infrastructure`, `ControlPlane`.
+    noun: &'static str,
+    /// The Cluster field that holds the reference.
+    field: &'static str,
+    /// What the sticky flag means, for the error when the object vanishes after it.
+    done: &'static str,
+}
+
+/// Reads and adopts the referenced object. `None` ends the phase for this pass: the object is
+/// missing or the reference is invalid, and the phase's condition says which. An object that
+/// vanishes after its flag was set (`was`) is an error, as in Cluster API.
+async fn read_ref(
+    scope: &mut Scope,
+    ctx: &CoreCtx,
+    reference: &ContractVersionedObjectReference,
+    phase: &RefPhase,
+    deleting: bool,
+    was: bool,
+) -> Result<Option<Value>, ReconcileError> {
+    let generation = scope.generation();
+    let noun = phase.noun;
+    let obj = match reconcile_external(scope, ctx, reference).await {
+        Ok(o) => o,
+        Err(ReconcileError::External(e)) => {
+            conditions::set(
+                &mut scope.status.conditions,
+                phase.condition,
+                "Unknown",
+                &format!("Invalid{noun}Ref"),
+                &e.to_string(),
+                generation,
+            );
+            scope.requeue_after(EXTERNAL_READY_WAIT);
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    if obj.is_some() {
+        return Ok(obj);
+    }
+    let msg = format!("{} {} does not exist", reference.kind, reference.name);
+    let (status, reason) = if deleting {
+        ("False", format!("{noun}Deleted"))
+    } else {
+        ("Unknown", format!("{noun}DoesNotExist"))
+    };
+    conditions::set(
+        &mut scope.status.conditions,
+        phase.condition,
+        status,
+        &reason,
+        &msg,
+        generation,
+    );
+    if deleting {
+        return Ok(None);
+    }
+    if was {
+        return Err(ReconcileError::Invalid(format!(
+            "Cluster {}: {} {} {} has been deleted after being {}",
+            scope.cluster.name_any(),
+            phase.field,
+            reference.kind,
+            reference.name,
+            phase.done
+        )));
+    }
+    scope.requeue_after(EXTERNAL_READY_WAIT);
+    Ok(None)
+}
+
 fn init(scope: &mut Scope) -> &mut ClusterInitialization {
     scope
         .status
@@ -77,48 +152,13 @@ pub(super) async fn reconcile_infrastructure(
     };
     let was = init(scope).infrastructure_provisioned == Some(true);
     let deleting = scope.cluster.metadata.deletion_timestamp.is_some();
-    let obj = match reconcile_external(scope, ctx, &reference).await {
-        Ok(o) => o,
-        Err(ReconcileError::External(e)) => {
-            conditions::set(
-                &mut scope.status.conditions,
-                "InfrastructureReady",
-                "Unknown",
-                "InvalidInfrastructureRef",
-                &e.to_string(),
-                generation,
-            );
-            scope.requeue_after(EXTERNAL_READY_WAIT);
-            return Ok(());
-        }
-        Err(e) => return Err(e),
+    let phase = RefPhase {
+        condition: "InfrastructureReady",
+        noun: "Infrastructure",
+        field: "spec.infrastructureRef",
+        done: "provisioned",
     };
-    let Some(obj) = obj else {
-        let msg = format!("{} {} does not exist", reference.kind, reference.name);
-        conditions::set(
-            &mut scope.status.conditions,
-            "InfrastructureReady",
-            if deleting { "False" } else { "Unknown" },
-            if deleting {
-                "InfrastructureDeleted"
-            } else {
-                "InfrastructureDoesNotExist"
-            },
-            &msg,
-            generation,
-        );
-        if deleting {
-            return Ok(());
-        }
-        if was {
-            return Err(ReconcileError::Invalid(format!(
-                "Cluster {}: spec.infrastructureRef {} {} has been deleted after being provisioned",
-                scope.cluster.name_any(),
-                reference.kind,
-                reference.name
-            )));
-        }
-        scope.requeue_after(EXTERNAL_READY_WAIT);
+    let Some(obj) = read_ref(scope, ctx, &reference, &phase, deleting, was).await? else {
         return Ok(());
     };
     let provisioned = read::provisioned(&obj);
@@ -209,48 +249,13 @@ pub(super) async fn reconcile_control_plane(
         return Ok(());
     };
     let deleting = scope.cluster.metadata.deletion_timestamp.is_some();
-    let obj = match reconcile_external(scope, ctx, &reference).await {
-        Ok(o) => o,
-        Err(ReconcileError::External(e)) => {
-            conditions::set(
-                &mut scope.status.conditions,
-                "ControlPlaneAvailable",
-                "Unknown",
-                "InvalidControlPlaneRef",
-                &e.to_string(),
-                generation,
-            );
-            scope.requeue_after(EXTERNAL_READY_WAIT);
-            return Ok(());
-        }
-        Err(e) => return Err(e),
+    let phase = RefPhase {
+        condition: "ControlPlaneAvailable",
+        noun: "ControlPlane",
+        field: "spec.controlPlaneRef",
+        done: "initialized",
     };
-    let Some(obj) = obj else {
-        let msg = format!("{} {} does not exist", reference.kind, reference.name);
-        conditions::set(
-            &mut scope.status.conditions,
-            "ControlPlaneAvailable",
-            if deleting { "False" } else { "Unknown" },
-            if deleting {
-                "ControlPlaneDeleted"
-            } else {
-                "ControlPlaneDoesNotExist"
-            },
-            &msg,
-            generation,
-        );
-        if deleting {
-            return Ok(());
-        }
-        if was {
-            return Err(ReconcileError::Invalid(format!(
-                "Cluster {}: spec.controlPlaneRef {} {} has been deleted after being initialized",
-                scope.cluster.name_any(),
-                reference.kind,
-                reference.name
-            )));
-        }
-        scope.requeue_after(EXTERNAL_READY_WAIT);
+    let Some(obj) = read_ref(scope, ctx, &reference, &phase, deleting, was).await? else {
         return Ok(());
     };
     let initialized = read::control_plane_initialized(&obj);
