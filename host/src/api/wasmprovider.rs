@@ -130,14 +130,5 @@ pub struct WasmProviderStatus {
     pub observed_generation: Option<i64>,
 }
 
-/// A condition, as Kubernetes writes them.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub status: String,
-    pub reason: String,
-    pub message: String,
-    pub last_transition_time: String,
-}
+/// The one condition type, shared with Cluster and Machine (a `metav1.Condition`).
+pub use super::common::Condition;

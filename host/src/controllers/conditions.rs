@@ -14,6 +14,30 @@ pub fn status_str(ok: bool) -> &'static str {
     if ok { "True" } else { "False" }
 }
 
+/// Condition `type_` as it should now read, given the `list` it goes into: the one
+/// `lastTransitionTime` rule, kube's, which keeps the time unless the status changed.
+pub fn updated(
+    list: &[Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> Condition {
+    let time = match list.iter().find(|c| c.type_ == type_) {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => now(),
+    };
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        observed_generation: generation,
+        last_transition_time: time,
+        reason: reason.into(),
+        message: message.into(),
+    }
+}
+
 /// Sets condition `type_` in `list`, keeping its transition time when the status is unchanged.
 pub fn set(
     list: &mut Vec<Condition>,
@@ -23,18 +47,7 @@ pub fn set(
     message: &str,
     generation: Option<i64>,
 ) {
-    let time = match list.iter().find(|c| c.type_ == type_) {
-        Some(c) if c.status == status => c.last_transition_time.clone(),
-        _ => now(),
-    };
-    let c = Condition {
-        type_: type_.into(),
-        status: status.into(),
-        observed_generation: generation,
-        last_transition_time: time,
-        reason: reason.into(),
-        message: message.into(),
-    };
+    let c = updated(list, type_, status, reason, message, generation);
     match list.iter_mut().find(|c| c.type_ == type_) {
         Some(old) => *old = c,
         None => list.push(c),

@@ -52,29 +52,20 @@ pub struct Ctx {
 }
 
 fn condition(type_: &str, ok: bool, reason: &str, message: &str, old: &[Condition]) -> Condition {
-    let status = if ok { "True" } else { "False" };
-    match old.iter().find(|c| c.type_ == type_) {
-        Some(c) if c.status == status && c.reason == reason && c.message == message => c.clone(),
-        _ => Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: reason.into(),
-            message: message.into(),
-            last_transition_time: jiff_now(),
-        },
-    }
+    crate::controllers::conditions::updated(
+        old,
+        type_,
+        crate::controllers::conditions::status_str(ok),
+        reason,
+        message,
+        None,
+    )
 }
 
 /// `Active` after a version was not taken: the loaded one (if any) keeps serving.
 fn still_active(loaded: bool, kept: &str, msg: &str, old: &[Condition]) -> Condition {
     let reason = if loaded { kept } else { "NotLoaded" };
     condition("Active", loaded, reason, msg, old)
-}
-
-fn jiff_now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
 }
 
 fn grants(wp: &WasmProvider) -> (BTreeSet<Capability>, Vec<String>) {
