@@ -273,38 +273,93 @@ pub fn owner_of_kind<K: Resource<DynamicType = ()>>(
 
 /// Contract reads. A missing field is "not set", never an error.
 pub mod read {
-    use super::Value;
+    //! The contract's fields on a provider object, read at the paths of the contract its CRD
+    //! label resolved to, never the other's: a v1beta2 object's stray `status.ready` means
+    //! nothing, as in Cluster API.
+    use super::{Contract, Value};
 
-    fn flag(obj: &Value, v1beta2: &str, v1beta1: &str) -> bool {
-        obj.pointer(v1beta2)
-            .and_then(Value::as_bool)
-            .or_else(|| obj.pointer(v1beta1).and_then(Value::as_bool))
-            .unwrap_or(false)
+    /// A provider object with the contract it implements.
+    #[derive(Debug, Clone)]
+    pub struct ProviderObject {
+        /// The object.
+        pub value: Value,
+        /// The contract its CRD label resolved to.
+        pub contract: Contract,
     }
 
-    /// InfraCluster / InfraMachine: `status.initialization.provisioned`, else v1beta1 `status.ready`.
-    pub fn provisioned(obj: &Value) -> bool {
-        flag(obj, "/status/initialization/provisioned", "/status/ready")
+    impl std::ops::Deref for ProviderObject {
+        type Target = Value;
+        fn deref(&self) -> &Value {
+            &self.value
+        }
     }
 
-    /// BootstrapConfig: `status.initialization.dataSecretCreated`, else `status.ready`.
-    pub fn data_secret_created(obj: &Value) -> bool {
-        flag(
-            obj,
-            "/status/initialization/dataSecretCreated",
-            "/status/ready",
-        )
+    impl ProviderObject {
+        fn flag(&self, v1beta2: &str, v1beta1: &str) -> bool {
+            let path = match self.contract {
+                Contract::V1Beta2 => v1beta2,
+                Contract::V1Beta1 => v1beta1,
+            };
+            self.value
+                .pointer(path)
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        }
+
+        /// InfraCluster / InfraMachine: `status.initialization.provisioned` (v1beta1:
+        /// `status.ready`).
+        pub fn provisioned(&self) -> bool {
+            self.flag("/status/initialization/provisioned", "/status/ready")
+        }
+
+        /// BootstrapConfig: `status.initialization.dataSecretCreated` (v1beta1: `status.ready`).
+        pub fn data_secret_created(&self) -> bool {
+            self.flag("/status/initialization/dataSecretCreated", "/status/ready")
+        }
+
+        /// ControlPlane: `status.initialization.controlPlaneInitialized` (v1beta1:
+        /// `status.initialized`).
+        pub fn control_plane_initialized(&self) -> bool {
+            self.flag(
+                "/status/initialization/controlPlaneInitialized",
+                "/status/initialized",
+            )
+        }
+
+        /// `status.failureDomains`: a list in v1beta2, a map in v1beta1.
+        pub fn failure_domains(&self) -> Vec<crate::api::common::FailureDomain> {
+            use crate::api::common::FailureDomain;
+            match (self.contract, self.value.pointer("/status/failureDomains")) {
+                (Contract::V1Beta2, Some(Value::Array(a))) => a
+                    .iter()
+                    .filter_map(|v| serde_json::from_value::<FailureDomain>(v.clone()).ok())
+                    .collect(),
+                (Contract::V1Beta1, Some(Value::Object(m))) => m
+                    .iter()
+                    .map(|(name, v)| FailureDomain {
+                        name: name.clone(),
+                        control_plane: v.get("controlPlane").and_then(Value::as_bool),
+                        attributes: Default::default(),
+                    })
+                    .collect(),
+                _ => vec![],
+            }
+        }
+
+        /// v1beta1 `status.failureReason/failureMessage`, copied without lifecycle effect; the
+        /// v1beta2 contract has no such fields.
+        pub fn failure(&self) -> (Option<String>, Option<String>) {
+            match self.contract {
+                Contract::V1Beta1 => (
+                    string(&self.value, "/status/failureReason"),
+                    string(&self.value, "/status/failureMessage"),
+                ),
+                Contract::V1Beta2 => (None, None),
+            }
+        }
     }
 
-    /// ControlPlane: `status.initialization.controlPlaneInitialized`, else `status.initialized`.
-    pub fn control_plane_initialized(obj: &Value) -> bool {
-        flag(
-            obj,
-            "/status/initialization/controlPlaneInitialized",
-            "/status/initialized",
-        )
-    }
-
+    /// The non-empty string at `pointer`.
     pub fn string(obj: &Value, pointer: &str) -> Option<String> {
         obj.pointer(pointer)
             .and_then(Value::as_str)
@@ -312,6 +367,7 @@ pub mod read {
             .map(str::to_string)
     }
 
+    /// The 32-bit integer at `pointer`.
     pub fn int(obj: &Value, pointer: &str) -> Option<i32> {
         obj.pointer(pointer)
             .and_then(Value::as_i64)
@@ -323,34 +379,6 @@ pub mod read {
         let host = string(obj, "/spec/controlPlaneEndpoint/host")?;
         let port = int(obj, "/spec/controlPlaneEndpoint/port").filter(|p| *p != 0)?;
         Some(crate::api::common::ApiEndpoint { host, port })
-    }
-
-    /// `status.failureDomains`: a list in v1beta2, a map in v1beta1.
-    pub fn failure_domains(obj: &Value) -> Vec<crate::api::common::FailureDomain> {
-        use crate::api::common::FailureDomain;
-        match obj.pointer("/status/failureDomains") {
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(|v| serde_json::from_value::<FailureDomain>(v.clone()).ok())
-                .collect(),
-            Some(Value::Object(m)) => m
-                .iter()
-                .map(|(name, v)| FailureDomain {
-                    name: name.clone(),
-                    control_plane: v.get("controlPlane").and_then(Value::as_bool),
-                    attributes: Default::default(),
-                })
-                .collect(),
-            _ => vec![],
-        }
-    }
-
-    /// v1beta1 `status.failureReason/failureMessage`, copied without lifecycle effect.
-    pub fn failure(obj: &Value) -> (Option<String>, Option<String>) {
-        (
-            string(obj, "/status/failureReason"),
-            string(obj, "/status/failureMessage"),
-        )
     }
 }
 
@@ -367,14 +395,31 @@ mod tests {
     }
 
     #[test]
-    fn contract_flags_fall_back_to_v1beta1() {
+    fn contract_fields_are_read_at_the_resolved_contracts_paths() {
+        let obj = |v: serde_json::Value, contract| read::ProviderObject { value: v, contract };
         let v2 = serde_json::json!({"status": {"initialization": {"provisioned": true}}});
         let v1 = serde_json::json!({"status": {"ready": true}});
         let none = serde_json::json!({"status": {}});
-        assert!(read::provisioned(&v2));
-        assert!(read::provisioned(&v1));
-        assert!(!read::provisioned(&none));
+        assert!(obj(v2.clone(), Contract::V1Beta2).provisioned());
+        assert!(obj(v1.clone(), Contract::V1Beta1).provisioned());
+        assert!(!obj(none, Contract::V1Beta2).provisioned());
+        // The other contract's field means nothing.
+        assert!(!obj(v1, Contract::V1Beta2).provisioned());
+        assert!(!obj(v2, Contract::V1Beta1).provisioned());
         let map = serde_json::json!({"status": {"failureDomains": {"a": {"controlPlane": true}}}});
-        assert_eq!(read::failure_domains(&map)[0].name, "a");
+        assert_eq!(
+            obj(map.clone(), Contract::V1Beta1).failure_domains()[0].name,
+            "a"
+        );
+        assert!(obj(map, Contract::V1Beta2).failure_domains().is_empty());
+        let failed = serde_json::json!({"status": {"failureReason": "X", "failureMessage": "m"}});
+        assert_eq!(
+            obj(failed.clone(), Contract::V1Beta1)
+                .failure()
+                .0
+                .as_deref(),
+            Some("X")
+        );
+        assert_eq!(obj(failed, Contract::V1Beta2).failure(), (None, None));
     }
 }

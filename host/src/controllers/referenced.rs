@@ -4,7 +4,8 @@
 
 use super::adopt;
 use super::error::ReconcileError;
-use super::external::{ExternalError, Resolver, Tracker, read};
+use super::external::read::ProviderObject;
+use super::external::{ExternalError, Resolver, Tracker};
 use crate::api::common::{ContractVersionedObjectReference, Deprecated, V1Beta1Deprecated};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
@@ -13,7 +14,7 @@ use serde_json::Value;
 
 /// A referenced object as JSON, with the legacy failure fields core copies (without effect).
 pub struct Referenced {
-    pub object: Value,
+    pub object: ProviderObject,
     pub deprecated: Option<Deprecated>,
 }
 
@@ -35,8 +36,11 @@ pub async fn read_and_adopt<K: Resource<DynamicType = ()> + Send + Sync + 'stati
     if obj.metadata.deletion_timestamp.is_none() {
         adopt::ensure(&resolver.api(ns, &resolved), &obj, owner, replace, cluster).await?;
     }
-    let object = serde_json::to_value(&obj).unwrap_or(Value::Null);
-    let (reason, message) = read::failure(&object);
+    let object = ProviderObject {
+        value: serde_json::to_value(&obj).unwrap_or(Value::Null),
+        contract: resolved.contract,
+    };
+    let (reason, message) = object.failure();
     let deprecated = (reason.is_some() || message.is_some()).then(|| Deprecated {
         v1beta1: Some(V1Beta1Deprecated {
             failure_reason: reason,

@@ -8,10 +8,9 @@ use crate::api::common::names::CONTROL_PLANE_LABEL;
 use crate::controllers::conditions;
 use crate::controllers::context::CoreCtx;
 use crate::controllers::error::ReconcileError;
-use crate::controllers::external::read;
+use crate::controllers::external::read::{self, ProviderObject};
 use crate::controllers::{adopt, referenced};
 use kube::ResourceExt;
-use serde_json::Value;
 
 /// Reads a referenced object and adopts it with a plain (non-controller) owner reference, so
 /// external tools can own it.
@@ -19,7 +18,7 @@ async fn reconcile_external(
     scope: &mut Scope,
     ctx: &CoreCtx,
     reference: &ContractVersionedObjectReference,
-) -> Result<Option<Value>, ReconcileError> {
+) -> Result<Option<ProviderObject>, ReconcileError> {
     let c = &scope.cluster;
     let owner = adopt::owner_ref(
         "Cluster",
@@ -67,7 +66,7 @@ async fn read_ref(
     phase: &RefPhase,
     deleting: bool,
     was: bool,
-) -> Result<Option<Value>, ReconcileError> {
+) -> Result<Option<ProviderObject>, ReconcileError> {
     let generation = scope.generation();
     let noun = phase.noun;
     let obj = match reconcile_external(scope, ctx, reference).await {
@@ -161,7 +160,7 @@ pub(super) async fn reconcile_infrastructure(
     let Some(obj) = read_ref(scope, ctx, &reference, &phase, deleting, was).await? else {
         return Ok(());
     };
-    let provisioned = read::provisioned(&obj);
+    let provisioned = obj.provisioned();
     conditions::mirror(
         &mut scope.status.conditions,
         conditions::of_object(&obj, "Ready"),
@@ -189,7 +188,7 @@ pub(super) async fn reconcile_infrastructure(
     if !cluster_ep_valid && let Some(ep) = read::endpoint(&obj) {
         scope.endpoint = Some(ep);
     }
-    scope.status.failure_domains = read::failure_domains(&obj);
+    scope.status.failure_domains = obj.failure_domains();
     if !was {
         init(scope).infrastructure_provisioned = Some(true);
         ctx.event(
@@ -258,7 +257,7 @@ pub(super) async fn reconcile_control_plane(
     let Some(obj) = read_ref(scope, ctx, &reference, &phase, deleting, was).await? else {
         return Ok(());
     };
-    let initialized = read::control_plane_initialized(&obj);
+    let initialized = obj.control_plane_initialized();
     conditions::mirror(
         &mut scope.status.conditions,
         conditions::of_object(&obj, "Available"),

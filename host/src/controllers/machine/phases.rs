@@ -66,7 +66,7 @@ async fn reconcile_external(
     scope: &mut Scope,
     ctx: &CoreCtx,
     reference: &ContractVersionedObjectReference,
-) -> Result<Option<Value>, ReconcileError> {
+) -> Result<Option<read::ProviderObject>, ReconcileError> {
     let m = &scope.machine;
     let found = referenced::read_and_adopt(
         &ctx.resolver,
@@ -143,7 +143,7 @@ pub(super) async fn reconcile_bootstrap(
         Err(e) => return Err(e),
     };
     let already = bootstrap.data_secret_name.is_some();
-    let created = already || read::data_secret_created(&obj);
+    let created = already || obj.data_secret_created();
     conditions::mirror(
         &mut scope.status.conditions,
         conditions::of_object(&obj, "Ready"),
@@ -241,7 +241,7 @@ pub(super) async fn reconcile_infrastructure(
         }
         Err(e) => return Err(e),
     };
-    let provisioned = read::provisioned(&obj);
+    let provisioned = obj.provisioned();
     conditions::mirror(
         &mut scope.status.conditions,
         conditions::of_object(&obj, "Ready"),
