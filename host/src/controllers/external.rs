@@ -271,11 +271,10 @@ pub fn owner_of_kind<K: Resource<DynamicType = ()>>(
         .map(|o| ObjectRef::new(&o.name).within(&ns))
 }
 
-/// Contract reads. A missing field is "not set", never an error.
+/// Contract reads. A missing field is "not set", never an error. The contract's fields are read
+/// at the paths of the contract the CRD label resolved to, never the other's: a v1beta2
+/// object's stray `status.ready` means nothing, as in Cluster API.
 pub mod read {
-    //! The contract's fields on a provider object, read at the paths of the contract its CRD
-    //! label resolved to, never the other's: a v1beta2 object's stray `status.ready` means
-    //! nothing, as in Cluster API.
     use super::{Contract, Value};
 
     /// A provider object with the contract it implements.
