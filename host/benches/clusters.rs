@@ -3,8 +3,8 @@
 //! `cargo bench -p capw --bench clusters` brings CAPW_BENCH_CLUSTERS (default 1000) clusters,
 //! each with one control-plane Machine and three workers, from creation to every Machine
 //! Running, twice in one run: once with the bundled providers as components (from
-//! `scripts/build-plugins`), once with the same provider source compiled into this binary
-//! (`include!`d from `plugins/*/src/provider.rs`) and driven through the same host. Each run has
+//! `scripts/build-plugins`), once with the same providers' logic crates (`plugins/*/logic`)
+//! compiled into this binary and driven through the same host, as an in-process transport. Each run has
 //! its own `capw apiserver` child process, so the peak RSS reported is the host's.
 
 // Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
@@ -14,9 +14,11 @@ use capw::capabilities::sim_cloud::{SimCloud, SimSettings};
 use capw::manager::{self, HostConfig};
 use capw::runtime::Limits;
 use capw::runtime::contract::*;
-use capw::runtime::plugin::Plugin;
+use capw::runtime::plugin::{CallError, Plugin};
 use capw::runtime::slot::{Rollout, Slot};
+use capw_sdk::sim_cloud as sdk_sim;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -36,112 +38,100 @@ fn sim() -> Arc<SimCloud> {
         .expect("the simulated cloud is set before native providers run")
 }
 
-/// The guest SDK's surface over the host's contract types, so the providers' source builds here.
-#[allow(dead_code)]
-mod capw_sdk {
-    pub use capw::runtime::contract::PluginMetadata as Metadata;
-    pub use capw::runtime::contract::*;
-    pub use serde_json::{self, Value, json};
+/// The providers' host calls in the native build, answered by this run's simulated cloud (in
+/// a component they are the `capw:host/sim-cloud` imports, answered by the same cloud).
+struct NativeHost;
 
-    include!("../../plugins/sdk/src/helpers.rs");
-
-    pub fn log(_level: Level, _message: &str) {}
-
-    pub mod sim_cloud {
-        pub struct Vm {
-            pub name: String,
-            pub provider_id: String,
-            pub running: bool,
-            pub addresses: Vec<String>,
-        }
-
-        pub struct ApiServer {
-            pub host: String,
-            pub port: u16,
-        }
-
-        pub fn ensure_vm(cluster: &str, name: &str, data: &str) -> Result<Vm, String> {
-            let v = crate::sim()
-                .ensure_vm(cluster, name, data)
-                .map_err(|e| e.to_string())?;
-            Ok(Vm {
-                name: v.name,
-                provider_id: v.provider_id,
-                running: v.running,
-                addresses: v.addresses,
-            })
-        }
-
-        pub fn delete_vm(cluster: &str, name: &str) -> Result<bool, String> {
-            Ok(crate::sim().delete_vm(cluster, name))
-        }
-
-        pub fn ensure_api_server(cluster: &str) -> Result<ApiServer, String> {
-            let (host, port) = crate::sim()
-                .ensure_api_server(cluster)
-                .map_err(|e| e.to_string())?;
-            Ok(ApiServer { host, port })
-        }
-
-        pub fn delete_api_server(cluster: &str) -> Result<bool, String> {
-            Ok(crate::sim().delete_api_server(cluster))
-        }
+impl capw_sdk::host::Native for NativeHost {
+    fn ensure_vm(
+        &self,
+        cluster: &str,
+        name: &str,
+        data: &str,
+    ) -> Result<sdk_sim::Vm, sdk_sim::SimCloudError> {
+        let v = sim()
+            .ensure_vm(cluster, name, data)
+            .map_err(|e| sdk_sim::SimCloudError::Invalid(e.to_string()))?;
+        Ok(sdk_sim::Vm {
+            name: v.name,
+            provider_id: v.provider_id,
+            running: v.running,
+            addresses: v.addresses,
+        })
+    }
+    fn delete_vm(&self, cluster: &str, name: &str) -> Result<bool, sdk_sim::SimCloudError> {
+        Ok(sim().delete_vm(cluster, name))
+    }
+    fn ensure_api_server(
+        &self,
+        cluster: &str,
+    ) -> Result<sdk_sim::ApiServer, sdk_sim::SimCloudError> {
+        let (host, port) = sim()
+            .ensure_api_server(cluster)
+            .map_err(|e| sdk_sim::SimCloudError::Unavailable(e.to_string()))?;
+        Ok(sdk_sim::ApiServer { host, port })
+    }
+    fn delete_api_server(&self, cluster: &str) -> Result<bool, sdk_sim::SimCloudError> {
+        Ok(sim().delete_api_server(cluster))
     }
 }
 
-// `trap-on-demand` is the plugin crate's feature; this build never has it.
-#[allow(dead_code, unexpected_cfgs)]
-mod inmemory {
-    use crate::capw_sdk;
-    include!("../../plugins/inmemory/src/provider.rs");
+/// The SDK's copy of a contract type as the host's, and back. Both are generated from the same
+/// WIT with serde derives, so the field names agree; the copy costs about what lifting and
+/// lowering the same values across the component boundary does.
+fn convert<A: serde::Serialize, B: serde::de::DeserializeOwned>(a: A) -> B {
+    serde_json::from_value(serde_json::to_value(a).expect("serializes")).expect("same shape")
 }
 
-#[allow(dead_code)]
-mod bootstrap {
-    use crate::capw_sdk;
-    include!("../../plugins/bootstrap/src/provider.rs");
-}
-
-#[allow(dead_code)]
-mod control_plane {
-    use crate::capw_sdk;
-    include!("../../plugins/control-plane/src/provider.rs");
-}
-
+/// A bundled provider's logic crate, compiled into this binary, as a plugin transport.
 struct Native<P>(std::marker::PhantomData<fn() -> P>);
 
-impl<P: capw_sdk::Provider + 'static> NativeProvider for Native<P> {
-    fn metadata(&self) -> PluginMetadata {
-        P::metadata()
+impl<P: capw_sdk::Provider + 'static> Transport for Native<P> {
+    fn metadata<'a>(
+        &'a self,
+        _plugin: &'a Plugin,
+    ) -> BoxFuture<'a, Result<PluginMetadata, CallError>> {
+        Box::pin(async { Ok(convert(P::metadata())) })
     }
-    fn reconcile_cluster(&self, ctx: Context) -> Result<ClusterStatus, ProviderError> {
-        P::reconcile_cluster(ctx)
-    }
-    fn delete_cluster(&self, ctx: Context) -> Result<DeleteStatus, ProviderError> {
-        P::delete_cluster(ctx)
-    }
-    fn reconcile_machine(&self, ctx: Context) -> Result<MachineStatus, ProviderError> {
-        P::reconcile_machine(ctx)
-    }
-    fn delete_machine(&self, ctx: Context) -> Result<DeleteStatus, ProviderError> {
-        P::delete_machine(ctx)
-    }
-    fn reconcile_bootstrap(&self, ctx: Context) -> Result<BootstrapStatus, ProviderError> {
-        P::reconcile_bootstrap(ctx)
-    }
-    fn delete_bootstrap(&self, ctx: Context) -> Result<DeleteStatus, ProviderError> {
-        P::delete_bootstrap(ctx)
-    }
-    fn reconcile_control_plane(&self, ctx: Context) -> Result<ControlPlaneStatus, ProviderError> {
-        P::reconcile_control_plane(ctx)
-    }
-    fn delete_control_plane(&self, ctx: Context) -> Result<DeleteStatus, ProviderError> {
-        P::delete_control_plane(ctx)
+
+    fn call<'a>(
+        &'a self,
+        _plugin: &'a Plugin,
+        request: Request,
+        ctx: Context,
+    ) -> BoxFuture<'a, Result<Result<Response, ProviderError>, CallError>> {
+        let ctx: capw_sdk::Context = convert(ctx);
+        fn answer<T: serde::Serialize, H: serde::de::DeserializeOwned>(
+            r: Result<T, capw_sdk::ProviderError>,
+            case: fn(H) -> Response,
+        ) -> Result<Response, ProviderError> {
+            r.map(|st| case(convert(st))).map_err(convert)
+        }
+        let r = match request {
+            Request::ReconcileCluster => answer(P::reconcile_cluster(ctx), Response::Cluster),
+            Request::DeleteCluster => answer(P::delete_cluster(ctx), Response::Deleted),
+            Request::ReconcileMachine => answer(P::reconcile_machine(ctx), Response::Machine),
+            Request::DeleteMachine => answer(P::delete_machine(ctx), Response::Deleted),
+            Request::ReconcileBootstrap => answer(P::reconcile_bootstrap(ctx), Response::Bootstrap),
+            Request::DeleteBootstrap => answer(P::delete_bootstrap(ctx), Response::Deleted),
+            Request::ReconcileControlPlane => {
+                answer(P::reconcile_control_plane(ctx), Response::ControlPlane)
+            }
+            Request::DeleteControlPlane => answer(P::delete_control_plane(ctx), Response::Deleted),
+        };
+        Box::pin(async { Ok(r) })
     }
 }
 
-fn native<P: capw_sdk::Provider + 'static>() -> Arc<dyn NativeProvider> {
-    Arc::new(Native::<P>(std::marker::PhantomData))
+/// A provider's logic crate as a plugin, validated as a component's metadata is.
+fn native<P: capw_sdk::Provider + 'static>() -> Plugin {
+    capw_sdk::host::install(Arc::new(NativeHost));
+    Plugin::with_transport(
+        convert(P::metadata()),
+        Arc::new(Native::<P>(std::marker::PhantomData)),
+        Limits::default(),
+    )
+    .expect("native plugin")
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -326,12 +316,15 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
     *SIM.lock().expect("lock") = Some(host.sim.clone());
     if mode == Mode::Native {
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for (name, p) in [
-            ("inmemory", native::<inmemory::InMemory>()),
-            ("bootstrap", native::<bootstrap::Bootstrap>()),
-            ("control-plane", native::<control_plane::ControlPlane>()),
+        for (name, plugin) in [
+            ("inmemory", native::<capw_inmemory::InMemory>()),
+            ("bootstrap", native::<capw_bootstrap::Bootstrap>()),
+            (
+                "control-plane",
+                native::<capw_control_plane::ControlPlane>(),
+            ),
         ] {
-            for text in p.metadata().crds {
+            for text in plugin.metadata.crds.clone() {
                 let crd: CustomResourceDefinition = serde_json::from_str(&text).expect("crd");
                 let crd_name = crd.metadata.name.clone().expect("name");
                 crds.patch(
@@ -342,7 +335,6 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
                 .await
                 .expect("crd");
             }
-            let plugin = Plugin::native(p, Limits::default()).expect("native plugin");
             host.registry
                 .insert(name, Arc::new(Slot::new(plugin, Rollout::default())));
         }
@@ -448,8 +440,7 @@ async fn probe() {
     )
     .await
     .expect("bootstrap loads");
-    let native =
-        Plugin::native(native::<bootstrap::Bootstrap>(), Limits::default()).expect("native");
+    let native = native::<capw_bootstrap::Bootstrap>();
     let (ca, key) = capw_apiserver::tls::generate_ca().expect("ca");
     let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": "c0", "namespace": "default", "uid": "u1", "resourceVersion": "10",

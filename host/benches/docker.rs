@@ -14,7 +14,7 @@
 // Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use capw::capabilities::cloud_config::{CloudConfig, Command as RunCmd};
+use capw_cloud_config::{CloudConfig, Command as RunCmd};
 use serde_json::Value;
 use std::io::Write as _;
 use std::net::TcpListener;

@@ -142,7 +142,7 @@ fn dropping_a_wasm_file_installs_the_provider() {
         "-o",
         "jsonpath={.status.imports}",
     ]);
-    assert!(imports.contains("capw:host/log@0.1.0"), "{imports}");
+    assert!(imports.contains("capw:host/log@0.2.0"), "{imports}");
 
     // An ungranted import: Validated=False naming the import; never Active.
     std::fs::copy(
@@ -159,7 +159,7 @@ fn dropping_a_wasm_file_installs_the_provider() {
             "-o",
             "jsonpath={.status.conditions[?(@.type==\"Validated\")].message}",
         ],
-        |o| o.contains("capw:host/container-runtime@0.1.0"),
+        |o| o.contains("capw:host/container-runtime@0.2.0"),
     );
     assert!(msg.contains("not granted"), "{msg}");
     // Granting it through NAME.yaml loads it.

@@ -75,8 +75,8 @@ fn inspect_lists_metadata_imports_and_exports() {
     assert!(ok, "{out}");
     for want in [
         "version:  2.0.0",
-        "capw:host/log@0.1.0",
-        "capw:provider/infrastructure-machine@0.1.0",
+        "capw:host/log@0.2.0",
+        "capw:provider/infrastructure-machine@0.2.0",
         "sha256:",
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");

@@ -92,7 +92,7 @@ async fn echo_reconciles_and_declares_its_kinds() {
     );
     assert_eq!(p.metadata.kinds.len(), 2);
     assert!(
-        p.imports.iter().any(|i| i == "capw:host/log@0.1.0"),
+        p.imports.iter().any(|i| i == "capw:host/log@0.2.0"),
         "{:?}",
         p.imports
     );
@@ -257,7 +257,7 @@ async fn ungranted_imports_and_wrong_digests_never_load() {
     .err()
     .expect("refused");
     assert!(
-        matches!(&err, PluginError::UngrantedImport { import, .. } if import == "capw:host/container-runtime@0.1.0"),
+        matches!(&err, PluginError::UngrantedImport { import, .. } if import == "capw:host/container-runtime@0.2.0"),
         "{err}"
     );
     // Granted, it loads (and its stub capability answers).

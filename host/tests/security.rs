@@ -472,7 +472,8 @@ async fn results_are_bounded_and_contract_fields_are_the_hosts() {
         counters.log_lines.load(Ordering::Relaxed),
         counters.log_dropped_bytes.load(Ordering::Relaxed),
     );
-    let per_call = capw::runtime::Limits::default().log_bytes / capw::runtime::host::LOG_LINE_COST;
+    let per_call =
+        capw::runtime::Limits::default().log_bytes / capw::capabilities::log::LOG_LINE_COST;
     assert!(
         calls >= 1 && lines <= calls * per_call as u64,
         "{lines} lines in {calls} calls"

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use capw::runtime::cache::ArtifactCache;
-use capw::runtime::plugin::{self, CallError, Context, Plugin};
+use capw::runtime::plugin::{self, CallError, Context, Plugin, provider_type_name};
 use capw::runtime::{Capability, Limits, engine};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -28,21 +28,11 @@ pub enum Command {
     },
 }
 
-fn type_name(t: plugin::ProviderType) -> &'static str {
-    match t {
-        plugin::ProviderType::Infrastructure => "infrastructure",
-        plugin::ProviderType::Bootstrap => "bootstrap",
-        plugin::ProviderType::ControlPlane => "control-plane",
-    }
-}
-
 fn all_capabilities() -> BTreeSet<Capability> {
-    [
-        Capability::Log,
-        Capability::ContainerRuntime,
-        Capability::SimCloud,
-    ]
-    .into()
+    capw::capabilities::TABLE
+        .iter()
+        .map(|r| r.capability)
+        .collect()
 }
 
 fn read(file: &PathBuf) -> anyhow::Result<Vec<u8>> {
@@ -79,7 +69,7 @@ async fn inspect(file: &PathBuf) -> anyhow::Result<()> {
             let m = &p.metadata;
             println!("name:     {}", m.name);
             println!("version:  {}", m.version);
-            println!("type:     {}", type_name(m.provider_type));
+            println!("type:     {}", provider_type_name(m.provider_type));
             println!("contract: {}", m.contract_version);
             println!("kinds:");
             for (k, crd) in m.kinds.iter().zip(&m.crds) {
@@ -178,7 +168,7 @@ async fn verify(file: &PathBuf, timeout: u64) -> anyhow::Result<()> {
             "metadata: {} {} ({}, contract {})",
             m.name,
             m.version,
-            type_name(m.provider_type),
+            provider_type_name(m.provider_type),
             m.contract_version
         ),
     );
@@ -193,55 +183,53 @@ async fn verify(file: &PathBuf, timeout: u64) -> anyhow::Result<()> {
             m.crds.len()
         ),
     );
-    let kinds: Vec<(String, String, String)> = if m.kinds.is_empty() {
+    use plugin::KindRole;
+    let sample_kind = |kind: &str, role| plugin::ServedKind {
+        group: "infrastructure.cluster.x-k8s.io".into(),
+        version: "v1beta2".into(),
+        kind: kind.into(),
+        role,
+    };
+    let kinds = if m.kinds.is_empty() {
         vec![
-            (
-                "infrastructure.cluster.x-k8s.io".into(),
-                "v1beta2".into(),
-                "SampleCluster".into(),
-            ),
-            (
-                "infrastructure.cluster.x-k8s.io".into(),
-                "v1beta2".into(),
-                "SampleMachine".into(),
-            ),
+            sample_kind("SampleCluster", KindRole::InfrastructureCluster),
+            sample_kind("SampleMachine", KindRole::InfrastructureMachine),
         ]
     } else {
-        m.kinds
-            .iter()
-            .map(|k| (k.group.clone(), k.version.clone(), k.kind.clone()))
-            .collect()
+        m.kinds.clone()
     };
-    for (g, v, kind) in kinds {
-        let ctx = sample(&g, &v, &kind);
-        if kind.ends_with("Template") {
-            continue;
-        }
+    // Each kind is called through the interface of the role it declares; templates are only
+    // cloned by the host, so there is nothing to call.
+    for k in kinds {
+        let (kind, ctx) = (&k.kind, sample(&k.group, &k.version, &k.kind));
+        let reconcile = format!("{kind} reconcile");
+        let delete = format!("{kind} delete");
         let t = Instant::now();
-        if kind.ends_with("Cluster") {
-            report.call(
-                &format!("{kind} reconcile"),
-                t,
-                plugin.reconcile_cluster(&ctx).await,
-            );
-            let t = Instant::now();
-            report.call(
-                &format!("{kind} delete"),
-                t,
-                plugin.delete_cluster(&ctx).await,
-            );
-        } else {
-            report.call(
-                &format!("{kind} reconcile"),
-                t,
-                plugin.reconcile_machine(&ctx).await,
-            );
-            let t = Instant::now();
-            report.call(
-                &format!("{kind} delete"),
-                t,
-                plugin.delete_machine(&ctx).await,
-            );
+        match k.role {
+            KindRole::InfrastructureCluster => {
+                report.call(&reconcile, t, plugin.reconcile_cluster(&ctx).await);
+                let t = Instant::now();
+                report.call(&delete, t, plugin.delete_cluster(&ctx).await);
+            }
+            KindRole::InfrastructureMachine => {
+                report.call(&reconcile, t, plugin.reconcile_machine(&ctx).await);
+                let t = Instant::now();
+                report.call(&delete, t, plugin.delete_machine(&ctx).await);
+            }
+            KindRole::BootstrapConfig => {
+                report.call(&reconcile, t, plugin.reconcile_bootstrap(&ctx).await);
+                let t = Instant::now();
+                report.call(&delete, t, plugin.delete_bootstrap(&ctx).await);
+            }
+            KindRole::ControlPlane(_) => {
+                report.call(&reconcile, t, plugin.reconcile_control_plane(&ctx).await);
+                let t = Instant::now();
+                report.call(&delete, t, plugin.delete_control_plane(&ctx).await);
+            }
+            KindRole::InfrastructureClusterTemplate(_)
+            | KindRole::InfrastructureMachineTemplate(_)
+            | KindRole::BootstrapConfigTemplate(_)
+            | KindRole::ControlPlaneTemplate(_) => {}
         }
     }
     if report.problems > 0 {

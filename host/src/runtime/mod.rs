@@ -7,7 +7,7 @@
 //! against its grants and calls it, and `slot` keeps the active version of a plugin for hot
 //! reload and rollback.
 
-mod bindings;
+pub(crate) mod bindings;
 pub mod cache;
 pub mod engine;
 pub mod host;
@@ -20,66 +20,30 @@ pub use limits::Limits;
 
 /// The contract's types (generated from `wit/`), for providers compiled into the host.
 pub mod contract {
-    pub use super::bindings::bootstrap_config::{BootstrapData, BootstrapStatus};
+    pub use super::bindings::bootstrap_config::{BootstrapData, BootstrapFormat, BootstrapStatus};
     pub use super::bindings::control_plane::{ControlPlaneStatus, MachineRequest, ReplicaCounts};
     pub use super::bindings::infrastructure_cluster::ClusterStatus;
     pub use super::bindings::infrastructure_machine::MachineStatus;
     pub use super::bindings::log::Level;
-    pub use super::bindings::plugin_info::{PluginMetadata, ProviderType, ServedKind};
-    pub use super::bindings::types::{
-        Address, ApiEndpoint, Common, Condition, Context, DeleteStatus, FailureDomain,
-        ProviderError, Retry,
+    pub use super::bindings::plugin_info::{
+        ControlPlaneMachines, KindRef, KindRole, PluginMetadata, ProviderType, ServedKind,
     };
-    pub use super::plugin::NativeProvider;
+    pub use super::bindings::types::{
+        Address, ApiEndpoint, Common, Condition, ConditionStatus, Context, DeleteStatus,
+        FailureDomain, ProviderError, Retry,
+    };
+    pub use super::plugin::{FromResponse, Request, Response, Transport};
 }
 pub use plugin::Context;
 pub use plugin::{CallError, Plugin, PluginError};
 
-/// A host interface a plugin may be granted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Capability {
-    /// `capw:host/log`, granted to every plugin.
-    Log,
-    /// `capw:host/container-runtime`.
-    ContainerRuntime,
-    /// `capw:host/sim-cloud`.
-    SimCloud,
-}
-
-impl Capability {
-    /// The WIT interface name a component imports for this capability.
-    pub fn interface(self) -> &'static str {
-        match self {
-            Capability::Log => "capw:host/log@0.1.0",
-            Capability::ContainerRuntime => "capw:host/container-runtime@0.1.0",
-            Capability::SimCloud => "capw:host/sim-cloud@0.1.0",
-        }
-    }
-
-    /// Parses the short names used in plugin manifests (`log`, `container-runtime`, `sim-cloud`).
-    pub fn parse(name: &str) -> Option<Capability> {
-        Some(match name {
-            "log" => Capability::Log,
-            "container-runtime" => Capability::ContainerRuntime,
-            "sim-cloud" => Capability::SimCloud,
-            _ => return None,
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Capability::Log => "log",
-            Capability::ContainerRuntime => "container-runtime",
-            Capability::SimCloud => "sim-cloud",
-        }
-    }
-}
+pub use crate::capabilities::Capability;
 
 /// The backends of the granted host interfaces, shared by every plugin of the process. One left
 /// unset answers `unavailable`.
 #[derive(Default)]
 pub struct Services {
-    pub log_rate: host::LogRate,
+    pub log_rate: crate::capabilities::log::LogRate,
     /// Per plugin, the calls that may run at once.
     shares:
         std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Semaphore>>>,
@@ -188,6 +152,24 @@ impl Registry {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(name)
+    }
+
+    /// The role the serving plugin's active version declares for `kind` in `group`: the plugin
+    /// the kind was moved to, or else the first that declares it.
+    pub fn declared_role(&self, group: &str, kind: &str) -> Option<plugin::KindRole> {
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        let owner = self.owner(&format!("{kind}.{group}"));
+        slots
+            .iter()
+            .filter(|(name, _)| owner.as_ref().is_none_or(|o| o == *name))
+            .find_map(|(_, slot)| {
+                slot.current()
+                    .metadata
+                    .kinds
+                    .iter()
+                    .find(|k| k.group == group && k.kind == kind)
+                    .map(|k| k.role.clone())
+            })
     }
 
     pub fn names(&self) -> Vec<String> {

@@ -10,7 +10,7 @@
 //! - its CRDs are exactly the CRDs of the kinds it declares, one each, so it cannot replace the
 //!   CRDs of core kinds or of the CRD kind itself.
 
-use super::plugin::{PluginMetadata, ProviderType};
+use super::plugin::{PluginMetadata, ProviderType, provider_type_name};
 use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -46,22 +46,14 @@ const CAPI_PROVIDER_GROUPS: [(&str, ProviderType); 3] = [
     ("controlplane.cluster.x-k8s.io", ProviderType::ControlPlane),
 ];
 
-fn type_name(t: ProviderType) -> &'static str {
-    match t {
-        ProviderType::Infrastructure => "infrastructure",
-        ProviderType::Bootstrap => "bootstrap",
-        ProviderType::ControlPlane => "control-plane",
-    }
-}
-
 /// Why a group cannot be served by a plugin of type `t`, if it cannot.
 fn group_refusal(group: &str, t: ProviderType) -> Option<String> {
     if let Some((_, want)) = CAPI_PROVIDER_GROUPS.iter().find(|(g, _)| *g == group) {
         return (*want != t).then(|| {
             format!(
                 "the group is for {} providers and this plugin is a {} provider",
-                type_name(*want),
-                type_name(t)
+                provider_type_name(*want),
+                provider_type_name(t)
             )
         });
     }
@@ -204,6 +196,22 @@ mod tests {
         .to_string()
     }
 
+    /// A role that fits the type: these tests are about groups, names and CRDs.
+    fn role_of(t: ProviderType) -> crate::runtime::plugin::KindRole {
+        use crate::runtime::plugin::{ControlPlaneMachines, KindRef, KindRole};
+        match t {
+            ProviderType::Infrastructure => KindRole::InfrastructureMachine,
+            ProviderType::Bootstrap => KindRole::BootstrapConfig,
+            ProviderType::ControlPlane => KindRole::ControlPlane(ControlPlaneMachines {
+                bootstrap_config: KindRef {
+                    group: "bootstrap.cluster.x-k8s.io".into(),
+                    kind: "CapwConfig".into(),
+                },
+                spec_field: "capwConfigSpec".into(),
+            }),
+        }
+    }
+
     fn meta(name: &str, t: ProviderType, kinds: &[(&str, &str, &str)]) -> PluginMetadata {
         PluginMetadata {
             name: name.into(),
@@ -216,6 +224,7 @@ mod tests {
                     group: g.to_string(),
                     version: "v1beta2".into(),
                     kind: k.to_string(),
+                    role: role_of(t),
                 })
                 .collect(),
             crds: kinds.iter().map(|(g, k, p)| crd(g, k, p)).collect(),

@@ -1,8 +1,4 @@
-//! `bootstrap`: the capw bootstrap provider. A CapwConfig becomes cloud-config (`write_files` and
-//! `runcmd`, the subset infrastructure providers execute): control-plane machines start the
-//! workload API with `capw apiserver`, every machine starts `capw node-agent`, and the data ends
-//! by touching the bootstrap sentinel file.
+//! The `bootstrap` component: the provider logic of `capw_bootstrap` exported as the WIT contract. The
+//! logic lives in its own crate so it builds and is unit-tested natively.
 
-include!("provider.rs");
-
-capw_sdk::export_provider!(Bootstrap);
+capw_sdk::export_provider!(capw_bootstrap::Bootstrap);

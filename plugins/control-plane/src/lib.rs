@@ -1,8 +1,4 @@
-//! `control-plane`: the capw control-plane provider. A CapwControlPlane asks the host for
-//! control-plane Machines up to `spec.replicas` (one at a time until the first is initialized,
-//! as KCP does), reports initialized/available and the replica counters, and renders the
-//! workload kubeconfig from the cluster's endpoint, CA and token.
+//! The `control-plane` component: the provider logic of `capw_control_plane` exported as the WIT contract. The
+//! logic lives in its own crate so it builds and is unit-tested natively.
 
-include!("provider.rs");
-
-capw_sdk::export_provider!(ControlPlane);
+capw_sdk::export_provider!(capw_control_plane::ControlPlane);

@@ -1,8 +1,4 @@
-//! `inmemory`: the in-memory infrastructure provider. Clusters get a simulated workload API
-//! endpoint and machines are simulated VMs that boot from their bootstrap data, both through
-//! the host's `capw:host/sim-cloud`. Nothing here keeps state: the VM's name is the machine's,
-//! so every call can ask the cloud again.
+//! The `inmemory` component: the provider logic of `capw_inmemory` exported as the WIT contract. The
+//! logic lives in its own crate so it builds and is unit-tested natively.
 
-include!("provider.rs");
-
-capw_sdk::export_provider!(InMemory);
+capw_sdk::export_provider!(capw_inmemory::InMemory);

@@ -1,6 +1,6 @@
-// The SDK's helpers, written against the contract's type names only, so the same text builds
-// the guest SDK (with wit-bindgen types) and the host's native build of the bundled providers
-// (with wasmtime's types); it is `include!`d by both.
+//! Reading the context, building results, and the [`Provider`] trait.
+
+use crate::*;
 
 /// A parsed object from the context, with accessors for the fields every provider reads.
 pub struct View(pub Value);
@@ -112,11 +112,26 @@ pub fn wait(message: impl Into<String>, seconds: u32) -> ProviderError {
     })
 }
 
+impl ConditionStatus {
+    /// As a v1beta2 condition spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
 /// A v1beta2 condition.
 pub fn condition(type_: &str, ok: bool, reason: &str, message: &str) -> Condition {
     Condition {
         type_: type_.into(),
-        status: if ok { "True" } else { "False" }.into(),
+        status: if ok {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        },
         reason: reason.into(),
         message: message.into(),
     }
@@ -230,11 +245,12 @@ pub fn crd(group: &str, kind: &str, plural: &str, columns: &[(&str, &str, &str)]
     .to_string()
 }
 
-/// A served kind in `group`/v1beta2.
-pub fn kind(group: &str, kind: &str) -> ServedKind {
+/// A served kind in `group`/v1beta2, with the contract role the host drives it by.
+pub fn kind(group: &str, kind: &str, role: KindRole) -> ServedKind {
     ServedKind {
         group: group.into(),
         version: "v1beta2".into(),
         kind: kind.into(),
+        role,
     }
 }

@@ -17,38 +17,41 @@
 #[allow(missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: ["../../wit/host", "../../wit/provider"],
         world: "capw:provider/any-provider",
         pub_export_macro: true,
         export_macro_name: "export_any",
         default_bindings_module: "capw_sdk::bindings",
         generate_all,
+        // Lets a native build (tests, the host's benchmark) carry results across to its own
+        // copy of the contract's types.
+        additional_derives: [serde::Serialize, serde::Deserialize],
     });
 }
 
 pub use bindings::capw::host::log::Level;
-pub use bindings::capw::host::sim_cloud;
 pub use bindings::capw::provider::types::{
-    Address, ApiEndpoint, Common, Condition, Context, DeleteStatus, FailureDomain, ProviderError,
-    Retry,
+    Address, ApiEndpoint, Common, Condition, ConditionStatus, Context, DeleteStatus, FailureDomain,
+    ProviderError, Retry,
 };
-pub use bindings::exports::capw::provider::bootstrap_config::{BootstrapData, BootstrapStatus};
+pub use bindings::exports::capw::provider::bootstrap_config::{
+    BootstrapData, BootstrapFormat, BootstrapStatus,
+};
 pub use bindings::exports::capw::provider::control_plane::{
     ControlPlaneStatus, MachineRequest, ReplicaCounts,
 };
 pub use bindings::exports::capw::provider::infrastructure_cluster::ClusterStatus;
 pub use bindings::exports::capw::provider::infrastructure_machine::MachineStatus;
 pub use bindings::exports::capw::provider::plugin_info::{
-    PluginMetadata as Metadata, ProviderType, ServedKind,
+    ControlPlaneMachines, KindRef, KindRole, PluginMetadata as Metadata, ProviderType, ServedKind,
 };
+pub use host::{container_runtime, log, sim_cloud};
 pub use serde_json::{self, Value, json};
 
-/// Writes to the host log (which caps what one call may log).
-pub fn log(level: Level, message: &str) {
-    bindings::capw::host::log::log(level, message);
-}
+pub mod host;
 
-include!("helpers.rs");
+mod helpers;
+pub use helpers::*;
 
 /// Exports a type implementing [`Provider`] as the component's exports.
 #[macro_export]
@@ -101,3 +104,5 @@ macro_rules! export_provider {
         $crate::bindings::export_any!(__CapwExport with_types_in $crate::bindings);
     };
 }
+
+pub mod testing;

@@ -1,7 +1,9 @@
 //! Control-plane Machines: the host creates each Machine a control plane asks for, with an
-//! infrastructure machine cloned from `spec.machineTemplate.spec.infrastructureRef` and a
-//! CapwConfig from `spec.capwConfigSpec`, all owned by the control plane (the Machine controller
-//! then takes over the clones). On deletion it deletes them before the control plane goes.
+//! infrastructure machine cloned from `spec.machineTemplate.spec.infrastructureRef` and the
+//! bootstrap config its role declares (kind, and the spec field its spec is copied from), all
+//! owned by the control plane (the Machine controller then takes over the clones). The kind a
+//! template stamps out is the one its plugin declares, never derived from the template's name.
+//! On deletion it deletes them before the control plane goes.
 
 use super::context::Around;
 use super::{DriverError, KindCtx};
@@ -10,13 +12,10 @@ use crate::api::common::names::{
     API_VERSION, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, CONTROL_PLANE_NAME_LABEL,
 };
 use crate::api::machine::Machine;
-use crate::runtime::plugin::MachineRequest;
+use crate::runtime::plugin::{KindRole, MachineRequest};
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
-
-const BOOTSTRAP_GROUP: &str = "bootstrap.cluster.x-k8s.io";
-const BOOTSTRAP_KIND: &str = "CapwConfig";
 
 async fn create_ignoring_conflict(api: &Api<DynamicObject>, obj: Value) -> Result<(), DriverError> {
     let obj: DynamicObject =
@@ -59,15 +58,30 @@ pub(super) async fn create(
             kctx.ar.kind, template_ref.kind, template_ref.name
         )));
     };
-    let infra_kind = template_ref
-        .kind
-        .strip_suffix("Template")
-        .unwrap_or(&template_ref.kind)
-        .to_string();
+    let registry = &kctx.driver.registry;
+    let infra_kind = match registry.declared_role(&template_ref.api_group, &template_ref.kind) {
+        Some(KindRole::InfrastructureMachineTemplate(kind)) => kind,
+        _ => {
+            return Err(DriverError::Invalid(format!(
+                "{} {cp_name}: spec.machineTemplate.spec.infrastructureRef names {}.{}, which no plugin declares as an infrastructure-machine-template; name a machine template kind",
+                kctx.ar.kind, template_ref.kind, template_ref.api_group
+            )));
+        }
+    };
+    let Some(KindRole::ControlPlane(machines_role)) =
+        registry.declared_role(&kctx.ar.group, &kctx.ar.kind)
+    else {
+        return Err(DriverError::Invalid(format!(
+            "{}: plugin {} no longer declares it as a control-plane kind",
+            kctx.ar.kind, kctx.plugin
+        )));
+    };
+    let boot_ref = &machines_role.bootstrap_config;
+    let spec_field = format!("/spec/{}", machines_role.spec_field);
     let infra = resolver
         .resolve(&template_ref.api_group, &infra_kind)
         .await?;
-    let boot = resolver.resolve(BOOTSTRAP_GROUP, BOOTSTRAP_KIND).await?;
+    let boot = resolver.resolve(&boot_ref.group, &boot_ref.kind).await?;
     let owner = json!([{
         "apiVersion": kctx.ar.api_version, "kind": kctx.ar.kind, "name": cp_name,
         "uid": cp.metadata.uid, "controller": true, "blockOwnerDeletion": true,
@@ -98,7 +112,7 @@ pub(super) async fn create(
             json!({
                 "apiVersion": boot.ar.api_version, "kind": boot.ar.kind,
                 "metadata": {"name": req.name, "namespace": ns, "labels": labels, "ownerReferences": owner},
-                "spec": cp.data.pointer("/spec/capwConfigSpec").cloned().unwrap_or(json!({})),
+                "spec": cp.data.pointer(&spec_field).cloned().unwrap_or(json!({})),
             }),
         )
         .await?;
@@ -109,7 +123,7 @@ pub(super) async fn create(
                 "clusterName": cluster_name,
                 "version": req.version,
                 "failureDomain": req.failure_domain,
-                "bootstrap": {"configRef": {"apiGroup": BOOTSTRAP_GROUP, "kind": BOOTSTRAP_KIND, "name": req.name}},
+                "bootstrap": {"configRef": {"apiGroup": boot_ref.group, "kind": boot_ref.kind, "name": req.name}},
                 "infrastructureRef": {"apiGroup": template_ref.api_group, "kind": infra_kind, "name": req.name},
             },
         });

@@ -17,7 +17,7 @@ use crate::controllers::external::Resolver;
 use crate::controllers::fanout::Fanout;
 use crate::controllers::relevance;
 use crate::metrics::{CallOutcome, Metrics};
-use crate::runtime::plugin::{CallError, ProviderFailure, ProviderType};
+use crate::runtime::plugin::{CallError, KindRole, ProviderFailure};
 use crate::runtime::{Context, Registry};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
@@ -77,15 +77,17 @@ pub enum Role {
 }
 
 impl Role {
-    fn of(t: ProviderType, kind: &str) -> Option<Role> {
-        if kind.ends_with("Template") {
-            return None;
-        }
-        Some(match t {
-            ProviderType::Infrastructure if kind.ends_with("Cluster") => Role::InfraCluster,
-            ProviderType::Infrastructure => Role::InfraMachine,
-            ProviderType::Bootstrap => Role::BootstrapConfig,
-            ProviderType::ControlPlane => Role::ControlPlane,
+    /// The role the plugin declared; `None` for templates, which the host only clones.
+    fn of(declared: &KindRole) -> Option<Role> {
+        Some(match declared {
+            KindRole::InfrastructureCluster => Role::InfraCluster,
+            KindRole::InfrastructureMachine => Role::InfraMachine,
+            KindRole::BootstrapConfig => Role::BootstrapConfig,
+            KindRole::ControlPlane(_) => Role::ControlPlane,
+            KindRole::InfrastructureClusterTemplate(_)
+            | KindRole::InfrastructureMachineTemplate(_)
+            | KindRole::BootstrapConfigTemplate(_)
+            | KindRole::ControlPlaneTemplate(_) => return None,
         })
     }
 
@@ -171,7 +173,7 @@ impl Driver {
             };
             let p = slot.current();
             for k in &p.metadata.kinds {
-                if let Some(role) = Role::of(p.metadata.provider_type, &k.kind) {
+                if let Some(role) = Role::of(&k.role) {
                     let key = format!("{}.{}", k.kind, k.group);
                     // A kind an admin moved is served by the plugin it was moved to only.
                     if self.registry.owner(&key).is_some_and(|o| o != name) {

@@ -118,7 +118,7 @@ fn common(
         set_condition(
             &mut status,
             &cond.type_,
-            &cond.status,
+            cond.status.as_str(),
             &cond.reason,
             &cond.message,
             obj.metadata.generation,
@@ -307,7 +307,7 @@ pub(super) async fn write(
                     &cluster,
                     BTreeMap::from([
                         ("value".to_string(), data.value.clone()),
-                        ("format".to_string(), data.format.clone()),
+                        ("format".to_string(), data.format.as_str().to_string()),
                     ]),
                     false,
                 )

@@ -26,7 +26,10 @@ impl Provider for Probe {
             version: "0.1.0".into(),
             provider_type: ProviderType::Infrastructure,
             contract_version: "v1beta2".into(),
-            kinds: vec![kind(group, "ProbeCluster"), kind(group, "ProbeMachine")],
+            kinds: vec![
+                kind(group, "ProbeCluster", KindRole::InfrastructureCluster),
+                kind(group, "ProbeMachine", KindRole::InfrastructureMachine),
+            ],
             crds: vec![
                 crd(group, "ProbeCluster", "probeclusters", &[]),
                 crd(group, "ProbeMachine", "probemachines", &[]),

@@ -49,11 +49,13 @@ impl Provider for Echo {
                     group: GROUP.into(),
                     version: "v1beta2".into(),
                     kind: "EchoCluster".into(),
+                    role: KindRole::InfrastructureCluster,
                 },
                 ServedKind {
                     group: GROUP.into(),
                     version: "v1beta2".into(),
                     kind: "EchoMachine".into(),
+                    role: KindRole::InfrastructureMachine,
                 },
             ],
             crds: vec![

@@ -45,7 +45,17 @@ impl Provider for Hostile {
         let (provider_type, kinds, crds) = if cfg!(feature = "control-plane") {
             (
                 ProviderType::ControlPlane,
-                vec![kind(CP_GROUP, "HostileControlPlane")],
+                vec![kind(
+                    CP_GROUP,
+                    "HostileControlPlane",
+                    KindRole::ControlPlane(ControlPlaneMachines {
+                        bootstrap_config: KindRef {
+                            group: BOOT_GROUP.into(),
+                            kind: "CapwConfig".into(),
+                        },
+                        spec_field: "capwConfigSpec".into(),
+                    }),
+                )],
                 vec![crd(
                     CP_GROUP,
                     "HostileControlPlane",
@@ -56,27 +66,49 @@ impl Provider for Hostile {
         } else if cfg!(feature = "bootstrap") {
             (
                 ProviderType::Bootstrap,
-                vec![kind(BOOT_GROUP, "HostileConfig")],
+                vec![kind(BOOT_GROUP, "HostileConfig", KindRole::BootstrapConfig)],
                 vec![crd(BOOT_GROUP, "HostileConfig", "hostileconfigs", &[])],
             )
         } else if cfg!(feature = "core-kind") {
             (
                 ProviderType::ControlPlane,
-                vec![kind("cluster.x-k8s.io", "Machine")],
+                vec![kind(
+                    "cluster.x-k8s.io",
+                    "Machine",
+                    KindRole::ControlPlane(ControlPlaneMachines {
+                        bootstrap_config: KindRef {
+                            group: BOOT_GROUP.into(),
+                            kind: "CapwConfig".into(),
+                        },
+                        spec_field: "capwConfigSpec".into(),
+                    }),
+                )],
                 vec![crd("cluster.x-k8s.io", "Machine", "machines", &[])],
             )
         } else if cfg!(feature = "kind-thief") {
             (
                 ProviderType::Infrastructure,
-                vec![kind(INFRA_GROUP, "DockerMachine")],
+                vec![kind(
+                    INFRA_GROUP,
+                    "DockerMachine",
+                    KindRole::InfrastructureMachine,
+                )],
                 vec![crd(INFRA_GROUP, "DockerMachine", "dockermachines", &[])],
             )
         } else {
             (
                 ProviderType::Infrastructure,
                 vec![
-                    kind(INFRA_GROUP, "HostileMachine"),
-                    kind(INFRA_GROUP, "HostileCluster"),
+                    kind(
+                        INFRA_GROUP,
+                        "HostileMachine",
+                        KindRole::InfrastructureMachine,
+                    ),
+                    kind(
+                        INFRA_GROUP,
+                        "HostileCluster",
+                        KindRole::InfrastructureCluster,
+                    ),
                 ],
                 vec![
                     crd("cluster.x-k8s.io", "Cluster", "clusters", &[]),

@@ -1,5 +1,4 @@
-// The provider's logic, kept apart from the export so the host's benchmark can build the same
-// text natively (`include!`) to compare it with the component.
+//! The provider: metadata and the contract calls.
 
 use capw_sdk::*;
 
@@ -54,7 +53,18 @@ impl Provider for ControlPlane {
             version: VERSION.into(),
             provider_type: ProviderType::ControlPlane,
             contract_version: "v1beta2".into(),
-            kinds: vec![kind(GROUP, "CapwControlPlane")],
+            kinds: vec![kind(
+                GROUP,
+                "CapwControlPlane",
+                // Its Machines get a CapwConfig with the spec of spec.capwConfigSpec.
+                KindRole::ControlPlane(ControlPlaneMachines {
+                    bootstrap_config: KindRef {
+                        group: "bootstrap.cluster.x-k8s.io".into(),
+                        kind: "CapwConfig".into(),
+                    },
+                    spec_field: "capwConfigSpec".into(),
+                }),
+            )],
             crds: vec![crd(
                 GROUP,
                 "CapwControlPlane",
@@ -251,6 +261,9 @@ impl Provider for ControlPlane {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use capw_sdk::testing::{ContextBuilder, condition_of, context};
+
     #[test]
     fn base64_matches_rfc4648() {
         assert_eq!(super::base64(b""), "");
@@ -258,5 +271,236 @@ mod tests {
         assert_eq!(super::base64(b"fo"), "Zm8=");
         assert_eq!(super::base64(b"foo"), "Zm9v");
         assert_eq!(super::base64(b"foobar"), "Zm9vYmFy");
+    }
+
+    fn cp(replicas: Value) -> Value {
+        let mut spec = json!({"machineTemplate": {"spec": {"infrastructureRef": {
+            "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryMachineTemplate", "name": "t"}}},
+            "version": "v1.33.0"});
+        if !replicas.is_null() {
+            spec["replicas"] = replicas;
+        }
+        json!({"metadata": {"name": "cp", "namespace": "ns"}, "spec": spec})
+    }
+
+    fn cluster(failure_domains: &[&str]) -> Value {
+        let fds: Vec<Value> = failure_domains
+            .iter()
+            .map(|n| json!({"name": n, "controlPlane": true}))
+            .collect();
+        json!({"metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"controlPlaneEndpoint": {"host": "127.0.0.1", "port": 6443}},
+            "status": {"failureDomains": fds}})
+    }
+
+    fn machine(name: &str, node: bool) -> Value {
+        let mut m = json!({"metadata": {"name": name}});
+        if node {
+            m["status"] = json!({"nodeRef": {"name": name}});
+        }
+        m
+    }
+
+    /// Scaling as KCP does it here: one Machine at a time, each waiting for the previous one's
+    /// Node, the newest deleted first, spread over control-plane failure domains.
+    #[test]
+    fn scaling_table() {
+        struct Case {
+            name: &'static str,
+            replicas: Value,
+            owned: &'static [(&'static str, bool)],
+            fds: &'static [&'static str],
+            create: &'static [(&'static str, Option<&'static str>)],
+            delete: &'static [&'static str],
+            initialized: bool,
+            scaling_up: &'static str,
+        }
+        let cases = [
+            Case {
+                name: "first machine",
+                replicas: json!(3),
+                owned: &[],
+                fds: &[],
+                create: &[("cp-0", None)],
+                delete: &[],
+                initialized: false,
+                scaling_up: "True",
+            },
+            Case {
+                name: "replicas default to 1",
+                replicas: Value::Null,
+                owned: &[],
+                fds: &[],
+                create: &[("cp-0", None)],
+                delete: &[],
+                initialized: false,
+                scaling_up: "True",
+            },
+            Case {
+                name: "the next waits for the first Node",
+                replicas: json!(3),
+                owned: &[("cp-0", false)],
+                fds: &[],
+                create: &[],
+                delete: &[],
+                initialized: false,
+                scaling_up: "True",
+            },
+            Case {
+                name: "the second once the first has its Node",
+                replicas: json!(3),
+                owned: &[("cp-0", true)],
+                fds: &[],
+                create: &[("cp-1", None)],
+                delete: &[],
+                initialized: true,
+                scaling_up: "True",
+            },
+            Case {
+                name: "a free name is reused",
+                replicas: json!(3),
+                owned: &[("cp-1", true)],
+                fds: &[],
+                create: &[("cp-0", None)],
+                delete: &[],
+                initialized: true,
+                scaling_up: "True",
+            },
+            Case {
+                name: "spread over failure domains",
+                replicas: json!(3),
+                owned: &[("cp-0", true)],
+                fds: &["a", "b"],
+                create: &[("cp-1", Some("b"))],
+                delete: &[],
+                initialized: true,
+                scaling_up: "True",
+            },
+            Case {
+                name: "steady",
+                replicas: json!(1),
+                owned: &[("cp-0", true)],
+                fds: &[],
+                create: &[],
+                delete: &[],
+                initialized: true,
+                scaling_up: "False",
+            },
+            Case {
+                name: "scale down deletes the newest",
+                replicas: json!(1),
+                owned: &[("cp-0", true), ("cp-1", true)],
+                fds: &[],
+                create: &[],
+                delete: &["cp-1"],
+                initialized: true,
+                scaling_up: "False",
+            },
+        ];
+        for c in cases {
+            let owned = c.owned.iter().map(|(n, node)| machine(n, *node)).collect();
+            let ctx = context(cp(c.replicas.clone()))
+                .cluster(cluster(c.fds))
+                .owned(owned);
+            let st = ControlPlane::reconcile_control_plane(ctx)
+                .unwrap_or_else(|e| panic!("{}: {e:?}", c.name));
+            let created: Vec<(&str, Option<&str>)> = st
+                .machines_to_create
+                .iter()
+                .map(|r| (r.name.as_str(), r.failure_domain.as_deref()))
+                .collect();
+            assert_eq!(created, c.create, "{}: machines to create", c.name);
+            assert!(
+                st.machines_to_create
+                    .iter()
+                    .all(|r| r.version.as_deref() == Some("v1.33.0")),
+                "{}: requests carry spec.version",
+                c.name
+            );
+            assert_eq!(
+                st.machines_to_delete, c.delete,
+                "{}: machines to delete",
+                c.name
+            );
+            assert_eq!(st.initialized, c.initialized, "{}: initialized", c.name);
+            assert_eq!(
+                condition_of(&st.common.conditions, "ScalingUp").map(|c| c.0),
+                Some(c.scaling_up.to_string()),
+                "{}: ScalingUp",
+                c.name
+            );
+        }
+    }
+
+    #[test]
+    fn invalid_specs_name_the_field() {
+        for (replicas, field) in [
+            (json!(0), "spec.replicas"),
+            (json!(8), "spec.replicas"),
+            (json!("3"), "spec.replicas"),
+        ] {
+            let ctx = context(cp(replicas)).cluster(cluster(&[]));
+            match ControlPlane::reconcile_control_plane(ctx) {
+                Err(ProviderError::InvalidSpec(m)) => assert!(m.contains(field), "{m}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        let mut obj = cp(json!(1));
+        obj["spec"]["machineTemplate"] = json!({});
+        match ControlPlane::reconcile_control_plane(context(obj).cluster(cluster(&[]))) {
+            Err(ProviderError::InvalidSpec(m)) => {
+                assert!(
+                    m.contains("spec.machineTemplate.spec.infrastructureRef"),
+                    "{m}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn waits_for_its_cluster_and_renders_the_kubeconfig_once_it_has_everything() {
+        assert!(matches!(
+            ControlPlane::reconcile_control_plane(context(cp(json!(1)))),
+            Err(ProviderError::Transient(_))
+        ));
+        let bare = context(cp(json!(1))).cluster(cluster(&[]));
+        assert_eq!(
+            ControlPlane::reconcile_control_plane(bare)
+                .map(|s| s.kubeconfig)
+                .ok(),
+            Some(None)
+        );
+        let full = context(cp(json!(1)))
+            .cluster(cluster(&[]))
+            .secret("ca.crt", "CA")
+            .secret("token", "T");
+        let kc = ControlPlane::reconcile_control_plane(full)
+            .ok()
+            .and_then(|s| s.kubeconfig)
+            .map(|k| serde_json::from_str::<Value>(&k).unwrap_or_default());
+        let kc = kc.unwrap_or_default();
+        assert_eq!(
+            kc.pointer("/clusters/0/cluster/server"),
+            Some(&json!("https://127.0.0.1:6443"))
+        );
+        assert_eq!(
+            kc.pointer("/clusters/0/cluster/certificate-authority-data"),
+            Some(&json!("Q0E="))
+        );
+        assert_eq!(kc.pointer("/users/0/user/token"), Some(&json!("T")));
+    }
+
+    #[test]
+    fn metadata_declares_the_bootstrap_config_of_its_machines() {
+        let m = ControlPlane::metadata();
+        assert_eq!(m.kinds.len(), m.crds.len());
+        match &m.kinds[0].role {
+            KindRole::ControlPlane(cpm) => {
+                assert_eq!(cpm.bootstrap_config.kind, "CapwConfig");
+                assert_eq!(cpm.spec_field, "capwConfigSpec");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -116,3 +116,77 @@ pub fn progress(stdout: &str) -> Option<Progress> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_table() {
+        for (stdout, want) in [
+            ("started\n", Some(Progress::Started)),
+            ("running", Some(Progress::Running)),
+            ("done\n", Some(Progress::Done)),
+            (
+                "failed\nline 1\nline 2\n",
+                Some(Progress::Failed("line 1\nline 2".into())),
+            ),
+            ("", None),
+            ("sh: syntax error\n", None),
+        ] {
+            assert_eq!(progress(stdout), want, "{stdout:?}");
+        }
+    }
+
+    #[test]
+    fn files_become_five_arguments_each_and_argv_commands_are_quoted() {
+        let data = r#"#cloud-config
+write_files:
+- path: /etc/a
+  content: "  starts with spaces"
+  permissions: "0600"
+- path: /etc/b
+  content: aGk=
+  encoding: b64
+  append: true
+runcmd:
+- echo shell line
+- [sh, -c, "echo 'quoted'"]
+"#;
+        let b = Bootstrap::parse(data).unwrap_or_else(|e| panic!("{e:?}"));
+        let (script, args) = b.script("docker:////c-m", "prelude");
+        assert_eq!(
+            args,
+            [
+                "docker:////c-m",
+                "/etc/a",
+                "  starts with spaces",
+                "0600",
+                "write",
+                "plain",
+                "/etc/b",
+                "aGk=",
+                "0644",
+                "append",
+                "b64",
+            ]
+        );
+        assert!(
+            script.contains("prelude\necho shell line\n'sh' '-c' 'echo '\\''quoted'\\'''\n"),
+            "{script}"
+        );
+    }
+
+    #[test]
+    fn what_it_cannot_run_is_an_invalid_spec() {
+        for data in [
+            "{\"ignition\": {}}",
+            "#cloud-config\nwrite_files:\n- path: relative\n",
+        ] {
+            assert!(
+                matches!(Bootstrap::parse(data), Err(ProviderError::InvalidSpec(_))),
+                "{data}"
+            );
+        }
+    }
+}

@@ -131,9 +131,13 @@ impl Provider for Docker {
             provider_type: ProviderType::Infrastructure,
             contract_version: "v1beta2".into(),
             kinds: vec![
-                kind(GROUP, "DockerCluster"),
-                kind(GROUP, "DockerMachine"),
-                kind(GROUP, "DockerMachineTemplate"),
+                kind(GROUP, "DockerCluster", KindRole::InfrastructureCluster),
+                kind(GROUP, "DockerMachine", KindRole::InfrastructureMachine),
+                kind(
+                    GROUP,
+                    "DockerMachineTemplate",
+                    KindRole::InfrastructureMachineTemplate("DockerMachine".into()),
+                ),
             ],
             crds: vec![
                 crd(
@@ -486,5 +490,44 @@ impl Provider for Docker {
             done: gone,
             common: common(vec![], None),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_declares_roles_and_one_crd_per_kind() {
+        let m = Docker::metadata();
+        assert_eq!(m.kinds.len(), m.crds.len());
+        let roles: Vec<(&str, &KindRole)> =
+            m.kinds.iter().map(|k| (k.kind.as_str(), &k.role)).collect();
+        assert!(matches!(
+            roles[0],
+            ("DockerCluster", KindRole::InfrastructureCluster)
+        ));
+        assert!(matches!(
+            roles[1],
+            ("DockerMachine", KindRole::InfrastructureMachine)
+        ));
+        assert!(
+            matches!(roles[2], ("DockerMachineTemplate", KindRole::InfrastructureMachineTemplate(of)) if of == "DockerMachine")
+        );
+    }
+
+    #[test]
+    fn without_an_engine_a_cluster_waits_and_says_why() {
+        // A native build has no container runtime installed: the call must ask again, not fail.
+        let ctx = capw_sdk::testing::context(json!({"metadata": {"name": "c", "namespace": "ns",
+            "labels": {"cluster.x-k8s.io/cluster-name": "c"}}, "spec": {}}));
+        let ctx =
+            capw_sdk::testing::ContextBuilder::cluster(ctx, json!({"metadata": {"name": "c"}}));
+        match Docker::reconcile_cluster(ctx) {
+            Err(ProviderError::Transient(r)) => {
+                assert!(r.message.contains("Docker engine"), "{}", r.message)
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

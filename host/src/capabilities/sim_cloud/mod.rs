@@ -8,9 +8,12 @@
 //! runs in this process, so a thousand clusters cost a thousand in-memory stores, not a thousand
 //! processes.
 
-use super::cloud_config::{CloudConfig, flag};
+mod cloud_config;
+mod glue;
+
 use capw_apiserver::core::{DeleteOptions, Op, PatchBody, WriteOptions};
 use capw_apiserver::{Core, InMemoryServer};
+use cloud_config::{CloudConfig, flag};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,7 +35,7 @@ pub enum SimError {
     #[error("VM {vm}: {source}")]
     Bootstrap {
         vm: String,
-        source: super::cloud_config::CloudConfigError,
+        source: cloud_config::CloudConfigError,
     },
 }
 

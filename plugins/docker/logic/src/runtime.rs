@@ -1,7 +1,7 @@
 //! The container-runtime capability with its errors turned into provider errors that say what
 //! to do.
 
-use capw_sdk::bindings::capw::host::container_runtime as cr;
+use capw_sdk::container_runtime as cr;
 use capw_sdk::{ProviderError, wait};
 
 pub use cr::{ContainerInfo, ContainerSpec, ExecOutput, PortMapping, RuntimeError};

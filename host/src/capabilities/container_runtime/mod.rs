@@ -15,6 +15,8 @@
 //! network namespace unless granted, only networks made for the same plugin, only images on the
 //! grant's allow-list, and memory, CPU and process limits on every container.
 
+mod glue;
+
 use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{

@@ -2,7 +2,7 @@
 //! bootstrap provider renders and the Docker provider parses), plus reading a flag out of a
 //! `runcmd` argv.
 
-pub use capw_cloud_config::{CloudConfig, CloudConfigError, Command};
+pub use capw_cloud_config::{CloudConfig, CloudConfigError};
 
 /// The value of `--flag VALUE` or `--flag=VALUE` in an argv.
 pub fn flag<'a>(argv: &'a [String], name: &str) -> Option<&'a str> {

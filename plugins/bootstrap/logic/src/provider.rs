@@ -1,5 +1,4 @@
-// The provider's logic, kept apart from the export so the host's benchmark can build the same
-// text natively (`include!`) to compare it with the component.
+//! The provider: metadata and the contract calls.
 
 use capw_cloud_config::{CloudConfig, Command, WriteFile};
 use capw_sdk::*;
@@ -99,7 +98,14 @@ impl Provider for Bootstrap {
             version: VERSION.into(),
             provider_type: ProviderType::Bootstrap,
             contract_version: "v1beta2".into(),
-            kinds: vec![kind(GROUP, "CapwConfig"), kind(GROUP, "CapwConfigTemplate")],
+            kinds: vec![
+                kind(GROUP, "CapwConfig", KindRole::BootstrapConfig),
+                kind(
+                    GROUP,
+                    "CapwConfigTemplate",
+                    KindRole::BootstrapConfigTemplate("CapwConfig".into()),
+                ),
+            ],
             crds: vec![
                 crd(GROUP, "CapwConfig", "capwconfigs", &cols),
                 crd(GROUP, "CapwConfigTemplate", "capwconfigtemplates", &[]),
@@ -174,7 +180,7 @@ impl Provider for Bootstrap {
         run.push(format!("touch {SENTINEL}"));
         Ok(BootstrapStatus {
             data: Some(BootstrapData {
-                format: "cloud-config".into(),
+                format: BootstrapFormat::CloudConfig,
                 value: render(files, run),
             }),
             common: common(
@@ -199,5 +205,172 @@ fn waiting(reason: &str, message: &str) -> BootstrapStatus {
     BootstrapStatus {
         data: None,
         common: c,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capw_sdk::testing::{ContextBuilder, condition_of, context};
+
+    fn config(spec: Value) -> Value {
+        json!({"metadata": {"name": "m", "namespace": "ns"}, "spec": spec})
+    }
+
+    fn machine(control_plane: bool) -> Value {
+        let mut m = json!({"metadata": {"name": "m", "labels": {}}});
+        if control_plane {
+            m["metadata"]["labels"]["cluster.x-k8s.io/control-plane"] = json!("");
+        }
+        m
+    }
+
+    fn cluster(endpoint: bool, initialized: bool) -> Value {
+        let mut c = json!({"metadata": {"name": "c"}, "spec": {},
+            "status": {"initialization": {"controlPlaneInitialized": initialized}}});
+        if endpoint {
+            c["spec"]["controlPlaneEndpoint"] = json!({"host": "10.0.0.1", "port": 6443});
+        }
+        c
+    }
+
+    fn with_secrets(ctx: Context) -> Context {
+        ctx.secret("token", "TOKEN")
+            .secret("ca.crt", "CA")
+            .secret("ca.key", "KEY")
+    }
+
+    /// What the config waits for, in order, before it renders anything.
+    #[test]
+    fn waiting_table() {
+        let cases = [
+            (
+                "no endpoint",
+                true,
+                cluster(false, false),
+                "WaitingForControlPlaneEndpoint",
+            ),
+            (
+                "worker before init",
+                false,
+                cluster(true, false),
+                "WaitingForControlPlaneInitialized",
+            ),
+        ];
+        for (name, cp, cl, reason) in cases {
+            let ctx = with_secrets(context(config(json!({}))).machine(machine(cp)).cluster(cl));
+            let st =
+                Bootstrap::reconcile_bootstrap(ctx).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            assert!(st.data.is_none(), "{name}");
+            assert_eq!(
+                condition_of(&st.common.conditions, "Ready"),
+                Some(("False".into(), reason.into())),
+                "{name}"
+            );
+        }
+        // No owner Machine, no Cluster, or no CA yet: asked again later.
+        for ctx in [
+            context(config(json!({}))),
+            context(config(json!({}))).machine(machine(true)),
+            context(config(json!({})))
+                .machine(machine(true))
+                .cluster(cluster(true, false)),
+        ] {
+            assert!(matches!(
+                Bootstrap::reconcile_bootstrap(ctx),
+                Err(ProviderError::Transient(_))
+            ));
+        }
+    }
+
+    fn rendered(cp: bool, spec: Value) -> CloudConfig {
+        let ctx = with_secrets(
+            context(config(spec))
+                .machine(machine(cp))
+                .cluster(cluster(true, true)),
+        );
+        let st = Bootstrap::reconcile_bootstrap(ctx).unwrap_or_else(|e| panic!("{e:?}"));
+        let data = st.data.unwrap_or_else(|| panic!("no data"));
+        assert_eq!(data.format, BootstrapFormat::CloudConfig);
+        CloudConfig::parse(&data.value).unwrap_or_else(|e| panic!("{e}\n{}", data.value))
+    }
+
+    #[test]
+    fn control_planes_get_the_ca_key_and_the_apiserver_and_workers_do_not() {
+        let cp = rendered(true, json!({}));
+        assert_eq!(cp.file("/etc/capw/pki/ca.key"), Some(b"KEY".to_vec()));
+        assert!(
+            cp.argvs()
+                .iter()
+                .any(|a| a.join(" ").contains("capw apiserver"))
+        );
+        let worker = rendered(false, json!({}));
+        assert_eq!(worker.file("/etc/capw/pki/ca.key"), None);
+        assert_eq!(worker.file("/etc/capw/pki/ca.crt"), Some(b"CA".to_vec()));
+        assert!(
+            !worker
+                .argvs()
+                .iter()
+                .any(|a| a.join(" ").contains("capw apiserver"))
+        );
+        for cc in [cp, worker] {
+            let all: Vec<String> = cc.argvs().iter().map(|a| a.join(" ")).collect();
+            assert!(
+                all.iter()
+                    .any(|a| a.contains("--server https://10.0.0.1:6443")),
+                "{all:?}"
+            );
+            assert!(
+                all.last().is_some_and(|a| a.contains(SENTINEL)),
+                "the sentinel comes last: {all:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn user_files_and_commands_come_back_byte_for_byte_in_order() {
+        let cc = rendered(
+            false,
+            json!({
+                "files": [{"path": "/etc/x", "content": "  leading: spaces\n\tand a tab\n"}],
+                "preCommands": ["echo pre"],
+                "postCommands": ["echo post"],
+            }),
+        );
+        assert_eq!(
+            cc.file("/etc/x"),
+            Some(b"  leading: spaces\n\tand a tab\n".to_vec())
+        );
+        let all: Vec<String> = cc.argvs().iter().map(|a| a.join(" ")).collect();
+        let pos = |needle: &str| all.iter().position(|a| a.contains(needle));
+        assert!(pos("echo pre") < pos("node-agent"), "{all:?}");
+        assert!(pos("node-agent") < pos("echo post"), "{all:?}");
+        assert!(pos("echo post") < pos(SENTINEL), "{all:?}");
+    }
+
+    #[test]
+    fn invalid_specs_name_the_field() {
+        for (spec, field) in [
+            (json!({"files": {}}), "spec.files must be a list"),
+            (
+                json!({"files": [{"path": "relative"}]}),
+                "spec.files[0].path",
+            ),
+            (
+                json!({"preCommands": "echo"}),
+                "spec.preCommands must be a list",
+            ),
+            (json!({"postCommands": [1]}), "spec.postCommands[0]"),
+        ] {
+            let ctx = with_secrets(
+                context(config(spec))
+                    .machine(machine(false))
+                    .cluster(cluster(true, true)),
+            );
+            match Bootstrap::reconcile_bootstrap(ctx) {
+                Err(ProviderError::InvalidSpec(m)) => assert!(m.contains(field), "{field}: {m}"),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
     }
 }
