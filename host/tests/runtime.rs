@@ -242,6 +242,31 @@ async fn the_sandbox_grants_no_files_sockets_or_environment() {
     assert_eq!(seen["env"], serde_json::json!([]), "{seen}");
 }
 
+/// A component built against the previous WIT (plugins/testing/old-wit, capw:provider@0.1.0)
+/// is refused before anything runs, with what to do, rather than as an ungranted import.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_of_the_previous_wit_is_refused_with_what_to_do() {
+    let f = fixture();
+    let err = Plugin::load(
+        &f.rt,
+        &f.cache,
+        &wasm("old-wit"),
+        None,
+        log_only(),
+        Limits::default(),
+    )
+    .await
+    .err()
+    .expect("refused");
+    assert!(
+        matches!(&err, PluginError::OtherWitVersion { found } if found.ends_with("@0.1.0")),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("capw:provider@0.2.0"), "{text}");
+    assert!(text.contains("rebuild it with the capw SDK"), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ungranted_imports_and_wrong_digests_never_load() {
     let f = fixture();
