@@ -6,9 +6,7 @@
 pub mod api;
 pub mod capabilities;
 pub mod controllers;
-pub mod lb;
 pub mod manager;
 pub mod metrics;
 pub mod node;
-pub mod node_image;
 pub mod runtime;

@@ -7,14 +7,15 @@ use crate::api::cluster::Cluster;
 use crate::api::common::names::CLUSTER_NAME_LABEL;
 use crate::api::machine::Machine;
 use crate::capabilities::sim_cloud::{SimCloud, SimSettings};
-use crate::controllers::context::CoreCtx;
-use crate::controllers::driver::Driver;
+use crate::controllers::core::context::CoreCtx;
+use crate::controllers::core::{cluster, machine, remote};
 use crate::controllers::external::{OwnerMap, Resolver, Tracker, owner_of_kind};
 use crate::controllers::fanout::Fanout;
+use crate::controllers::provider::Driver;
 use crate::controllers::relevance;
-use crate::controllers::{cluster, dropin, machine, remote, wasmprovider};
 use crate::metrics::{METRICS_CONTENT_TYPE, Metrics};
 use crate::runtime::{Registry, Runtime};
+use crate::runtime::{dropin, wasmprovider};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -368,7 +369,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         client.clone(),
         registry.clone(),
         resolver,
-        crate::controllers::driver::Caches {
+        crate::controllers::provider::Caches {
             clusters: clusters.clone(),
             machines: machines.clone(),
             secrets,

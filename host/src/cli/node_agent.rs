@@ -60,7 +60,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
         kube::Api::all(kube::Client::try_from(config)?);
-    let registration = capw::node::Registration {
+    let registration = capw::node::agent::Registration {
         name: &args.node_name,
         provider_id: &provider_id,
         addresses: &args.addresses,
@@ -68,7 +68,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut registered = false;
     loop {
-        match capw::node::register(&nodes, &registration).await {
+        match capw::node::agent::register(&nodes, &registration).await {
             Ok(()) => {
                 if !registered {
                     println!(

@@ -1,20 +1,19 @@
-//! The host's controllers: the core Cluster and Machine controllers, the provider driver that
-//! runs every loaded plugin as the controller of its kinds, the WasmProvider controller and the
-//! plugin drop-in directory.
+//! The host's controllers, by layer:
+//!
+//! - `core/`: the Cluster and Machine controllers and what only they use (adoption, ordered
+//!   deletion of referenced objects, workload cluster clients, their shared context);
+//! - `provider/`: the driver that runs every loaded plugin as the controller of its kinds;
+//! - here: what both layers share (conditions, Events, backoff, provider object resolution and
+//!   watches, the change fan-out, relevance filters, kubeconfig checks).
+//!
+//! The plugin-side controllers (WasmProvider, the drop-in directory) live with the runtime.
 
-pub mod adopt;
 pub mod backoff;
-pub mod cluster;
 pub mod conditions;
-pub mod context;
-pub mod driver;
-pub mod dropin;
-pub mod error;
+pub mod core;
+pub mod events;
 pub mod external;
 pub mod fanout;
 pub mod kubeconfig;
-pub mod machine;
-pub mod referenced;
+pub mod provider;
 pub mod relevance;
-pub mod remote;
-pub mod wasmprovider;

@@ -9,12 +9,14 @@
 
 pub(crate) mod bindings;
 pub mod cache;
+pub mod dropin;
 pub mod engine;
 pub mod host;
 pub mod limits;
 pub mod plugin;
 pub mod slot;
 pub mod trust;
+pub mod wasmprovider;
 
 pub use limits::Limits;
 

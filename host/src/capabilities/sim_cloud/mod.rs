@@ -355,19 +355,19 @@ async fn register(
         ..Default::default()
     };
     let addresses = [address.to_string()];
-    let r = crate::node::Registration {
+    let r = crate::node::agent::Registration {
         name: node,
         provider_id,
         addresses: &addresses,
         kubelet_version: "v1.33.0",
     };
-    let obj = crate::node::object(&r);
+    let obj = crate::node::agent::object(&r);
     if let Err(e) = core.write(&rt, "", node, "", Op::Create(obj), &opts).await
         && e.code != 409
     {
         return Err(e);
     }
-    let status = crate::node::ready_status(&r);
+    let status = crate::node::agent::ready_status(&r);
     core.write(
         &rt,
         "",

@@ -8,9 +8,9 @@ wit_bindgen::generate!({
     generate_all,
 });
 
+use capw::provider::types::{Context, DeleteStatus, ProviderError};
 use exports::capw::provider::bootstrap_config::{self, BootstrapStatus};
 use exports::capw::provider::plugin_info::{self, PluginMetadata, ProviderType, ServedKind};
-use capw::provider::types::{Context, DeleteStatus, ProviderError};
 
 struct Old;
 

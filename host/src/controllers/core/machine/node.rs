@@ -7,8 +7,8 @@ use super::phases::provider_id;
 use crate::api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL};
 use crate::api::machine::MachineNodeReference;
 use crate::controllers::conditions;
-use crate::controllers::context::CoreCtx;
-use crate::controllers::error::ReconcileError;
+use crate::controllers::core::context::CoreCtx;
+use crate::controllers::core::error::ReconcileError;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -65,7 +65,9 @@ pub(super) async fn reconcile_node(scope: &mut Scope, ctx: &CoreCtx) -> Result<(
         Ok(c) => c,
         Err(e) => {
             let reason = match e {
-                crate::controllers::remote::RemoteError::Refused { .. } => "KubeconfigRefused",
+                crate::controllers::core::remote::RemoteError::Refused { .. } => {
+                    "KubeconfigRefused"
+                }
                 _ => "NodeInspectionFailed",
             };
             set_node_conditions(scope, "Unknown", reason, &e.to_string());

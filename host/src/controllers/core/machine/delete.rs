@@ -5,9 +5,10 @@
 
 use super::{Scope, write_back};
 use crate::api::machine::Machine;
-use crate::controllers::context::CoreCtx;
-use crate::controllers::error::ReconcileError;
-use crate::controllers::{conditions, referenced};
+use crate::controllers::conditions;
+use crate::controllers::core::context::CoreCtx;
+use crate::controllers::core::error::ReconcileError;
+use crate::controllers::core::referenced;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};

@@ -4,7 +4,7 @@ use super::Scope;
 use crate::api::cluster::ReplicaSummary;
 use crate::api::common::names::CONTROL_PLANE_LABEL;
 use crate::controllers::conditions;
-use crate::controllers::context::CoreCtx;
+use crate::controllers::core::context::CoreCtx;
 use kube::ResourceExt;
 
 fn count(n: usize) -> Option<i32> {

@@ -83,7 +83,7 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
     };
     let generation = scope.generation();
     if paused(&scope.machine, scope.cluster.as_deref()) {
-        super::conditions::set(
+        crate::controllers::conditions::set(
             &mut scope.status.conditions,
             "Paused",
             "True",
@@ -94,7 +94,7 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
         write_back(&scope, ctx).await?;
         return Ok(Action::await_change());
     }
-    super::conditions::set(
+    crate::controllers::conditions::set(
         &mut scope.status.conditions,
         "Paused",
         "False",

@@ -1,7 +1,7 @@
 //! Clients for workload clusters, built from the `<cluster>-kubeconfig` Secret the control plane
 //! provider wrote (upstream's ClusterCache, without the cache: a Machine reads its Node by
 //! providerID when it reconciles). Nothing in the Secret is trusted: the kubeconfig must pass
-//! [`super::kubeconfig::sanitize`] against the Cluster's endpoint, and the client is built from
+//! [`crate::controllers::kubeconfig::sanitize`] against the Cluster's endpoint, and the client is built from
 //! what that returns.
 
 use crate::api::cluster::Cluster;
@@ -26,7 +26,7 @@ pub enum RemoteError {
     #[error("Secret {secret} was refused: {error}")]
     Refused {
         secret: String,
-        error: super::kubeconfig::KubeconfigError,
+        error: crate::controllers::kubeconfig::KubeconfigError,
     },
 }
 
@@ -76,12 +76,12 @@ impl Remotes {
             .ok_or_else(|| RemoteError::NoValue(format!("{ns}/{name}")))?;
         let invalid = |e: String| RemoteError::Invalid(format!("{ns}/{name}"), e);
         let text = String::from_utf8(bytes.0.clone()).map_err(|e| invalid(e.to_string()))?;
-        let kc = super::kubeconfig::sanitize(&text, endpoint.as_ref()).map_err(|error| {
-            RemoteError::Refused {
+        let kc = crate::controllers::kubeconfig::sanitize(&text, endpoint.as_ref()).map_err(
+            |error| RemoteError::Refused {
                 secret: format!("{ns}/{name}"),
                 error,
-            }
-        })?;
+            },
+        )?;
         let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
             .map_err(|e| invalid(e.to_string()))?;

@@ -7,10 +7,10 @@ use crate::api::common::{
 };
 use crate::api::machine::{Machine, MachineInitialization};
 use crate::controllers::conditions;
-use crate::controllers::context::CoreCtx;
-use crate::controllers::error::ReconcileError;
+use crate::controllers::core::context::CoreCtx;
+use crate::controllers::core::error::ReconcileError;
+use crate::controllers::core::{adopt, referenced};
 use crate::controllers::external::read;
-use crate::controllers::{adopt, referenced};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};

@@ -77,7 +77,7 @@ async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, Reconcile
     };
     let generation = scope.generation();
     if is_paused(&scope.cluster) {
-        super::conditions::set(
+        crate::controllers::conditions::set(
             &mut scope.status.conditions,
             "Paused",
             "True",
@@ -88,7 +88,7 @@ async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, Reconcile
         write_back(&scope, ctx).await?;
         return Ok(Action::await_change());
     }
-    super::conditions::set(
+    crate::controllers::conditions::set(
         &mut scope.status.conditions,
         "Paused",
         "False",

@@ -448,7 +448,7 @@ impl KindCtx {
     }
 
     async fn event(&self, obj: &DynamicObject, warning: bool, reason: &str, note: String) {
-        crate::controllers::context::publish(
+        crate::controllers::events::publish(
             &self.driver.recorder,
             &obj.object_ref(&self.ar),
             warning,

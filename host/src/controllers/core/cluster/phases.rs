@@ -6,10 +6,10 @@ use crate::api::cluster::{ClusterInitialization, ReplicaSummary};
 use crate::api::common::ContractVersionedObjectReference;
 use crate::api::common::names::CONTROL_PLANE_LABEL;
 use crate::controllers::conditions;
-use crate::controllers::context::CoreCtx;
-use crate::controllers::error::ReconcileError;
+use crate::controllers::core::context::CoreCtx;
+use crate::controllers::core::error::ReconcileError;
+use crate::controllers::core::{adopt, referenced};
 use crate::controllers::external::read::{self, ProviderObject};
-use crate::controllers::{adopt, referenced};
 use kube::ResourceExt;
 
 /// Reads a referenced object and adopts it with a plain (non-controller) owner reference, so

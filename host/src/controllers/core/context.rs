@@ -2,43 +2,20 @@
 //! provider kind resolution with dynamic watches, workload cluster clients, Events and metrics.
 
 use super::error::ReconcileError;
-use super::external::{Resolver, Tracker};
 use super::remote::Remotes;
 use crate::api::cluster::Cluster;
 use crate::api::machine::Machine;
+use crate::controllers::events::publish;
+use crate::controllers::external::{Resolver, Tracker};
 use crate::metrics::Metrics;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::Instrument;
-
-/// Publishes an Event; failing to is logged, never fatal.
-pub async fn publish(
-    recorder: &Recorder,
-    obj: &k8s_openapi::api::core::v1::ObjectReference,
-    warning: bool,
-    reason: &str,
-    note: String,
-) {
-    let ev = Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.into(),
-        note: Some(note),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&ev, obj).await {
-        tracing::debug!(error = %e, reason, "publishing an Event failed");
-    }
-}
 
 /// A phase of a core reconcile: the apply or the cleanup side of the finalizer.
 pub type Phase<K> = for<'a> fn(
@@ -125,7 +102,7 @@ pub async fn run<K>(
     use kube::runtime::WatchStreamExt;
     let own = own
         .map(|o| Ok((*o).clone()))
-        .predicate_filter(super::relevance::metadata, Default::default());
+        .predicate_filter(crate::controllers::relevance::metadata, Default::default());
     let (name, finalizer, apply, cleanup) = (c.name, c.finalizer, c.apply, c.cleanup);
     kube::runtime::Controller::for_stream(own, store)
         .with_config(

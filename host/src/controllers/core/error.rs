@@ -7,7 +7,7 @@ pub enum ReconcileError {
     #[error("API request failed: {0}")]
     Kube(#[from] kube::Error),
     #[error(transparent)]
-    External(#[from] super::external::ExternalError),
+    External(#[from] crate::controllers::external::ExternalError),
     /// Not a failure: an ordered step (deletion, mostly) waits for something to go away.
     #[error("{reason}: {message}")]
     Waiting {

@@ -67,7 +67,7 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
     let paused = obj.annotations().contains_key(PAUSED_ANNOTATION)
         || cluster
             .as_ref()
-            .is_some_and(crate::controllers::cluster::is_paused);
+            .is_some_and(crate::controllers::core::cluster::is_paused);
     let mut context = Context {
         object: json(obj).unwrap_or_default(),
         cluster: cluster.as_ref().and_then(json),

@@ -4,9 +4,9 @@
 
 use super::adopt;
 use super::error::ReconcileError;
-use super::external::read::ProviderObject;
-use super::external::{ExternalError, Resolver, Tracker};
 use crate::api::common::{ContractVersionedObjectReference, Deprecated, V1Beta1Deprecated};
+use crate::controllers::external::read::ProviderObject;
+use crate::controllers::external::{ExternalError, Resolver, Tracker};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use kube::api::DeleteParams;
