@@ -210,6 +210,11 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         runtime,
         registry: registry.clone(),
         recorder: Recorder::new(client.clone(), wasmprovider::reporter()),
+        skeleton: crate::controllers::skeleton::Skeleton::new(
+            "wasmprovider",
+            wasmprovider::FINALIZER,
+            metrics.clone(),
+        ),
     });
     tasks.push(tokio::spawn(wasmprovider::run(wp)));
     tasks.push(tokio::spawn(dropin::run(

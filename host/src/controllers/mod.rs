@@ -3,7 +3,7 @@
 //! - `core/`: the Cluster and Machine controllers and what only they use (adoption, ordered
 //!   deletion of referenced objects, workload cluster clients, their shared context);
 //! - `provider/`: the driver that runs every loaded plugin as the controller of its kinds;
-//! - here: what both layers share (conditions, Events, backoff, provider object resolution and
+//! - here: what both layers share (the reconcile skeleton, conditions, Events, backoff, provider object resolution and
 //!   watches, the change fan-out, relevance filters, kubeconfig checks).
 //!
 //! The plugin-side controllers (WasmProvider, the drop-in directory) live with the runtime.
@@ -17,3 +17,4 @@ pub mod fanout;
 pub mod kubeconfig;
 pub mod provider;
 pub mod relevance;
+pub mod skeleton;

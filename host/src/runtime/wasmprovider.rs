@@ -4,6 +4,7 @@
 //! objects of its kinds still exist.
 
 use crate::api::wasmprovider::{Condition, WasmProvider, WasmProviderStatus};
+use crate::controllers::skeleton::{Failure, Skeleton, finalizer_wait, write_status};
 use crate::runtime::plugin::Plugin;
 use crate::runtime::slot::{Rollout, Slot};
 use crate::runtime::{Capability, Limits, Registry, Runtime};
@@ -12,7 +13,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use std::collections::BTreeSet;
@@ -20,9 +20,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tracing::Instrument;
 
-const FINALIZER: &str = "runtime.capw.dev/objects-remain";
+/// The finalizer that keeps a WasmProvider until the objects of its kinds are gone.
+pub const FINALIZER: &str = "runtime.capw.dev/objects-remain";
 const MANAGER: &str = "capw-runtime";
 
 /// Failures of one reconcile; all are retried with backoff.
@@ -34,9 +34,26 @@ pub enum Error {
     /// A CRD the plugin declares could not be decoded.
     #[error("CRD {index} of the plugin is not a CustomResourceDefinition: {message}")]
     BadCrd { index: usize, message: String },
+    /// Not a failure: deletion waits for the plugin's objects to go.
+    #[error("{0}")]
+    Waiting(String, Duration),
     /// The finalizer helper failed.
     #[error("finalizer: {0}")]
     Finalizer(Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Failure for Error {
+    fn wait_time(&self) -> Option<Duration> {
+        match self {
+            Error::Waiting(_, d) => Some(*d),
+            Error::Finalizer(f) => finalizer_wait(f),
+            _ => None,
+        }
+    }
+
+    fn finalizer(e: kube::runtime::finalizer::Error<Self>) -> Self {
+        Error::Finalizer(Box::new(e))
+    }
 }
 
 /// What the controller needs.
@@ -49,6 +66,8 @@ pub struct Ctx {
     /// Kinds a plugin passed the ownership check for and is installing: two plugins loading at
     /// once cannot both find a kind free, and the lock is never held across an await.
     pub claims: std::sync::Mutex<std::collections::BTreeMap<String, Vec<(String, String)>>>,
+    /// The shared reconcile skeleton (span, finalizer, metrics, retries).
+    pub skeleton: Skeleton,
 }
 
 fn condition(type_: &str, ok: bool, reason: &str, message: &str, old: &[Condition]) -> Condition {
@@ -159,17 +178,7 @@ async fn set_status(
     wp: &WasmProvider,
     status: WasmProviderStatus,
 ) -> Result<(), Error> {
-    // Written only when something changed, so a steady reconcile writes nothing.
-    if wp.status.as_ref() == Some(&status) {
-        return Ok(());
-    }
-    let patch = serde_json::json!({"status": status});
-    api.patch_status(
-        &wp.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
+    write_status(api, &wp.name_any(), wp.status.as_ref(), &status).await?;
     Ok(())
 }
 
@@ -543,9 +552,8 @@ async fn cleanup(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
             .conditions
             .push(condition("Deleting", false, "ObjectsRemain", &msg, &old));
         set_status(&api, &wp, status).await?;
-        return Err(Error::Kube(kube::Error::Api(Box::new(
-            kube::core::Status::failure(&msg, "ObjectsRemain"),
-        ))));
+        // Asked again soon, quietly: the admin deleting those objects is the way forward.
+        return Err(Error::Waiting(msg, Duration::from_secs(5)));
     }
     ctx.registry.remove(&wp.name_any());
     ctx.claims
@@ -556,25 +564,15 @@ async fn cleanup(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
 }
 
 async fn reconcile(wp: Arc<WasmProvider>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let span =
-        tracing::info_span!("reconcile", object.ref = %format!("wasmprovider/{}", wp.name_any()));
+    let span = tracing::info_span!("reconcile", controller = "wasmprovider", object.ref = %format!("wasmprovider/{}", wp.name_any()));
     let api: Api<WasmProvider> = Api::all(ctx.client.clone());
-    // The span goes with the future (`instrument`), not an entered guard: a guard held across
-    // `.await` would tag whatever else runs on this thread meanwhile.
-    finalizer(&api, FINALIZER, wp, |ev| async {
-        match ev {
-            Finalizer::Apply(wp) => apply(wp, &ctx).await,
-            Finalizer::Cleanup(wp) => cleanup(wp, &ctx).await,
-        }
-    })
-    .instrument(span)
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    ctx.skeleton
+        .reconcile(&api, wp, span, |wp| apply(wp, &ctx), |wp| cleanup(wp, &ctx))
+        .await
 }
 
-fn error_policy(wp: Arc<WasmProvider>, err: &Error, _ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(wasmprovider = %wp.name_any(), error = %err, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+fn error_policy(wp: Arc<WasmProvider>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    ctx.skeleton.error_policy(&*wp, err)
 }
 
 /// Installs the WasmProvider CRD (generated from the Rust type) and waits until it serves.

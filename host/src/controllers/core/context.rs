@@ -7,66 +7,19 @@ use crate::api::cluster::Cluster;
 use crate::api::machine::Machine;
 use crate::controllers::events::publish;
 use crate::controllers::external::{Resolver, Tracker};
+use crate::controllers::skeleton::Skeleton;
 use crate::metrics::Metrics;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use std::sync::Arc;
-use std::time::Instant;
-use tracing::Instrument;
 
 /// A phase of a core reconcile: the apply or the cleanup side of the finalizer.
 pub type Phase<K> = for<'a> fn(
     Arc<K>,
     &'a CoreCtx,
 ) -> futures::future::BoxFuture<'a, Result<Action, ReconcileError>>;
-
-/// One core reconcile, the skeleton both controllers share: a span with the object reference,
-/// the finalizer helper around `apply` and `cleanup`, and the metrics.
-pub async fn reconcile<K>(
-    obj: Arc<K>,
-    ctx: Arc<CoreCtx>,
-    controller: &'static str,
-    finalizer_name: &'static str,
-    apply: Phase<K>,
-    cleanup: Phase<K>,
-) -> Result<Action, ReconcileError>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let ns = obj.namespace().unwrap_or_default();
-    let span = tracing::info_span!("reconcile", controller, object.ref = %format!("{ns}/{}", obj.name_any()));
-    let start = Instant::now();
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
-    let r = finalizer(&api, finalizer_name, obj, |ev| async {
-        match ev {
-            Finalizer::Apply(o) => apply(o, &ctx).await,
-            Finalizer::Cleanup(o) => cleanup(o, &ctx).await,
-        }
-    })
-    .instrument(span)
-    .await
-    .map_err(|e| ReconcileError::Finalizer(Box::new(e)));
-    ctx.metrics.reconcile(
-        controller,
-        start.elapsed(),
-        r.is_ok()
-            || r.as_ref()
-                .err()
-                .and_then(ReconcileError::wait_time)
-                .is_some(),
-    );
-    r
-}
 
 /// What tells the Cluster and Machine controllers apart.
 pub struct CoreController<K> {
@@ -103,7 +56,9 @@ pub async fn run<K>(
     let own = own
         .map(|o| Ok((*o).clone()))
         .predicate_filter(crate::controllers::relevance::metadata, Default::default());
-    let (name, finalizer, apply, cleanup) = (c.name, c.finalizer, c.apply, c.cleanup);
+    let (name, apply, cleanup) = (c.name, c.apply, c.cleanup);
+    let skeleton = Arc::new(Skeleton::new(name, c.finalizer, ctx.metrics.clone()));
+    let policy = skeleton.clone();
     kube::runtime::Controller::for_stream(own, store)
         .with_config(
             kube::runtime::controller::Config::default()
@@ -112,25 +67,22 @@ pub async fn run<K>(
         )
         .reconcile_on(triggers)
         .run(
-            move |obj, ctx| reconcile(obj, ctx, name, finalizer, apply, cleanup),
-            error_policy,
+            move |obj, ctx| {
+                let skeleton = skeleton.clone();
+                async move {
+                    let ns = obj.namespace().unwrap_or_default();
+                    let span = tracing::info_span!("reconcile", controller = name, object.ref = %format!("{ns}/{}", obj.name_any()));
+                    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+                    skeleton
+                        .reconcile(&api, obj, span, |o| apply(o, &ctx), |o| cleanup(o, &ctx))
+                        .await
+                }
+            },
+            move |obj, err, _ctx| policy.error_policy(&*obj, err),
             ctx,
         )
         .for_each(|_| async {})
         .await;
-}
-
-/// Waits are requeued quietly after their delay; failures are logged and retried in 5 s.
-pub fn error_policy<K: kube::ResourceExt>(
-    obj: Arc<K>,
-    err: &ReconcileError,
-    _ctx: Arc<CoreCtx>,
-) -> Action {
-    if let Some(after) = err.wait_time() {
-        return Action::requeue(after);
-    }
-    tracing::warn!(object = %obj.name_any(), error = %err, "reconcile failed; retrying");
-    Action::requeue(std::time::Duration::from_secs(5))
 }
 
 pub struct CoreCtx {

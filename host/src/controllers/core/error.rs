@@ -1,5 +1,6 @@
 //! How a core reconcile ends when it does not succeed.
 
+use crate::controllers::skeleton::{Failure, finalizer_wait};
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -33,14 +34,20 @@ impl ReconcileError {
 
     /// The requeue delay when this is a wait rather than a failure.
     pub fn wait_time(&self) -> Option<Duration> {
+        Failure::wait_time(self)
+    }
+}
+
+impl Failure for ReconcileError {
+    fn wait_time(&self) -> Option<Duration> {
         match self {
             ReconcileError::Waiting { after, .. } => Some(*after),
-            ReconcileError::Finalizer(f) => match &**f {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.wait_time(),
-                _ => None,
-            },
+            ReconcileError::Finalizer(f) => finalizer_wait(f),
             _ => None,
         }
+    }
+
+    fn finalizer(e: kube::runtime::finalizer::Error<Self>) -> Self {
+        ReconcileError::Finalizer(Box::new(e))
     }
 }

@@ -16,6 +16,7 @@ use crate::api::machine::Machine;
 use crate::controllers::external::Resolver;
 use crate::controllers::fanout::Fanout;
 use crate::controllers::relevance;
+use crate::controllers::skeleton::{Failure, Skeleton, finalizer_wait};
 use crate::metrics::{CallOutcome, Metrics};
 use crate::runtime::plugin::{CallError, KindRole, ProviderFailure};
 use crate::runtime::{Context, Registry};
@@ -23,7 +24,6 @@ use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::Recorder;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
@@ -31,7 +31,6 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tracing::Instrument;
 
 /// Why one driver reconcile did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -53,17 +52,17 @@ pub enum DriverError {
     Finalizer(Box<kube::runtime::finalizer::Error<DriverError>>),
 }
 
-impl DriverError {
+impl Failure for DriverError {
     fn wait_time(&self) -> Option<Duration> {
         match self {
             DriverError::Waiting(_, d) => Some(*d),
-            DriverError::Finalizer(f) => match &**f {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.wait_time(),
-                _ => None,
-            },
+            DriverError::Finalizer(f) => finalizer_wait(f),
             _ => None,
         }
+    }
+
+    fn finalizer(e: kube::runtime::finalizer::Error<Self>) -> Self {
+        DriverError::Finalizer(Box::new(e))
     }
 }
 
@@ -123,7 +122,11 @@ struct KindCtx {
     plugin: String,
     ar: ApiResource,
     role: Role,
-    finalizer: String,
+    /// The shared reconcile skeleton: span, finalizer, metrics and the retry of failed
+    /// reconciles.
+    skeleton: Skeleton,
+    /// Consecutive failed plugin calls per object (`PluginCallSucceeded=False`), for their
+    /// retry delay; a failed call is recorded as a condition, not a failed reconcile.
     failures: crate::controllers::backoff::Failures,
 }
 
@@ -209,7 +212,11 @@ impl Driver {
             let kctx = Arc::new(KindCtx {
                 driver: self.clone(),
                 plugin: plugin.clone(),
-                finalizer: format!("{}.{}", ar.kind.to_lowercase(), ar.group),
+                skeleton: Skeleton::new(
+                    ar.kind.to_lowercase(),
+                    format!("{}.{}", ar.kind.to_lowercase(), ar.group),
+                    self.metrics.clone(),
+                ),
                 ar,
                 role,
                 failures: Default::default(),
@@ -382,31 +389,14 @@ async fn run_kind(kctx: Arc<KindCtx>) {
 async fn reconcile(obj: Arc<DynamicObject>, kctx: Arc<KindCtx>) -> Result<Action, DriverError> {
     let ns = obj.namespace().unwrap_or_default();
     let span = tracing::info_span!("reconcile", controller = %kctx.ar.kind, plugin = %kctx.plugin, object.ref = %format!("{ns}/{}", obj.name_any()));
-    let start = Instant::now();
     let api: Api<DynamicObject> = Api::namespaced_with(kctx.driver.client.clone(), &ns, &kctx.ar);
-    let r = finalizer(&api, &kctx.finalizer, obj, |ev| async {
-        match ev {
-            Finalizer::Apply(o) => apply(o, &kctx).await,
-            Finalizer::Cleanup(o) => cleanup(o, &kctx).await,
-        }
-    })
-    .instrument(span)
-    .await
-    .map_err(|e| DriverError::Finalizer(Box::new(e)));
-    kctx.driver.metrics.reconcile(
-        &kctx.ar.kind.to_lowercase(),
-        start.elapsed(),
-        r.is_ok() || r.as_ref().err().and_then(DriverError::wait_time).is_some(),
-    );
-    r
+    kctx.skeleton
+        .reconcile(&api, obj, span, |o| apply(o, &kctx), |o| cleanup(o, &kctx))
+        .await
 }
 
-fn error_policy(obj: Arc<DynamicObject>, err: &DriverError, _kctx: Arc<KindCtx>) -> Action {
-    if let Some(d) = err.wait_time() {
-        return Action::requeue(d);
-    }
-    tracing::warn!(object = %obj.name_any(), error = %err, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+fn error_policy(obj: Arc<DynamicObject>, err: &DriverError, kctx: Arc<KindCtx>) -> Action {
+    kctx.skeleton.error_policy(&*obj, err)
 }
 
 /// The outcome of a plugin call, for metrics.

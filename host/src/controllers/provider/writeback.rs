@@ -6,6 +6,7 @@ use super::context::Around;
 use super::{DriverError, KindCtx};
 use crate::api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL};
 use crate::controllers::conditions;
+use crate::controllers::skeleton::write_status;
 use crate::runtime::plugin::{BootstrapStatus, ClusterStatus, ControlPlaneStatus, MachineStatus};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -62,16 +63,8 @@ pub(super) async fn patch_status(
     obj: &DynamicObject,
     status: Value,
 ) -> std::result::Result<(), DriverError> {
-    if obj.data.get("status") == Some(&status) {
-        return Ok(());
-    }
-    kctx.api(&obj.namespace().unwrap_or_default())
-        .patch_status(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": status})),
-        )
-        .await?;
+    let api = kctx.api(&obj.namespace().unwrap_or_default());
+    write_status(&api, &obj.name_any(), obj.data.get("status"), &status).await?;
     Ok(())
 }
 

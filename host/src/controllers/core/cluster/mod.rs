@@ -10,6 +10,7 @@ use super::context::CoreCtx;
 use super::error::ReconcileError;
 use crate::api::cluster::{Cluster, ClusterStatus};
 use crate::api::common::names::{CLUSTER_FINALIZER, PAUSED_ANNOTATION};
+use crate::controllers::skeleton::write_status;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -60,11 +61,7 @@ pub(crate) async fn write_back(scope: &Scope, ctx: &CoreCtx) -> Result<(), Recon
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }
-    if scope.cluster.status.as_ref() != Some(&scope.status) {
-        let patch = serde_json::json!({"status": scope.status});
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-    }
+    write_status(&api, &name, scope.cluster.status.as_ref(), &scope.status).await?;
     Ok(())
 }
 

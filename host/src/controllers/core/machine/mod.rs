@@ -13,6 +13,7 @@ use super::error::ReconcileError;
 use crate::api::cluster::Cluster;
 use crate::api::common::names::{MACHINE_FINALIZER, PAUSED_ANNOTATION};
 use crate::api::machine::{Machine, MachineStatus};
+use crate::controllers::skeleton::write_status;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -56,11 +57,7 @@ pub(crate) async fn write_back(scope: &Scope, ctx: &CoreCtx) -> Result<(), Recon
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }
-    if scope.machine.status.as_ref() != Some(&scope.status) {
-        let patch = serde_json::json!({"status": scope.status});
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-    }
+    write_status(&api, &name, scope.machine.status.as_ref(), &scope.status).await?;
     Ok(())
 }
 

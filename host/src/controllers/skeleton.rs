@@ -1,0 +1,213 @@
+//! The reconcile skeleton every controller shares: the Cluster and Machine controllers, the
+//! provider driver (one per served kind) and the WasmProvider controller.
+//!
+//! One reconcile is: a span naming the controller and the object (carried by the future with
+//! `instrument`, never an entered guard across `.await`), kube's finalizer helper around the
+//! controller's apply and cleanup, and the reconcile metrics. The error policy is shared too:
+//! a wait (an ordered step waiting on something) is requeued quietly after its delay; a failure
+//! is logged and retried with [`backoff`](super::backoff)'s jittered, capped delay, counted per
+//! object and forgotten once the object reconciles or is gone. [`write_status`] is the deferred
+//! status write: one merge patch at the end of a reconcile, and none when nothing changed.
+
+use super::backoff::{self, Failures};
+use crate::metrics::Metrics;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Error as FinalizerError, Event, finalizer};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::Instrument;
+
+/// What a controller's error type tells the skeleton.
+pub trait Failure: std::error::Error + Send + Sync + Sized + 'static {
+    /// The requeue delay when this is a wait rather than a failure.
+    fn wait_time(&self) -> Option<Duration>;
+    /// Wraps the finalizer helper's error.
+    fn finalizer(e: FinalizerError<Self>) -> Self;
+}
+
+/// The requeue delay of a wait that went through the finalizer helper.
+pub fn finalizer_wait<E: Failure>(e: &FinalizerError<E>) -> Option<Duration> {
+    match e {
+        FinalizerError::ApplyFailed(e) | FinalizerError::CleanupFailed(e) => e.wait_time(),
+        _ => None,
+    }
+}
+
+/// One controller's share of the skeleton.
+pub struct Skeleton {
+    /// The controller's name in spans, logs and metrics.
+    pub controller: String,
+    pub finalizer: String,
+    pub metrics: Arc<Metrics>,
+    /// Consecutive failed reconciles per object, for the retry delay.
+    pub failures: Failures,
+}
+
+/// `namespace/name`, or `name` for a cluster-scoped object.
+fn key<K: ResourceExt>(obj: &K) -> String {
+    match obj.namespace() {
+        Some(ns) => format!("{ns}/{}", obj.name_any()),
+        None => obj.name_any(),
+    }
+}
+
+impl Skeleton {
+    pub fn new(
+        controller: impl Into<String>,
+        finalizer: impl Into<String>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Skeleton {
+            controller: controller.into(),
+            finalizer: finalizer.into(),
+            metrics,
+            failures: Failures::default(),
+        }
+    }
+
+    /// One reconcile of `obj` through `api`: `apply` while it lives, `cleanup` once it is being
+    /// deleted (the finalizer comes off when `cleanup` succeeds). `span` may add fields of its
+    /// own (the plugin, for the driver); it is entered for the whole reconcile.
+    pub async fn reconcile<K, E, A, AF, C, CF>(
+        &self,
+        api: &Api<K>,
+        obj: Arc<K>,
+        span: tracing::Span,
+        apply: A,
+        cleanup: C,
+    ) -> Result<Action, E>
+    where
+        K: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
+        E: Failure,
+        A: FnOnce(Arc<K>) -> AF,
+        AF: Future<Output = Result<Action, E>>,
+        C: FnOnce(Arc<K>) -> CF,
+        CF: Future<Output = Result<Action, E>>,
+    {
+        let key = key(&*obj);
+        let start = Instant::now();
+        let r = finalizer(api, &self.finalizer, obj, |ev| async move {
+            match ev {
+                Event::Apply(o) => apply(o).await,
+                Event::Cleanup(o) => cleanup(o).await,
+            }
+        })
+        .instrument(span)
+        .await;
+        let waited = r.as_ref().err().and_then(finalizer_wait).is_some();
+        self.metrics
+            .reconcile(&self.controller, start.elapsed(), r.is_ok() || waited);
+        if r.is_ok() || waited {
+            // It reconciled, or it is gone (the cleanup ran): either way no failures remain.
+            self.failures.forget(&key);
+        }
+        r.map_err(E::finalizer)
+    }
+
+    /// The shared error policy.
+    pub fn error_policy<K: ResourceExt, E: Failure>(&self, obj: &K, err: &E) -> Action {
+        Action::requeue(self.retry_delay(obj, err))
+    }
+
+    /// When to reconcile again after `err`: a wait's own delay, or the next backoff step.
+    pub fn retry_delay<K: ResourceExt, E: Failure>(&self, obj: &K, err: &E) -> Duration {
+        if let Some(after) = err.wait_time() {
+            return after;
+        }
+        let key = key(obj);
+        let retry_in = backoff::delay(self.failures.record(&key));
+        tracing::warn!(controller = %self.controller, object = %key, error = %err, ?retry_in, "reconcile failed; retrying");
+        retry_in
+    }
+}
+
+/// The deferred status write: merges `after` into the object's status unless it equals what
+/// the object had (`before`), so a reconcile that changed nothing writes nothing.
+pub async fn write_status<K, S>(
+    api: &Api<K>,
+    name: &str,
+    before: Option<&S>,
+    after: &S,
+) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    S: Serialize + PartialEq,
+{
+    if before == Some(after) {
+        return Ok(false);
+    }
+    let patch = serde_json::json!({ "status": after });
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    enum E {
+        #[error("waiting")]
+        Wait,
+        #[error("broken")]
+        Broken,
+        #[error("finalizer: {0}")]
+        Fin(Box<FinalizerError<E>>),
+    }
+
+    impl Failure for E {
+        fn wait_time(&self) -> Option<Duration> {
+            match self {
+                E::Wait => Some(Duration::from_secs(7)),
+                E::Broken => None,
+                E::Fin(f) => finalizer_wait(f),
+            }
+        }
+        fn finalizer(e: FinalizerError<Self>) -> Self {
+            E::Fin(Box::new(e))
+        }
+    }
+
+    fn cm(name: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+        let mut c = k8s_openapi::api::core::v1::ConfigMap::default();
+        c.metadata.name = Some(name.into());
+        c.metadata.namespace = Some("ns".into());
+        c
+    }
+
+    /// Waits requeue after their own delay and leave no failure behind; failures back off
+    /// (doubling, jittered into the upper half of the step) per object, independently.
+    #[test]
+    fn retry_delay_table() {
+        let s = Skeleton::new("test", "f", Arc::new(Metrics::default()));
+        let (a, b) = (cm("a"), cm("b"));
+        let wrapped = E::Fin(Box::new(FinalizerError::ApplyFailed(E::Wait)));
+        for wait in [E::Wait, wrapped] {
+            assert_eq!(s.retry_delay(&a, &wait), Duration::from_secs(7));
+        }
+        assert!(s.failures.is_empty(), "a wait is not a failure");
+        for (n, step) in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 16.0)] {
+            let got = s.retry_delay(&a, &E::Broken).as_secs_f64();
+            assert!(
+                (step / 2.0..=step).contains(&got),
+                "failure {n}: {got} s is not in [{}, {step}]",
+                step / 2.0
+            );
+        }
+        let first = s.retry_delay(&b, &E::Broken).as_secs_f64();
+        assert!(
+            (0.5..=1.0).contains(&first),
+            "another object starts over: {first}"
+        );
+        assert_eq!(s.failures.len(), 2);
+        s.failures.forget("ns/a");
+        assert_eq!(s.failures.len(), 1);
+    }
+}
