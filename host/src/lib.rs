@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod capabilities;
+pub mod contract;
 pub mod controllers;
 pub mod manager;
 pub mod metrics;

@@ -1,5 +1,5 @@
-//! Provider objects as core sees them: resolved through their CRD's contract label, read
-//! through the contract's field paths, and watched dynamically once core first reads a kind
+//! Provider objects as core finds them: resolved through their CRD's contract label (read
+//! through [`crate::contract`]), cached, and watched dynamically once core first reads a kind
 //! (upstream's "external tracker").
 
 use super::fanout::Fanout;
@@ -11,7 +11,6 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
-use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,12 +27,7 @@ pub enum ExternalError {
     NoContract { group: String, kind: String },
 }
 
-/// Which contract a provider kind implements, from its CRD label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Contract {
-    V1Beta2,
-    V1Beta1,
-}
+pub use crate::contract::Contract;
 
 #[derive(Debug, Clone)]
 pub struct Resolved {
@@ -271,116 +265,6 @@ pub fn owner_of_kind<K: Resource<DynamicType = ()>>(
         .map(|o| ObjectRef::new(&o.name).within(&ns))
 }
 
-/// Contract reads. A missing field is "not set", never an error. The contract's fields are read
-/// at the paths of the contract the CRD label resolved to, never the other's: a v1beta2
-/// object's stray `status.ready` means nothing, as in Cluster API.
-pub mod read {
-    use super::{Contract, Value};
-
-    /// A provider object with the contract it implements.
-    #[derive(Debug, Clone)]
-    pub struct ProviderObject {
-        /// The object.
-        pub value: Value,
-        /// The contract its CRD label resolved to.
-        pub contract: Contract,
-    }
-
-    impl std::ops::Deref for ProviderObject {
-        type Target = Value;
-        fn deref(&self) -> &Value {
-            &self.value
-        }
-    }
-
-    impl ProviderObject {
-        fn flag(&self, v1beta2: &str, v1beta1: &str) -> bool {
-            let path = match self.contract {
-                Contract::V1Beta2 => v1beta2,
-                Contract::V1Beta1 => v1beta1,
-            };
-            self.value
-                .pointer(path)
-                .and_then(Value::as_bool)
-                .unwrap_or(false)
-        }
-
-        /// InfraCluster / InfraMachine: `status.initialization.provisioned` (v1beta1:
-        /// `status.ready`).
-        pub fn provisioned(&self) -> bool {
-            self.flag("/status/initialization/provisioned", "/status/ready")
-        }
-
-        /// BootstrapConfig: `status.initialization.dataSecretCreated` (v1beta1: `status.ready`).
-        pub fn data_secret_created(&self) -> bool {
-            self.flag("/status/initialization/dataSecretCreated", "/status/ready")
-        }
-
-        /// ControlPlane: `status.initialization.controlPlaneInitialized` (v1beta1:
-        /// `status.initialized`).
-        pub fn control_plane_initialized(&self) -> bool {
-            self.flag(
-                "/status/initialization/controlPlaneInitialized",
-                "/status/initialized",
-            )
-        }
-
-        /// `status.failureDomains`: a list in v1beta2, a map in v1beta1.
-        pub fn failure_domains(&self) -> Vec<crate::api::common::FailureDomain> {
-            use crate::api::common::FailureDomain;
-            match (self.contract, self.value.pointer("/status/failureDomains")) {
-                (Contract::V1Beta2, Some(Value::Array(a))) => a
-                    .iter()
-                    .filter_map(|v| serde_json::from_value::<FailureDomain>(v.clone()).ok())
-                    .collect(),
-                (Contract::V1Beta1, Some(Value::Object(m))) => m
-                    .iter()
-                    .map(|(name, v)| FailureDomain {
-                        name: name.clone(),
-                        control_plane: v.get("controlPlane").and_then(Value::as_bool),
-                        attributes: Default::default(),
-                    })
-                    .collect(),
-                _ => vec![],
-            }
-        }
-
-        /// v1beta1 `status.failureReason/failureMessage`, copied without lifecycle effect; the
-        /// v1beta2 contract has no such fields.
-        pub fn failure(&self) -> (Option<String>, Option<String>) {
-            match self.contract {
-                Contract::V1Beta1 => (
-                    string(&self.value, "/status/failureReason"),
-                    string(&self.value, "/status/failureMessage"),
-                ),
-                Contract::V1Beta2 => (None, None),
-            }
-        }
-    }
-
-    /// The non-empty string at `pointer`.
-    pub fn string(obj: &Value, pointer: &str) -> Option<String> {
-        obj.pointer(pointer)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-    }
-
-    /// The 32-bit integer at `pointer`.
-    pub fn int(obj: &Value, pointer: &str) -> Option<i32> {
-        obj.pointer(pointer)
-            .and_then(Value::as_i64)
-            .and_then(|n| i32::try_from(n).ok())
-    }
-
-    /// `spec.controlPlaneEndpoint`, when it has a host and a port.
-    pub fn endpoint(obj: &Value) -> Option<crate::api::common::ApiEndpoint> {
-        let host = string(obj, "/spec/controlPlaneEndpoint/host")?;
-        let port = int(obj, "/spec/controlPlaneEndpoint/port").filter(|p| *p != 0)?;
-        Some(crate::api::common::ApiEndpoint { host, port })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,34 +275,5 @@ mod tests {
         assert_eq!(pick_version("v1alpha4_v1beta1").as_deref(), Some("v1beta1"));
         assert_eq!(pick_version("v1beta2_v1").as_deref(), Some("v1"));
         assert_eq!(pick_version(""), None);
-    }
-
-    #[test]
-    fn contract_fields_are_read_at_the_resolved_contracts_paths() {
-        let obj = |v: serde_json::Value, contract| read::ProviderObject { value: v, contract };
-        let v2 = serde_json::json!({"status": {"initialization": {"provisioned": true}}});
-        let v1 = serde_json::json!({"status": {"ready": true}});
-        let none = serde_json::json!({"status": {}});
-        assert!(obj(v2.clone(), Contract::V1Beta2).provisioned());
-        assert!(obj(v1.clone(), Contract::V1Beta1).provisioned());
-        assert!(!obj(none, Contract::V1Beta2).provisioned());
-        // The other contract's field means nothing.
-        assert!(!obj(v1, Contract::V1Beta2).provisioned());
-        assert!(!obj(v2, Contract::V1Beta1).provisioned());
-        let map = serde_json::json!({"status": {"failureDomains": {"a": {"controlPlane": true}}}});
-        assert_eq!(
-            obj(map.clone(), Contract::V1Beta1).failure_domains()[0].name,
-            "a"
-        );
-        assert!(obj(map, Contract::V1Beta2).failure_domains().is_empty());
-        let failed = serde_json::json!({"status": {"failureReason": "X", "failureMessage": "m"}});
-        assert_eq!(
-            obj(failed.clone(), Contract::V1Beta1)
-                .failure()
-                .0
-                .as_deref(),
-            Some("X")
-        );
-        assert_eq!(obj(failed, Contract::V1Beta2).failure(), (None, None));
     }
 }

@@ -47,10 +47,12 @@ pub fn metadata<K: Resource>(o: &K) -> Option<u64> {
 
 /// What provider objects of a Machine depend on: its spec, annotations, pause and deletion.
 pub fn machine_for_providers(m: &Machine) -> Option<u64> {
-    let paused = m
-        .status
-        .as_ref()
-        .is_some_and(|s| super::conditions::is_true(&s.conditions, "Paused"));
+    let paused = m.status.as_ref().is_some_and(|s| {
+        crate::contract::conditions::is_true(
+            &s.conditions,
+            crate::contract::conditions::types::PAUSED,
+        )
+    });
     hash_of((
         m.metadata.generation,
         m.annotations(),

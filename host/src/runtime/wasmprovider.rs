@@ -4,6 +4,7 @@
 //! objects of its kinds still exist.
 
 use crate::api::wasmprovider::{Condition, WasmProvider, WasmProviderStatus};
+use crate::contract::conditions::{reasons, types};
 use crate::controllers::skeleton::{Failure, Skeleton, finalizer_wait, write_status};
 use crate::runtime::plugin::Plugin;
 use crate::runtime::slot::{Rollout, Slot};
@@ -71,10 +72,10 @@ pub struct Ctx {
 }
 
 fn condition(type_: &str, ok: bool, reason: &str, message: &str, old: &[Condition]) -> Condition {
-    crate::controllers::conditions::updated(
+    crate::contract::conditions::updated(
         old,
         type_,
-        crate::controllers::conditions::status_str(ok),
+        crate::contract::conditions::status_str(ok),
         reason,
         message,
         None,
@@ -84,7 +85,7 @@ fn condition(type_: &str, ok: bool, reason: &str, message: &str, old: &[Conditio
 /// `Active` after a version was not taken: the loaded one (if any) keeps serving.
 fn still_active(loaded: bool, kept: &str, msg: &str, old: &[Condition]) -> Condition {
     let reason = if loaded { kept } else { "NotLoaded" };
-    condition("Active", loaded, reason, msg, old)
+    condition(types::ACTIVE, loaded, reason, msg, old)
 }
 
 fn grants(wp: &WasmProvider) -> (BTreeSet<Capability>, Vec<String>) {
@@ -236,7 +237,7 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         Err(msg) => {
             status.conditions = vec![
                 condition(
-                    "Validated",
+                    types::VALIDATED,
                     false,
                     "ModuleOutsidePluginDir",
                     &msg,
@@ -256,9 +257,21 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
                 path.display()
             );
             status.conditions = vec![
-                condition("Validated", false, "ModuleMissing", &msg, &old.conditions),
+                condition(
+                    types::VALIDATED,
+                    false,
+                    reasons::MODULE_MISSING,
+                    &msg,
+                    &old.conditions,
+                ),
                 still_active(slot.is_some(), "KeptRunning", &msg, &old.conditions),
-                condition("Degraded", true, "ModuleMissing", &msg, &old.conditions),
+                condition(
+                    types::DEGRADED,
+                    true,
+                    reasons::MODULE_MISSING,
+                    &msg,
+                    &old.conditions,
+                ),
             ];
             set_status(&api, &wp, status).await?;
             return Ok(Action::requeue(Duration::from_secs(30)));
@@ -269,7 +282,7 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
             "unknown capabilities {unknown:?}: known are log, container-runtime, sim-cloud"
         );
         status.conditions = vec![condition(
-            "Validated",
+            types::VALIDATED,
             false,
             "UnknownCapability",
             &msg,
@@ -287,15 +300,27 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
             "digest {digest} was rolled back and stays quarantined until the module changes"
         );
         status.conditions = vec![
-            condition("Validated", false, "Quarantined", &msg, &old.conditions),
             condition(
-                "Active",
+                types::VALIDATED,
+                false,
+                reasons::QUARANTINED,
+                &msg,
+                &old.conditions,
+            ),
+            condition(
+                types::ACTIVE,
                 true,
                 "PreviousVersion",
                 "the previous version keeps serving",
                 &old.conditions,
             ),
-            condition("RolledBack", true, "BakeFailed", &msg, &old.conditions),
+            condition(
+                types::ROLLED_BACK,
+                true,
+                reasons::BAKE_FAILED,
+                &msg,
+                &old.conditions,
+            ),
         ];
         counters(&mut status, s);
         set_status(&api, &wp, status).await?;
@@ -310,11 +335,11 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
                     "rolled back from {} to {}: {}",
                     rb.from_version, rb.to_version, rb.reason
                 );
-                status.conditions.retain(|c| c.type_ != "RolledBack");
+                status.conditions.retain(|c| c.type_ != types::ROLLED_BACK);
                 status.conditions.push(condition(
-                    "RolledBack",
+                    types::ROLLED_BACK,
                     true,
-                    "BakeFailed",
+                    reasons::BAKE_FAILED,
                     &msg,
                     &old.conditions,
                 ));
@@ -395,7 +420,7 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         Err((reason, e)) => {
             let msg = format!("{} {e}", wp.spec.module);
             status.conditions = vec![
-                condition("Validated", false, reason, &msg, &old.conditions),
+                condition(types::VALIDATED, false, reason, &msg, &old.conditions),
                 still_active(slot.is_some(), "PreviousVersion", &msg, &old.conditions),
             ];
             let _ = ctx
@@ -453,13 +478,13 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
             let msg = format!("version {version} serves {}", status.kinds.join(", "));
             status.conditions = vec![
                 condition(
-                    "Validated",
+                    types::VALIDATED,
                     true,
-                    "Valid",
+                    reasons::VALID,
                     "imports are granted, exports and metadata are valid",
                     &old.conditions,
                 ),
-                condition("Active", true, "Serving", &msg, &old.conditions),
+                condition(types::ACTIVE, true, reasons::SERVING, &msg, &old.conditions),
             ];
             let _ = ctx
                 .recorder
@@ -478,14 +503,14 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         Err(e) => {
             status.conditions = vec![
                 condition(
-                    "Validated",
+                    types::VALIDATED,
                     false,
                     "Incompatible",
                     &e.to_string(),
                     &old.conditions,
                 ),
                 condition(
-                    "Active",
+                    types::ACTIVE,
                     true,
                     "PreviousVersion",
                     "the previous version keeps serving",
@@ -547,10 +572,14 @@ async fn cleanup(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
             "objects of {} still exist; delete them first",
             kinds.join(", ")
         );
-        status.conditions.retain(|c| c.type_ != "Deleting");
-        status
-            .conditions
-            .push(condition("Deleting", false, "ObjectsRemain", &msg, &old));
+        status.conditions.retain(|c| c.type_ != types::DELETING);
+        status.conditions.push(condition(
+            types::DELETING,
+            false,
+            reasons::OBJECTS_REMAIN,
+            &msg,
+            &old,
+        ));
         set_status(&api, &wp, status).await?;
         // Asked again soon, quietly: the admin deleting those objects is the way forward.
         return Err(Error::Waiting(msg, Duration::from_secs(5)));

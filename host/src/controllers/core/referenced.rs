@@ -5,7 +5,7 @@
 use super::adopt;
 use super::error::ReconcileError;
 use crate::api::common::{ContractVersionedObjectReference, Deprecated, V1Beta1Deprecated};
-use crate::controllers::external::read::ProviderObject;
+use crate::contract::ProviderObject;
 use crate::controllers::external::{ExternalError, Resolver, Tracker};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;

@@ -12,6 +12,7 @@ use crate::api::common::names::{
     API_VERSION, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, CONTROL_PLANE_NAME_LABEL,
 };
 use crate::api::machine::Machine;
+use crate::contract::fields;
 use crate::runtime::plugin::{KindRole, MachineRequest};
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::{Resource, ResourceExt};
@@ -43,7 +44,7 @@ pub(super) async fn create(
     let cp_name = cp.name_any();
     let template_ref: ContractVersionedObjectReference = cp
         .data
-        .pointer("/spec/machineTemplate/spec/infrastructureRef")
+        .pointer(fields::MACHINE_TEMPLATE_INFRASTRUCTURE_REF)
         .and_then(|v| serde_json::from_value(v.clone()).ok())
         .ok_or_else(|| {
             DriverError::Invalid(format!(
@@ -103,7 +104,7 @@ pub(super) async fn create(
                         "cluster.x-k8s.io/cloned-from-name": template_ref.name,
                         "cluster.x-k8s.io/cloned-from-groupkind": format!("{}.{}", template_ref.kind, template_ref.api_group),
                     }},
-                "spec": template.data.pointer("/spec/template/spec").cloned().unwrap_or(json!({})),
+                "spec": template.data.pointer(fields::TEMPLATE_SPEC).cloned().unwrap_or(json!({})),
             }),
         )
         .await?;

@@ -13,6 +13,7 @@ mod writeback;
 use crate::api::cluster::Cluster;
 use crate::api::common::names::{CONTROL_PLANE_NAME_LABEL, PLUGIN_VERSION_ANNOTATION};
 use crate::api::machine::Machine;
+use crate::contract::conditions::{reasons, types};
 use crate::controllers::external::Resolver;
 use crate::controllers::fanout::Fanout;
 use crate::controllers::relevance;
@@ -412,19 +413,19 @@ fn outcome(e: &CallError) -> CallOutcome {
 fn backoff(e: &CallError, failures: u32) -> (Option<Duration>, &'static str) {
     let exp = crate::controllers::backoff::delay(failures);
     match e {
-        CallError::Timeout(_) => (Some(exp), "PluginTimeout"),
-        CallError::Trap(_) => (Some(exp), "PluginTrapped"),
-        CallError::InvalidResult(_) => (Some(exp), "PluginInvalidResult"),
+        CallError::Timeout(_) => (Some(exp), reasons::PLUGIN_TIMEOUT),
+        CallError::Trap(_) => (Some(exp), reasons::PLUGIN_TRAPPED),
+        CallError::InvalidResult(_) => (Some(exp), reasons::PLUGIN_INVALID_RESULT),
         CallError::Provider(ProviderFailure::Transient {
             retry_after_seconds,
             ..
         }) => (
             Some(retry_after_seconds.map_or(exp, |s| Duration::from_secs(u64::from(s.max(1))))),
-            "TransientError",
+            reasons::TRANSIENT_ERROR,
         ),
-        CallError::Provider(ProviderFailure::Terminal(_)) => (None, "TerminalError"),
-        CallError::Provider(ProviderFailure::InvalidSpec(_)) => (None, "InvalidSpec"),
-        CallError::Provider(ProviderFailure::Other(_)) => (Some(exp), "ProviderError"),
+        CallError::Provider(ProviderFailure::Terminal(_)) => (None, reasons::TERMINAL_ERROR),
+        CallError::Provider(ProviderFailure::InvalidSpec(_)) => (None, reasons::INVALID_SPEC),
+        CallError::Provider(ProviderFailure::Other(_)) => (Some(exp), reasons::PROVIDER_ERROR),
     }
 }
 
@@ -463,7 +464,7 @@ impl KindCtx {
         let mut status = obj.data.get("status").cloned().unwrap_or(json!({}));
         writeback::set_condition(
             &mut status,
-            "PluginCallSucceeded",
+            types::PLUGIN_CALL_SUCCEEDED,
             "False",
             reason,
             &message,
@@ -483,14 +484,14 @@ impl KindCtx {
             .and_then(Value::as_array)
             .is_some_and(|cs| {
                 cs.iter()
-                    .any(|c| c["type"] == "Paused" && c["status"] == "True")
+                    .any(|c| c["type"] == types::PAUSED && c["status"] == "True")
             });
         if paused {
             writeback::set_condition(
                 status,
-                "Paused",
+                types::PAUSED,
                 "False",
-                "NotPaused",
+                reasons::NOT_PAUSED,
                 "",
                 obj.metadata.generation,
             );
@@ -498,13 +499,13 @@ impl KindCtx {
         let had_failure = status
             .pointer("/conditions")
             .and_then(Value::as_array)
-            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "PluginCallSucceeded"));
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == types::PLUGIN_CALL_SUCCEEDED));
         if had_failure {
             writeback::set_condition(
                 status,
-                "PluginCallSucceeded",
+                types::PLUGIN_CALL_SUCCEEDED,
                 "True",
-                "Succeeded",
+                reasons::SUCCEEDED,
                 "",
                 obj.metadata.generation,
             );
@@ -556,9 +557,9 @@ async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driver
         let mut status = obj.data.get("status").cloned().unwrap_or(json!({}));
         writeback::set_condition(
             &mut status,
-            "Paused",
+            types::PAUSED,
             "True",
-            "Paused",
+            types::PAUSED,
             "the object or its Cluster is paused",
             obj.metadata.generation,
         );
@@ -656,4 +657,76 @@ pub(crate) fn condition_list(status: &Value) -> Vec<crate::api::common::Conditio
         .get("conditions")
         .and_then(|c| serde_json::from_value(c.clone()).ok())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How long the driver waits after a failed plugin call, and the reason it records.
+    #[test]
+    fn call_failure_backoff_table() {
+        let t = |m: &str, s: Option<u32>| {
+            CallError::Provider(ProviderFailure::Transient {
+                message: m.into(),
+                retry_after_seconds: s,
+            })
+        };
+        let cases: Vec<(CallError, u32, Option<(f64, f64)>, &str)> = vec![
+            (
+                CallError::Timeout(Duration::from_secs(30)),
+                1,
+                Some((0.5, 1.0)),
+                "PluginTimeout",
+            ),
+            (
+                CallError::Trap("x".into()),
+                3,
+                Some((2.0, 4.0)),
+                "PluginTrapped",
+            ),
+            (
+                CallError::InvalidResult("x".into()),
+                20,
+                Some((150.0, 300.0)),
+                "PluginInvalidResult",
+            ),
+            (t("m", Some(7)), 5, Some((7.0, 7.0)), "TransientError"),
+            (t("m", Some(0)), 5, Some((1.0, 1.0)), "TransientError"),
+            (t("m", None), 2, Some((1.0, 2.0)), "TransientError"),
+            (
+                CallError::Provider(ProviderFailure::Other("x".into())),
+                1,
+                Some((0.5, 1.0)),
+                "ProviderError",
+            ),
+            (
+                CallError::Provider(ProviderFailure::Terminal("x".into())),
+                1,
+                None,
+                "TerminalError",
+            ),
+            (
+                CallError::Provider(ProviderFailure::InvalidSpec("x".into())),
+                1,
+                None,
+                "InvalidSpec",
+            ),
+        ];
+        for (e, n, want, reason) in cases {
+            let (delay, r) = backoff(&e, n);
+            assert_eq!(r, reason, "{e}");
+            match (delay, want) {
+                (None, None) => {}
+                (Some(d), Some((lo, hi))) => {
+                    let d = d.as_secs_f64();
+                    assert!(
+                        (lo..=hi).contains(&d),
+                        "{e} after {n} failures: {d} s not in [{lo}, {hi}]"
+                    );
+                }
+                (d, w) => panic!("{e}: delay {d:?}, want {w:?}"),
+            }
+        }
+    }
 }

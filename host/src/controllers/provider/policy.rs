@@ -3,7 +3,7 @@
 //! it is written.
 //!
 //! Status patches are checked where every result is, when the call returns
-//! (`runtime::plugin::CONTRACT_STATUS_FIELDS`); what needs the Cluster is checked here:
+//! (`contract::fields::STATUS_FIELDS`); what needs the Cluster is checked here:
 //!
 //! - A kubeconfig must be one the host would build a client from (see
 //!   [`crate::controllers::kubeconfig`]) for this Cluster's endpoint.
@@ -33,7 +33,7 @@ pub(super) fn check(obj: &DynamicObject, around: &Around, r: &Outcome) -> Result
     }
     let replicas = obj
         .data
-        .pointer("/spec/replicas")
+        .pointer(crate::contract::fields::DESIRED_REPLICAS)
         .and_then(Value::as_i64)
         .unwrap_or(1)
         .max(0);

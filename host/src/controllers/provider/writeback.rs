@@ -5,7 +5,7 @@
 use super::context::Around;
 use super::{DriverError, KindCtx};
 use crate::api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL};
-use crate::controllers::conditions;
+use crate::contract::conditions;
 use crate::controllers::skeleton::write_status;
 use crate::runtime::plugin::{BootstrapStatus, ClusterStatus, ControlPlaneStatus, MachineStatus};
 use k8s_openapi::ByteString;
@@ -264,7 +264,10 @@ pub(super) async fn write(
             let mut status = common(obj, &r.common)?;
             if let Some(pid) = r.provider_id.as_ref().filter(|p| !p.is_empty()) {
                 // The provider ID is set once: a later, different one is ignored.
-                let current = obj.data.pointer("/spec/providerID").and_then(Value::as_str);
+                let current = obj
+                    .data
+                    .pointer(crate::contract::fields::PROVIDER_ID)
+                    .and_then(Value::as_str);
                 if current.is_none_or(str::is_empty) {
                     let mut spec = Map::new();
                     spec.insert("providerID".into(), json!(pid));

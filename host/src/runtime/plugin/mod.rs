@@ -222,40 +222,12 @@ fn check_result_size(limits: &Limits, what: &str, len: usize) -> Result<(), Call
     Ok(())
 }
 
-/// Status fields the Cluster API contract defines: the host sets them from the typed result
-/// (so `dataSecretName` is always the Secret the host wrote), or core reads them, and a status
-/// patch may set none of them (SECURITY.md, "status patches").
-pub const CONTRACT_STATUS_FIELDS: &[&str] = &[
-    "initialization",
-    "ready",
-    "initialized",
-    "dataSecretName",
-    "failureDomains",
-    "failureDomain",
-    "addresses",
-    "interruptible",
-    "conditions",
-    "v1beta2",
-    "deprecated",
-    "replicas",
-    "readyReplicas",
-    "availableReplicas",
-    "upToDateReplicas",
-    "updatedReplicas",
-    "unavailableReplicas",
-    "version",
-    "selector",
-    "observedGeneration",
-    "failureReason",
-    "failureMessage",
-];
-
 fn check_patch(limits: &Limits, patch: &Option<String>) -> Result<(), CallError> {
     let Some(p) = patch else { return Ok(()) };
     check_result_size(limits, "status-patch", p.len())?;
     match serde_json::from_str::<serde_json::Value>(p) {
         Ok(serde_json::Value::Object(map)) => {
-            match CONTRACT_STATUS_FIELDS
+            match crate::contract::fields::STATUS_FIELDS
                 .iter()
                 .find(|f| map.contains_key(**f))
             {

@@ -5,7 +5,8 @@ use super::{Scope, write_back};
 use crate::api::cluster::Cluster;
 use crate::api::common::names::CONTROL_PLANE_LABEL;
 use crate::api::machine::Machine;
-use crate::controllers::conditions;
+use crate::contract::conditions;
+use crate::contract::conditions::{reasons, types};
 use crate::controllers::core::context::CoreCtx;
 use crate::controllers::core::error::ReconcileError;
 use crate::controllers::core::referenced;
@@ -26,13 +27,13 @@ async fn step(
     let generation = scope.generation();
     conditions::set(
         &mut scope.status.conditions,
-        "Deleting",
+        types::DELETING,
         "True",
         reason,
         &message,
         generation,
     );
-    scope.status.phase = Some("Deleting".into());
+    scope.status.phase = Some(types::DELETING.into());
     write_back(scope, ctx).await?;
     Err(ReconcileError::waiting(reason, message, WAIT))
 }
@@ -87,7 +88,7 @@ pub(super) async fn reconcile_delete(
         return step(
             &mut scope,
             ctx,
-            "WaitingForWorkersDeletion",
+            reasons::WAITING_FOR_WORKERS_DELETION,
             format!("Machines {} are being deleted", names.join(", ")),
         )
         .await;
@@ -103,7 +104,7 @@ pub(super) async fn reconcile_delete(
         return step(
             &mut scope,
             ctx,
-            "WaitingForControlPlaneDeletion",
+            reasons::WAITING_FOR_CONTROL_PLANE_DELETION,
             "the control plane is being deleted".into(),
         )
         .await;
@@ -119,7 +120,7 @@ pub(super) async fn reconcile_delete(
         return step(
             &mut scope,
             ctx,
-            "WaitingForInfrastructureDeletion",
+            reasons::WAITING_FOR_INFRASTRUCTURE_DELETION,
             "the infrastructure cluster is being deleted".into(),
         )
         .await;

@@ -10,6 +10,7 @@ use super::context::CoreCtx;
 use super::error::ReconcileError;
 use crate::api::cluster::{Cluster, ClusterStatus};
 use crate::api::common::names::{CLUSTER_FINALIZER, PAUSED_ANNOTATION};
+use crate::contract::conditions::{reasons, types};
 use crate::controllers::skeleton::write_status;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -74,22 +75,22 @@ async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, Reconcile
     };
     let generation = scope.generation();
     if is_paused(&scope.cluster) {
-        crate::controllers::conditions::set(
+        crate::contract::conditions::set(
             &mut scope.status.conditions,
-            "Paused",
+            types::PAUSED,
             "True",
-            "Paused",
+            types::PAUSED,
             "the Cluster is paused",
             generation,
         );
         write_back(&scope, ctx).await?;
         return Ok(Action::await_change());
     }
-    crate::controllers::conditions::set(
+    crate::contract::conditions::set(
         &mut scope.status.conditions,
-        "Paused",
+        types::PAUSED,
         "False",
-        "NotPaused",
+        reasons::NOT_PAUSED,
         "",
         generation,
     );

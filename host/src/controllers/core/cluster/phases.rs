@@ -5,11 +5,12 @@ use super::{EXTERNAL_READY_WAIT, Scope};
 use crate::api::cluster::{ClusterInitialization, ReplicaSummary};
 use crate::api::common::ContractVersionedObjectReference;
 use crate::api::common::names::CONTROL_PLANE_LABEL;
-use crate::controllers::conditions;
+use crate::contract::ProviderObject;
+use crate::contract::conditions;
+use crate::contract::conditions::{reasons, types};
 use crate::controllers::core::context::CoreCtx;
 use crate::controllers::core::error::ReconcileError;
 use crate::controllers::core::{adopt, referenced};
-use crate::controllers::external::read::{self, ProviderObject};
 use kube::ResourceExt;
 
 /// Reads a referenced object and adopts it with a plain (non-controller) owner reference, so
@@ -141,7 +142,7 @@ pub(super) async fn reconcile_infrastructure(
         init(scope).infrastructure_provisioned = Some(true);
         conditions::set(
             &mut scope.status.conditions,
-            "InfrastructureReady",
+            types::INFRASTRUCTURE_READY,
             "True",
             "NoInfrastructure",
             "",
@@ -152,7 +153,7 @@ pub(super) async fn reconcile_infrastructure(
     let was = init(scope).infrastructure_provisioned == Some(true);
     let deleting = scope.cluster.metadata.deletion_timestamp.is_some();
     let phase = RefPhase {
-        condition: "InfrastructureReady",
+        condition: types::INFRASTRUCTURE_READY,
         noun: "Infrastructure",
         field: "spec.infrastructureRef",
         done: "provisioned",
@@ -163,20 +164,20 @@ pub(super) async fn reconcile_infrastructure(
     let provisioned = obj.provisioned();
     conditions::mirror(
         &mut scope.status.conditions,
-        conditions::of_object(&obj, "Ready"),
-        "InfrastructureReady",
+        obj.condition(types::READY),
+        types::INFRASTRUCTURE_READY,
         (
             provisioned || was,
             if provisioned || was {
-                "Ready"
+                types::READY
             } else {
-                "NotReady"
+                reasons::NOT_READY
             },
             "",
         ),
         generation,
     );
-    if obj.pointer("/metadata/deletionTimestamp").is_some() || (!provisioned && !was) {
+    if obj.deleting() || (!provisioned && !was) {
         return Ok(());
     }
     let cluster_ep_valid = scope
@@ -185,7 +186,7 @@ pub(super) async fn reconcile_infrastructure(
         .control_plane_endpoint
         .as_ref()
         .is_some_and(|e| e.is_valid());
-    if !cluster_ep_valid && let Some(ep) = read::endpoint(&obj) {
+    if !cluster_ep_valid && let Some(ep) = obj.endpoint() {
         scope.endpoint = Some(ep);
     }
     scope.status.failure_domains = obj.failure_domains();
@@ -194,7 +195,7 @@ pub(super) async fn reconcile_infrastructure(
         ctx.event(
             &super::object_ref(&scope.cluster),
             false,
-            "InfrastructureReady",
+            types::INFRASTRUCTURE_READY,
             format!(
                 "Cluster {} InfrastructureReady is now true",
                 scope.cluster.name_any()
@@ -235,12 +236,12 @@ pub(super) async fn reconcile_control_plane(
         set_initialized(scope, ctx, initialized, was).await;
         conditions::set(
             &mut scope.status.conditions,
-            "ControlPlaneAvailable",
+            types::CONTROL_PLANE_AVAILABLE,
             conditions::status_str(initialized),
             if initialized {
-                "Available"
+                types::AVAILABLE
             } else {
-                "NotAvailable"
+                reasons::NOT_AVAILABLE
             },
             "",
             generation,
@@ -249,7 +250,7 @@ pub(super) async fn reconcile_control_plane(
     };
     let deleting = scope.cluster.metadata.deletion_timestamp.is_some();
     let phase = RefPhase {
-        condition: "ControlPlaneAvailable",
+        condition: types::CONTROL_PLANE_AVAILABLE,
         noun: "ControlPlane",
         field: "spec.controlPlaneRef",
         done: "initialized",
@@ -260,19 +261,26 @@ pub(super) async fn reconcile_control_plane(
     let initialized = obj.control_plane_initialized();
     conditions::mirror(
         &mut scope.status.conditions,
-        conditions::of_object(&obj, "Available"),
-        "ControlPlaneAvailable",
-        (false, "NotAvailable", ""),
+        obj.condition(types::AVAILABLE),
+        types::CONTROL_PLANE_AVAILABLE,
+        (false, reasons::NOT_AVAILABLE, ""),
         generation,
     );
+    let [
+        desired_replicas,
+        replicas,
+        up_to_date_replicas,
+        ready_replicas,
+        available_replicas,
+    ] = obj.replicas();
     scope.status.control_plane = Some(ReplicaSummary {
-        desired_replicas: read::int(&obj, "/spec/replicas"),
-        replicas: read::int(&obj, "/status/replicas"),
-        up_to_date_replicas: read::int(&obj, "/status/upToDateReplicas"),
-        ready_replicas: read::int(&obj, "/status/readyReplicas"),
-        available_replicas: read::int(&obj, "/status/availableReplicas"),
+        desired_replicas,
+        replicas,
+        up_to_date_replicas,
+        ready_replicas,
+        available_replicas,
     });
-    if obj.pointer("/metadata/deletionTimestamp").is_some() {
+    if obj.deleting() {
         return Ok(());
     }
     let cluster_ep_valid = scope
@@ -282,7 +290,7 @@ pub(super) async fn reconcile_control_plane(
         .as_ref()
         .is_some_and(|e| e.is_valid())
         || scope.endpoint.is_some();
-    if !cluster_ep_valid && let Some(ep) = read::endpoint(&obj) {
+    if !cluster_ep_valid && let Some(ep) = obj.endpoint() {
         scope.endpoint = Some(ep);
     }
     set_initialized(scope, ctx, initialized, was).await;
@@ -294,12 +302,12 @@ async fn set_initialized(scope: &mut Scope, ctx: &CoreCtx, now: bool, was: bool)
     let initialized = now || was;
     conditions::set(
         &mut scope.status.conditions,
-        "ControlPlaneInitialized",
+        types::CONTROL_PLANE_INITIALIZED,
         conditions::status_str(initialized),
         if initialized {
-            "Initialized"
+            reasons::INITIALIZED
         } else {
-            "NotInitialized"
+            reasons::NOT_INITIALIZED
         },
         if initialized {
             ""
@@ -313,7 +321,7 @@ async fn set_initialized(scope: &mut Scope, ctx: &CoreCtx, now: bool, was: bool)
         ctx.event(
             &super::object_ref(&scope.cluster),
             false,
-            "ControlPlaneInitialized",
+            types::CONTROL_PLANE_INITIALIZED,
             format!(
                 "Cluster {} ControlPlaneInitialized is now true",
                 scope.cluster.name_any()

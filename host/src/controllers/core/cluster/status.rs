@@ -3,7 +3,9 @@
 use super::Scope;
 use crate::api::cluster::ReplicaSummary;
 use crate::api::common::names::CONTROL_PLANE_LABEL;
-use crate::controllers::conditions;
+use crate::contract::conditions;
+use crate::contract::conditions::{reasons, types};
+use crate::contract::phases;
 use crate::controllers::core::context::CoreCtx;
 use kube::ResourceExt;
 
@@ -14,7 +16,7 @@ fn count(n: usize) -> Option<i32> {
 /// The phase by upstream's rules, each later rule overriding.
 pub(super) fn phase(scope: &Scope) -> &'static str {
     let c = &scope.cluster;
-    let mut phase = "Pending";
+    let mut phase = phases::PENDING;
     if c.spec
         .infrastructure_ref
         .as_ref()
@@ -24,7 +26,7 @@ pub(super) fn phase(scope: &Scope) -> &'static str {
             .as_ref()
             .is_some_and(|r| r.is_set())
     {
-        phase = "Provisioning";
+        phase = phases::PROVISIONING;
     }
     let endpoint_valid = scope
         .endpoint
@@ -38,10 +40,10 @@ pub(super) fn phase(scope: &Scope) -> &'static str {
         .and_then(|i| i.infrastructure_provisioned)
         == Some(true);
     if provisioned && endpoint_valid {
-        phase = "Provisioned";
+        phase = phases::PROVISIONED;
     }
     if c.metadata.deletion_timestamp.is_some() {
-        phase = "Deleting";
+        phase = phases::DELETING;
     }
     phase
 }
@@ -59,7 +61,7 @@ pub(super) fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
         .filter(|m| {
             m.status
                 .as_ref()
-                .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+                .is_some_and(|s| conditions::is_true(&s.conditions, types::READY))
         })
         .count();
     let available = workers
@@ -67,7 +69,7 @@ pub(super) fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
         .filter(|m| {
             m.status
                 .as_ref()
-                .is_some_and(|s| conditions::is_true(&s.conditions, "Available"))
+                .is_some_and(|s| conditions::is_true(&s.conditions, types::AVAILABLE))
         })
         .count();
     scope.status.workers = Some(ReplicaSummary {
@@ -82,14 +84,14 @@ pub(super) fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
     let workers_ok = available == workers.len();
     conditions::set(
         &mut scope.status.conditions,
-        "WorkersAvailable",
+        types::WORKERS_AVAILABLE,
         conditions::status_str(workers_ok),
         if workers.is_empty() {
-            "NoWorkers"
+            reasons::NO_WORKERS
         } else if workers_ok {
-            "Available"
+            types::AVAILABLE
         } else {
-            "NotAvailable"
+            reasons::NOT_AVAILABLE
         },
         &if workers_ok {
             String::new()
@@ -102,9 +104,9 @@ pub(super) fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
     if !deleting {
         conditions::set(
             &mut scope.status.conditions,
-            "Deleting",
+            types::DELETING,
             "False",
-            "NotDeleting",
+            reasons::NOT_DELETING,
             "",
             generation,
         );
@@ -112,9 +114,9 @@ pub(super) fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
     let missing = conditions::not_met(
         &scope.status.conditions,
         &[
-            "InfrastructureReady",
-            "ControlPlaneAvailable",
-            "WorkersAvailable",
+            types::INFRASTRUCTURE_READY,
+            types::CONTROL_PLANE_AVAILABLE,
+            types::WORKERS_AVAILABLE,
         ],
         scope
             .cluster
@@ -133,12 +135,12 @@ pub(super) fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
     };
     conditions::set(
         &mut scope.status.conditions,
-        "Available",
+        types::AVAILABLE,
         conditions::status_str(available),
         if available {
-            "Available"
+            types::AVAILABLE
         } else {
-            "NotAvailable"
+            reasons::NOT_AVAILABLE
         },
         &message,
         generation,
@@ -146,5 +148,71 @@ pub(super) fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
     scope.status.phase = Some(phase(scope).to_string());
     if ok {
         scope.status.observed_generation = generation;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    fn scope(spec: serde_json::Value, status: serde_json::Value) -> Scope {
+        let c: crate::api::cluster::Cluster = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c", "namespace": "ns"}, "spec": spec, "status": status}))
+        .unwrap();
+        Scope {
+            status: c.status.clone().unwrap_or_default(),
+            cluster: Arc::new(c),
+            endpoint: None,
+            requeue: None,
+        }
+    }
+
+    /// Phase by upstream's rules, each later one overriding.
+    #[test]
+    fn phase_table() {
+        let infra = json!({"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "X", "name": "c"}});
+        let mut with_ep = infra.clone();
+        with_ep["controlPlaneEndpoint"] = json!({"host": "10.0.0.1", "port": 6443});
+        let provisioned = json!({"initialization": {"infrastructureProvisioned": true}});
+        let cases = [
+            ("no references", json!({}), json!({}), phases::PENDING),
+            (
+                "references set",
+                infra.clone(),
+                json!({}),
+                phases::PROVISIONING,
+            ),
+            (
+                "provisioned, no endpoint",
+                infra.clone(),
+                provisioned.clone(),
+                phases::PROVISIONING,
+            ),
+            (
+                "endpoint, not provisioned",
+                with_ep.clone(),
+                json!({}),
+                phases::PROVISIONING,
+            ),
+            (
+                "provisioned with an endpoint",
+                with_ep.clone(),
+                provisioned.clone(),
+                phases::PROVISIONED,
+            ),
+        ];
+        for (name, spec, status, want) in cases {
+            assert_eq!(phase(&scope(spec, status)), want, "{name}");
+        }
+        // The endpoint about to be copied from the infrastructure counts too.
+        let mut s = scope(infra, provisioned);
+        s.endpoint = Some(crate::api::common::ApiEndpoint {
+            host: "h".into(),
+            port: 1,
+        });
+        assert_eq!(phase(&s), phases::PROVISIONED);
     }
 }

@@ -5,7 +5,8 @@
 
 use super::{Scope, write_back};
 use crate::api::machine::Machine;
-use crate::controllers::conditions;
+use crate::contract::conditions;
+use crate::contract::conditions::{reasons, types};
 use crate::controllers::core::context::CoreCtx;
 use crate::controllers::core::error::ReconcileError;
 use crate::controllers::core::referenced;
@@ -29,7 +30,7 @@ async fn step(
     let generation = scope.generation();
     conditions::set(
         &mut scope.status.conditions,
-        "Deleting",
+        types::DELETING,
         "True",
         reason,
         &message,
@@ -66,7 +67,7 @@ pub(super) async fn reconcile_delete(
         return step(
             &mut scope,
             ctx,
-            "WaitingForInfrastructureDeletion",
+            reasons::WAITING_FOR_INFRASTRUCTURE_DELETION,
             format!(
                 "{} {} is being deleted",
                 machine.spec.infrastructure_ref.kind, machine.spec.infrastructure_ref.name
@@ -85,7 +86,7 @@ pub(super) async fn reconcile_delete(
         return step(
             &mut scope,
             ctx,
-            "WaitingForBootstrapDeletion",
+            reasons::WAITING_FOR_BOOTSTRAP_DELETION,
             "the bootstrap config is being deleted".into(),
         )
         .await;

@@ -13,6 +13,7 @@ use super::error::ReconcileError;
 use crate::api::cluster::Cluster;
 use crate::api::common::names::{MACHINE_FINALIZER, PAUSED_ANNOTATION};
 use crate::api::machine::{Machine, MachineStatus};
+use crate::contract::conditions::{reasons, types};
 use crate::controllers::skeleton::write_status;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -80,22 +81,22 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
     };
     let generation = scope.generation();
     if paused(&scope.machine, scope.cluster.as_deref()) {
-        crate::controllers::conditions::set(
+        crate::contract::conditions::set(
             &mut scope.status.conditions,
-            "Paused",
+            types::PAUSED,
             "True",
-            "Paused",
+            types::PAUSED,
             "the Machine or its Cluster is paused",
             generation,
         );
         write_back(&scope, ctx).await?;
         return Ok(Action::await_change());
     }
-    crate::controllers::conditions::set(
+    crate::contract::conditions::set(
         &mut scope.status.conditions,
-        "Paused",
+        types::PAUSED,
         "False",
-        "NotPaused",
+        reasons::NOT_PAUSED,
         "",
         generation,
     );

@@ -6,7 +6,8 @@ use super::Scope;
 use super::phases::provider_id;
 use crate::api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL};
 use crate::api::machine::MachineNodeReference;
-use crate::controllers::conditions;
+use crate::contract::conditions;
+use crate::contract::conditions::{reasons, types};
 use crate::controllers::core::context::CoreCtx;
 use crate::controllers::core::error::ReconcileError;
 use k8s_openapi::api::core::v1::Node;
@@ -33,7 +34,7 @@ fn synced_label(key: &str) -> bool {
 
 fn set_node_conditions(scope: &mut Scope, status: &str, reason: &str, message: &str) {
     let generation = scope.generation();
-    for t in ["NodeReady", "NodeHealthy"] {
+    for t in [types::NODE_READY, types::NODE_HEALTHY] {
         conditions::set(
             &mut scope.status.conditions,
             t,
@@ -50,7 +51,7 @@ pub(super) async fn reconcile_node(scope: &mut Scope, ctx: &CoreCtx) -> Result<(
         set_node_conditions(
             scope,
             "Unknown",
-            "NodeDoesNotExist",
+            reasons::NODE_DOES_NOT_EXIST,
             "waiting for the infrastructure provider to report spec.providerID",
         );
         return Ok(());
@@ -66,9 +67,9 @@ pub(super) async fn reconcile_node(scope: &mut Scope, ctx: &CoreCtx) -> Result<(
         Err(e) => {
             let reason = match e {
                 crate::controllers::core::remote::RemoteError::Refused { .. } => {
-                    "KubeconfigRefused"
+                    reasons::KUBECONFIG_REFUSED
                 }
-                _ => "NodeInspectionFailed",
+                _ => reasons::NODE_INSPECTION_FAILED,
             };
             set_node_conditions(scope, "Unknown", reason, &e.to_string());
             scope.requeue_after(NODE_POLL);
@@ -82,7 +83,7 @@ pub(super) async fn reconcile_node(scope: &mut Scope, ctx: &CoreCtx) -> Result<(
             set_node_conditions(
                 scope,
                 "Unknown",
-                "NodeInspectionFailed",
+                reasons::NODE_INSPECTION_FAILED,
                 &format!("the workload cluster {ns}/{cluster} did not answer: {e}"),
             );
             scope.requeue_after(NODE_POLL);
@@ -98,14 +99,14 @@ pub(super) async fn reconcile_node(scope: &mut Scope, ctx: &CoreCtx) -> Result<(
             set_node_conditions(
                 scope,
                 "False",
-                "NodeDeleted",
+                reasons::NODE_DELETED,
                 "the Node of this Machine was deleted",
             );
         } else {
             set_node_conditions(
                 scope,
                 "Unknown",
-                "NodeDoesNotExist",
+                reasons::NODE_DOES_NOT_EXIST,
                 &format!("Waiting for a Node with spec.providerID {pid} to exist"),
             );
         }
@@ -139,19 +140,19 @@ pub(super) async fn reconcile_node(scope: &mut Scope, ctx: &CoreCtx) -> Result<(
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+        .and_then(|cs| cs.iter().find(|c| c.type_ == types::READY));
     match ready.map(|c| c.status.as_str()) {
-        Some("True") => set_node_conditions(scope, "True", "NodeReady", ""),
+        Some("True") => set_node_conditions(scope, "True", types::NODE_READY, ""),
         Some("False") => set_node_conditions(
             scope,
             "False",
-            "NodeNotReady",
+            reasons::NODE_NOT_READY,
             &ready.and_then(|c| c.message.clone()).unwrap_or_default(),
         ),
         _ => set_node_conditions(
             scope,
             "Unknown",
-            "NodeReadyUnknown",
+            reasons::NODE_READY_UNKNOWN,
             "the Node reports no Ready condition",
         ),
     }

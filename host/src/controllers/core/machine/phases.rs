@@ -2,15 +2,13 @@
 
 use super::{EXTERNAL_READY_WAIT, Scope};
 use crate::api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_NAME_LABEL};
-use crate::api::common::{
-    ContractVersionedObjectReference, Deprecated, MachineAddress, V1Beta1Deprecated,
-};
+use crate::api::common::{ContractVersionedObjectReference, Deprecated, V1Beta1Deprecated};
 use crate::api::machine::{Machine, MachineInitialization};
-use crate::controllers::conditions;
+use crate::contract::conditions;
+use crate::contract::conditions::{reasons, types};
 use crate::controllers::core::context::CoreCtx;
 use crate::controllers::core::error::ReconcileError;
 use crate::controllers::core::{adopt, referenced};
-use crate::controllers::external::read;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -66,7 +64,7 @@ async fn reconcile_external(
     scope: &mut Scope,
     ctx: &CoreCtx,
     reference: &ContractVersionedObjectReference,
-) -> Result<Option<read::ProviderObject>, ReconcileError> {
+) -> Result<Option<crate::contract::ProviderObject>, ReconcileError> {
     let m = &scope.machine;
     let found = referenced::read_and_adopt(
         &ctx.resolver,
@@ -97,12 +95,12 @@ pub(super) async fn reconcile_bootstrap(
         init(scope).bootstrap_data_secret_created = Some(created);
         conditions::set(
             &mut scope.status.conditions,
-            "BootstrapConfigReady",
+            types::BOOTSTRAP_CONFIG_READY,
             conditions::status_str(created),
             if created {
-                "DataSecretProvided"
+                reasons::DATA_SECRET_PROVIDED
             } else {
-                "WaitingForDataSecret"
+                reasons::WAITING_FOR_DATA_SECRET
             },
             "",
             generation,
@@ -115,9 +113,9 @@ pub(super) async fn reconcile_bootstrap(
             if scope.machine.metadata.deletion_timestamp.is_none() {
                 conditions::set(
                     &mut scope.status.conditions,
-                    "BootstrapConfigReady",
+                    types::BOOTSTRAP_CONFIG_READY,
                     "Unknown",
-                    "BootstrapConfigDoesNotExist",
+                    reasons::BOOTSTRAP_CONFIG_DOES_NOT_EXIST,
                     &format!("{} {} does not exist", reference.kind, reference.name),
                     generation,
                 );
@@ -128,9 +126,9 @@ pub(super) async fn reconcile_bootstrap(
         Err(ReconcileError::External(e)) => {
             conditions::set(
                 &mut scope.status.conditions,
-                "BootstrapConfigReady",
+                types::BOOTSTRAP_CONFIG_READY,
                 "Unknown",
-                "InvalidBootstrapConfigRef",
+                reasons::INVALID_BOOTSTRAP_CONFIG_REF,
                 &format!(
                     "Machine {}: spec.bootstrap.configRef: {e}",
                     scope.machine.name_any()
@@ -146,14 +144,14 @@ pub(super) async fn reconcile_bootstrap(
     let created = already || obj.data_secret_created();
     conditions::mirror(
         &mut scope.status.conditions,
-        conditions::of_object(&obj, "Ready"),
-        "BootstrapConfigReady",
+        obj.condition(types::READY),
+        types::BOOTSTRAP_CONFIG_READY,
         (
             created,
             if created {
-                "DataSecretAvailable"
+                reasons::DATA_SECRET_AVAILABLE
             } else {
-                "DataSecretNotAvailable"
+                reasons::DATA_SECRET_NOT_AVAILABLE
             },
             "",
         ),
@@ -166,7 +164,7 @@ pub(super) async fn reconcile_bootstrap(
     if !created {
         return Ok(());
     }
-    let Some(secret) = read::string(&obj, "/status/dataSecretName") else {
+    let Some(secret) = obj.data_secret_name() else {
         return Err(ReconcileError::Invalid(format!(
             "{} {}: status.dataSecretName is empty although the data secret is reported created",
             reference.kind, reference.name
@@ -200,12 +198,12 @@ pub(super) async fn reconcile_infrastructure(
             let msg = format!("{} {} does not exist", reference.kind, reference.name);
             conditions::set(
                 &mut scope.status.conditions,
-                "InfrastructureReady",
+                types::INFRASTRUCTURE_READY,
                 if was { "False" } else { "Unknown" },
                 if was {
-                    "InfrastructureDeleted"
+                    reasons::INFRASTRUCTURE_DELETED
                 } else {
-                    "InfrastructureDoesNotExist"
+                    reasons::INFRASTRUCTURE_DOES_NOT_EXIST
                 },
                 &msg,
                 generation,
@@ -227,9 +225,9 @@ pub(super) async fn reconcile_infrastructure(
         Err(ReconcileError::External(e)) => {
             conditions::set(
                 &mut scope.status.conditions,
-                "InfrastructureReady",
+                types::INFRASTRUCTURE_READY,
                 "Unknown",
-                "InvalidInfrastructureRef",
+                reasons::INVALID_INFRASTRUCTURE_REF,
                 &format!(
                     "Machine {}: spec.infrastructureRef: {e}",
                     scope.machine.name_any()
@@ -244,14 +242,14 @@ pub(super) async fn reconcile_infrastructure(
     let provisioned = obj.provisioned();
     conditions::mirror(
         &mut scope.status.conditions,
-        conditions::of_object(&obj, "Ready"),
-        "InfrastructureReady",
+        obj.condition(types::READY),
+        types::INFRASTRUCTURE_READY,
         (
             provisioned || was,
             if provisioned || was {
-                "Ready"
+                types::READY
             } else {
-                "NotReady"
+                reasons::NOT_READY
             },
             "",
         ),
@@ -260,19 +258,16 @@ pub(super) async fn reconcile_infrastructure(
     if !provisioned && !was {
         return Ok(());
     }
-    let Some(provider_id) = read::string(&obj, "/spec/providerID") else {
+    let Some(provider_id) = obj.provider_id() else {
         scope.requeue_after(Duration::from_secs(5));
         return Ok(());
     };
-    scope.status.addresses = obj
-        .pointer("/status/addresses")
-        .and_then(|a| serde_json::from_value::<Vec<MachineAddress>>(a.clone()).ok())
-        .unwrap_or_default();
-    if let Some(fd) = read::string(&obj, "/status/failureDomain") {
+    scope.status.addresses = obj.addresses();
+    if let Some(fd) = obj.status_failure_domain() {
         scope.status.failure_domain = Some(fd);
     }
     if scope.machine.spec.failure_domain.is_none()
-        && let Some(fd) = read::string(&obj, "/spec/failureDomain")
+        && let Some(fd) = obj.spec_failure_domain()
     {
         scope.spec_patch.insert("failureDomain".into(), json!(fd));
     }

@@ -1,0 +1,200 @@
+//! v1beta2 conditions: the one `Condition` type, the one setter (it keeps `lastTransitionTime`
+//! unless the status changed, so a reconcile that observes nothing new writes nothing), and the
+//! condition types and reasons core and the runtime set, as constants.
+
+pub use crate::api::common::Condition;
+
+/// Condition types, as Cluster API v1beta2 and the capw runtime name them.
+pub mod types {
+    pub const READY: &str = "Ready";
+    pub const AVAILABLE: &str = "Available";
+    pub const PAUSED: &str = "Paused";
+    pub const DELETING: &str = "Deleting";
+    pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
+    pub const BOOTSTRAP_CONFIG_READY: &str = "BootstrapConfigReady";
+    pub const CONTROL_PLANE_INITIALIZED: &str = "ControlPlaneInitialized";
+    pub const CONTROL_PLANE_AVAILABLE: &str = "ControlPlaneAvailable";
+    pub const WORKERS_AVAILABLE: &str = "WorkersAvailable";
+    pub const NODE_READY: &str = "NodeReady";
+    pub const NODE_HEALTHY: &str = "NodeHealthy";
+    /// The driver's: whether the last plugin call for the object succeeded.
+    pub const PLUGIN_CALL_SUCCEEDED: &str = "PluginCallSucceeded";
+    /// The runtime's, on WasmProviders.
+    pub const VALIDATED: &str = "Validated";
+    pub const ACTIVE: &str = "Active";
+    pub const DEGRADED: &str = "Degraded";
+    pub const ROLLED_BACK: &str = "RolledBack";
+}
+
+/// Condition reasons core and the runtime set.
+pub mod reasons {
+    pub const NOT_READY: &str = "NotReady";
+    pub const NOT_AVAILABLE: &str = "NotAvailable";
+    pub const NOT_PAUSED: &str = "NotPaused";
+    pub const NOT_DELETING: &str = "NotDeleting";
+    pub const PROVISIONED: &str = "Provisioned";
+    pub const PROVISIONING: &str = "Provisioning";
+    pub const PENDING: &str = "Pending";
+    pub const INITIALIZED: &str = "Initialized";
+    pub const NOT_INITIALIZED: &str = "NotInitialized";
+    pub const NO_WORKERS: &str = "NoWorkers";
+    pub const DATA_SECRET_AVAILABLE: &str = "DataSecretAvailable";
+    pub const DATA_SECRET_NOT_AVAILABLE: &str = "DataSecretNotAvailable";
+    pub const DATA_SECRET_PROVIDED: &str = "DataSecretProvided";
+    pub const WAITING_FOR_DATA_SECRET: &str = "WaitingForDataSecret";
+    pub const WAITING_FOR_INFRASTRUCTURE_DELETION: &str = "WaitingForInfrastructureDeletion";
+    pub const WAITING_FOR_BOOTSTRAP_DELETION: &str = "WaitingForBootstrapDeletion";
+    pub const WAITING_FOR_CONTROL_PLANE_DELETION: &str = "WaitingForControlPlaneDeletion";
+    pub const WAITING_FOR_WORKERS_DELETION: &str = "WaitingForWorkersDeletion";
+    pub const INFRASTRUCTURE_DOES_NOT_EXIST: &str = "InfrastructureDoesNotExist";
+    pub const INFRASTRUCTURE_DELETED: &str = "InfrastructureDeleted";
+    pub const BOOTSTRAP_CONFIG_DOES_NOT_EXIST: &str = "BootstrapConfigDoesNotExist";
+    pub const INVALID_INFRASTRUCTURE_REF: &str = "InvalidInfrastructureRef";
+    pub const INVALID_BOOTSTRAP_CONFIG_REF: &str = "InvalidBootstrapConfigRef";
+    pub const NODE_DOES_NOT_EXIST: &str = "NodeDoesNotExist";
+    pub const NODE_DELETED: &str = "NodeDeleted";
+    pub const NODE_NOT_READY: &str = "NodeNotReady";
+    pub const NODE_READY_UNKNOWN: &str = "NodeReadyUnknown";
+    pub const NODE_INSPECTION_FAILED: &str = "NodeInspectionFailed";
+    pub const KUBECONFIG_REFUSED: &str = "KubeconfigRefused";
+    pub const SUCCEEDED: &str = "Succeeded";
+    pub const TRANSIENT_ERROR: &str = "TransientError";
+    pub const TERMINAL_ERROR: &str = "TerminalError";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const PROVIDER_ERROR: &str = "ProviderError";
+    pub const PLUGIN_TRAPPED: &str = "PluginTrapped";
+    pub const PLUGIN_TIMEOUT: &str = "PluginTimeout";
+    pub const PLUGIN_INVALID_RESULT: &str = "PluginInvalidResult";
+    pub const SERVING: &str = "Serving";
+    pub const VALID: &str = "Valid";
+    pub const MODULE_MISSING: &str = "ModuleMissing";
+    pub const QUARANTINED: &str = "Quarantined";
+    pub const BAKE_FAILED: &str = "BakeFailed";
+    pub const OBJECTS_REMAIN: &str = "ObjectsRemain";
+}
+
+pub fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+pub fn status_str(ok: bool) -> &'static str {
+    if ok { "True" } else { "False" }
+}
+
+/// Condition `type_` as it should now read, given the `list` it goes into: the one
+/// `lastTransitionTime` rule, kube's, which keeps the time unless the status changed.
+pub fn updated(
+    list: &[Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> Condition {
+    let time = match list.iter().find(|c| c.type_ == type_) {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => now(),
+    };
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        observed_generation: generation,
+        last_transition_time: time,
+        reason: reason.into(),
+        message: message.into(),
+    }
+}
+
+/// Sets condition `type_` in `list`, keeping its transition time when the status is unchanged.
+pub fn set(
+    list: &mut Vec<Condition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
+    let c = updated(list, type_, status, reason, message, generation);
+    match list.iter_mut().find(|c| c.type_ == type_) {
+        Some(old) => *old = c,
+        None => list.push(c),
+    }
+}
+
+pub fn is_true(list: &[Condition], type_: &str) -> bool {
+    list.iter().any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// The conditions a summary (Cluster `Available`, Machine `Ready`) still waits for: the
+/// `required` ones that are not True, and the user's gates (`(type, polarity)`) not at their
+/// wanted status.
+pub fn not_met<'a>(
+    list: &[Condition],
+    required: &[&str],
+    gates: impl Iterator<Item = (&'a str, Option<&'a str>)>,
+) -> Vec<String> {
+    let mut missing: Vec<String> = required
+        .iter()
+        .filter(|t| !is_true(list, t))
+        .map(|t| t.to_string())
+        .collect();
+    for (t, polarity) in gates {
+        if is_true(list, t) != (polarity != Some("Negative")) {
+            missing.push(t.to_string());
+        }
+    }
+    missing
+}
+
+/// Mirrors a provider condition into `list` as `as_type`; without one, uses `fallback`.
+pub fn mirror(
+    list: &mut Vec<Condition>,
+    source: Option<Condition>,
+    as_type: &str,
+    fallback: (bool, &str, &str),
+    generation: Option<i64>,
+) {
+    match source {
+        Some(c) => {
+            let reason = if c.reason.is_empty() {
+                if c.status == "True" {
+                    types::READY
+                } else {
+                    reasons::NOT_READY
+                }
+                .to_string()
+            } else {
+                c.reason
+            };
+            set(list, as_type, &c.status, &reason, &c.message, generation)
+        }
+        None => set(
+            list,
+            as_type,
+            status_str(fallback.0),
+            fallback.1,
+            fallback.2,
+            generation,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_survives_an_unchanged_status() {
+        let mut l = vec![];
+        set(&mut l, "Ready", "False", "A", "", None);
+        l[0].last_transition_time = "2020-01-01T00:00:00Z".into();
+        set(&mut l, "Ready", "False", "B", "m", None);
+        assert_eq!(l[0].last_transition_time, "2020-01-01T00:00:00Z");
+        assert_eq!(l[0].reason, "B");
+        set(&mut l, "Ready", "True", "B", "m", None);
+        assert_ne!(l[0].last_transition_time, "2020-01-01T00:00:00Z");
+        assert_eq!(l.len(), 1);
+    }
+}
