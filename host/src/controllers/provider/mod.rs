@@ -672,7 +672,9 @@ mod tests {
                 retry_after_seconds: s,
             })
         };
-        let cases: Vec<(CallError, u32, Option<(f64, f64)>, &str)> = vec![
+        // (error, consecutive failures, delay bounds in seconds or none, reason)
+        type Case = (CallError, u32, Option<(f64, f64)>, &'static str);
+        let cases: Vec<Case> = vec![
             (
                 CallError::Timeout(Duration::from_secs(30)),
                 1,
