@@ -123,6 +123,29 @@ pub fn set(
     }
 }
 
+/// Sets `Paused`: True with `message` when paused, else False (`NotPaused`).
+pub fn set_paused(list: &mut Vec<Condition>, paused: bool, message: &str, generation: Option<i64>) {
+    if paused {
+        set(
+            list,
+            types::PAUSED,
+            "True",
+            types::PAUSED,
+            message,
+            generation,
+        );
+    } else {
+        set(
+            list,
+            types::PAUSED,
+            "False",
+            reasons::NOT_PAUSED,
+            "",
+            generation,
+        );
+    }
+}
+
 pub fn is_true(list: &[Condition], type_: &str) -> bool {
     list.iter().any(|c| c.type_ == type_ && c.status == "True")
 }

@@ -127,6 +127,35 @@ impl Skeleton {
     }
 }
 
+/// The phases of one reconcile: every phase runs, so the status written at the end reflects
+/// all of them; the first error is the reconcile's.
+pub struct Phases<E>(Option<E>);
+
+impl<E> Default for Phases<E> {
+    fn default() -> Self {
+        Phases(None)
+    }
+}
+
+impl<E> Phases<E> {
+    /// Keeps the phase's error unless an earlier phase failed.
+    pub fn run(&mut self, r: Result<(), E>) {
+        if let Err(e) = r {
+            self.0.get_or_insert(e);
+        }
+    }
+
+    /// Whether every phase so far succeeded.
+    pub fn ok(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The first error, if any.
+    pub fn finish(self) -> Result<(), E> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
 /// The deferred status write: merges `after` into the object's status unless it equals what
 /// the object had (`before`), so a reconcile that changed nothing writes nothing.
 pub async fn write_status<K, S>(

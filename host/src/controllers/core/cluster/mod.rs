@@ -10,8 +10,8 @@ use super::context::CoreCtx;
 use super::error::ReconcileError;
 use crate::api::cluster::{Cluster, ClusterStatus};
 use crate::api::common::names::{CLUSTER_FINALIZER, PAUSED_ANNOTATION};
-use crate::contract::conditions::{reasons, types};
-use crate::controllers::skeleton::write_status;
+use crate::contract::conditions::set_paused;
+use crate::controllers::skeleton::{Phases, write_status};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -74,39 +74,23 @@ async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, Reconcile
         requeue: None,
     };
     let generation = scope.generation();
-    if is_paused(&scope.cluster) {
-        crate::contract::conditions::set(
-            &mut scope.status.conditions,
-            types::PAUSED,
-            "True",
-            types::PAUSED,
-            "the Cluster is paused",
-            generation,
-        );
+    let paused = is_paused(&scope.cluster);
+    set_paused(
+        &mut scope.status.conditions,
+        paused,
+        "the Cluster is paused",
+        generation,
+    );
+    if paused {
         write_back(&scope, ctx).await?;
         return Ok(Action::await_change());
     }
-    crate::contract::conditions::set(
-        &mut scope.status.conditions,
-        types::PAUSED,
-        "False",
-        reasons::NOT_PAUSED,
-        "",
-        generation,
-    );
-    // Every phase runs; the first error wins, but the status still gets written.
-    let mut first_err = None;
-    if let Err(e) = phases::reconcile_infrastructure(&mut scope, ctx).await {
-        first_err.get_or_insert(e);
-    }
-    if let Err(e) = phases::reconcile_control_plane(&mut scope, ctx).await {
-        first_err.get_or_insert(e);
-    }
-    status::update(&mut scope, ctx, first_err.is_none());
+    let mut steps = Phases::default();
+    steps.run(phases::reconcile_infrastructure(&mut scope, ctx).await);
+    steps.run(phases::reconcile_control_plane(&mut scope, ctx).await);
+    status::update(&mut scope, ctx, steps.ok());
     write_back(&scope, ctx).await?;
-    if let Some(e) = first_err {
-        return Err(e);
-    }
+    steps.finish()?;
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
 }
 

@@ -13,8 +13,8 @@ use super::error::ReconcileError;
 use crate::api::cluster::Cluster;
 use crate::api::common::names::{MACHINE_FINALIZER, PAUSED_ANNOTATION};
 use crate::api::machine::{Machine, MachineStatus};
-use crate::contract::conditions::{reasons, types};
-use crate::controllers::skeleton::write_status;
+use crate::contract::conditions::set_paused;
+use crate::controllers::skeleton::{Phases, write_status};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -80,26 +80,17 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
         requeue: None,
     };
     let generation = scope.generation();
-    if paused(&scope.machine, scope.cluster.as_deref()) {
-        crate::contract::conditions::set(
-            &mut scope.status.conditions,
-            types::PAUSED,
-            "True",
-            types::PAUSED,
-            "the Machine or its Cluster is paused",
-            generation,
-        );
+    let is_paused = paused(&scope.machine, scope.cluster.as_deref());
+    set_paused(
+        &mut scope.status.conditions,
+        is_paused,
+        "the Machine or its Cluster is paused",
+        generation,
+    );
+    if is_paused {
         write_back(&scope, ctx).await?;
         return Ok(Action::await_change());
     }
-    crate::contract::conditions::set(
-        &mut scope.status.conditions,
-        types::PAUSED,
-        "False",
-        reasons::NOT_PAUSED,
-        "",
-        generation,
-    );
     if scope.cluster.is_none() {
         return Err(ReconcileError::waiting(
             "ClusterNotFound",
@@ -111,24 +102,14 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
             Duration::from_secs(10),
         ));
     }
-    let mut first_err = None;
-    if let Err(e) = phases::reconcile_owner_and_labels(&mut scope, ctx).await {
-        first_err.get_or_insert(e);
-    }
-    if let Err(e) = phases::reconcile_bootstrap(&mut scope, ctx).await {
-        first_err.get_or_insert(e);
-    }
-    if let Err(e) = phases::reconcile_infrastructure(&mut scope, ctx).await {
-        first_err.get_or_insert(e);
-    }
-    if let Err(e) = node::reconcile_node(&mut scope, ctx).await {
-        first_err.get_or_insert(e);
-    }
-    status::update(&mut scope, first_err.is_none());
+    let mut steps = Phases::default();
+    steps.run(phases::reconcile_owner_and_labels(&mut scope, ctx).await);
+    steps.run(phases::reconcile_bootstrap(&mut scope, ctx).await);
+    steps.run(phases::reconcile_infrastructure(&mut scope, ctx).await);
+    steps.run(node::reconcile_node(&mut scope, ctx).await);
+    status::update(&mut scope, steps.ok());
     write_back(&scope, ctx).await?;
-    if let Some(e) = first_err {
-        return Err(e);
-    }
+    steps.finish()?;
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
 }
 
