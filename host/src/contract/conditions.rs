@@ -150,6 +150,49 @@ pub fn is_true(list: &[Condition], type_: &str) -> bool {
     list.iter().any(|c| c.type_ == type_ && c.status == "True")
 }
 
+/// A summary condition (Cluster `Available`, Machine `Ready`): True once every `required`
+/// condition is True and every gate is at its wanted status, and never while `deleting`. The
+/// message says what it still waits for. Returns whether it is True.
+pub struct Summary<'a> {
+    /// The summary's type; it is also its reason when True.
+    pub type_: &'a str,
+    /// Its reason when False.
+    pub false_reason: &'a str,
+    pub required: &'a [&'a str],
+    /// What is summarized, for the deletion message ("Cluster", "Machine").
+    pub noun: &'a str,
+}
+
+impl Summary<'_> {
+    pub fn set<'g>(
+        &self,
+        list: &mut Vec<Condition>,
+        gates: impl Iterator<Item = (&'g str, Option<&'g str>)>,
+        deleting: bool,
+        generation: Option<i64>,
+    ) -> bool {
+        let missing = not_met(list, self.required, gates);
+        let ok = !deleting && missing.is_empty();
+        let message = if deleting {
+            format!("the {} is being deleted", self.noun)
+        } else if missing.is_empty() {
+            String::new()
+        } else {
+            format!("not yet: {}", missing.join(", "))
+        };
+        let reason = if ok { self.type_ } else { self.false_reason };
+        set(
+            list,
+            self.type_,
+            status_str(ok),
+            reason,
+            &message,
+            generation,
+        );
+        ok
+    }
+}
+
 /// The conditions a summary (Cluster `Available`, Machine `Ready`) still waits for: the
 /// `required` ones that are not True, and the user's gates (`(type, polarity)`) not at their
 /// wanted status.

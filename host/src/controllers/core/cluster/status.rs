@@ -111,38 +111,25 @@ pub(super) fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
             generation,
         );
     }
-    let missing = conditions::not_met(
-        &scope.status.conditions,
-        &[
+    conditions::Summary {
+        type_: types::AVAILABLE,
+        false_reason: reasons::NOT_AVAILABLE,
+        required: &[
             types::INFRASTRUCTURE_READY,
             types::CONTROL_PLANE_AVAILABLE,
             types::WORKERS_AVAILABLE,
         ],
+        noun: "Cluster",
+    }
+    .set(
+        &mut scope.status.conditions,
         scope
             .cluster
             .spec
             .availability_gates
             .iter()
             .map(|g| (g.condition_type.as_str(), g.polarity.as_deref())),
-    );
-    let available = !deleting && missing.is_empty();
-    let message = if deleting {
-        "the Cluster is being deleted".to_string()
-    } else if missing.is_empty() {
-        String::new()
-    } else {
-        format!("not yet: {}", missing.join(", "))
-    };
-    conditions::set(
-        &mut scope.status.conditions,
-        types::AVAILABLE,
-        conditions::status_str(available),
-        if available {
-            types::AVAILABLE
-        } else {
-            reasons::NOT_AVAILABLE
-        },
-        &message,
+        deleting,
         generation,
     );
     scope.status.phase = Some(phase(scope).to_string());

@@ -41,38 +41,25 @@ pub(super) fn update(scope: &mut Scope, ok: bool) {
             generation,
         );
     }
-    let missing = conditions::not_met(
-        &scope.status.conditions,
-        &[
+    let ready = conditions::Summary {
+        type_: types::READY,
+        false_reason: reasons::NOT_READY,
+        required: &[
             types::BOOTSTRAP_CONFIG_READY,
             types::INFRASTRUCTURE_READY,
             types::NODE_HEALTHY,
         ],
+        noun: "Machine",
+    }
+    .set(
+        &mut scope.status.conditions,
         scope
             .machine
             .spec
             .readiness_gates
             .iter()
             .map(|g| (g.condition_type.as_str(), g.polarity.as_deref())),
-    );
-    let ready = !deleting && missing.is_empty();
-    let message = if deleting {
-        "the Machine is being deleted".to_string()
-    } else if missing.is_empty() {
-        String::new()
-    } else {
-        format!("not yet: {}", missing.join(", "))
-    };
-    conditions::set(
-        &mut scope.status.conditions,
-        types::READY,
-        conditions::status_str(ready),
-        if ready {
-            types::READY
-        } else {
-            reasons::NOT_READY
-        },
-        &message,
+        deleting,
         generation,
     );
     // Available is Ready held for minReadySeconds; with the default of 0 it is Ready.
