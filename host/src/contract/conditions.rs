@@ -214,6 +214,11 @@ pub fn not_met<'a>(
     missing
 }
 
+/// A mirror's fallback from a contract flag: True `Ready` or False `NotReady`, no message.
+pub fn flag_fallback(ok: bool) -> (bool, &'static str, &'static str) {
+    (ok, if ok { types::READY } else { reasons::NOT_READY }, "")
+}
+
 /// Mirrors a provider condition into `list` as `as_type`; without one, uses `fallback`.
 pub fn mirror(
     list: &mut Vec<Condition>,

@@ -33,7 +33,7 @@ async fn step(
         &message,
         generation,
     );
-    scope.status.phase = Some(types::DELETING.into());
+    scope.status.phase = Some(crate::contract::phases::DELETING.into());
     write_back(scope, ctx).await?;
     Err(ReconcileError::waiting(reason, message, WAIT))
 }

@@ -166,15 +166,7 @@ pub(super) async fn reconcile_infrastructure(
         &mut scope.status.conditions,
         obj.condition(types::READY),
         types::INFRASTRUCTURE_READY,
-        (
-            provisioned || was,
-            if provisioned || was {
-                types::READY
-            } else {
-                reasons::NOT_READY
-            },
-            "",
-        ),
+        conditions::flag_fallback(provisioned || was),
         generation,
     );
     if obj.deleting() || (!provisioned && !was) {
