@@ -24,7 +24,7 @@ impl HostState {
         limits: &Limits,
         plugin: &str,
         version: &str,
-        object_json: &str,
+        object_json: String,
         services: std::sync::Arc<super::Services>,
     ) -> Self {
         // No preopens, no env, no args, stdio discarded, no sockets or name lookups.

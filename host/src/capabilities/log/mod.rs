@@ -56,11 +56,11 @@ pub struct LogSink {
 
 impl LogSink {
     /// The sink of one call of `plugin` at `version` on `object_json`, holding `bytes` at most.
-    pub fn new(plugin: &str, version: &str, object_json: &str, bytes: usize) -> LogSink {
+    pub fn new(plugin: &str, version: &str, object_json: String, bytes: usize) -> LogSink {
         LogSink {
             plugin: plugin.into(),
             version: version.into(),
-            object_json: object_json.into(),
+            object_json,
             left: bytes,
             ..Default::default()
         }

@@ -201,7 +201,7 @@ impl Plugin {
 }
 
 impl Wasm {
-    fn store(&self, plugin: &Plugin, object: &str) -> Result<Store<HostState>, CallError> {
+    fn store(&self, plugin: &Plugin, object: String) -> Result<Store<HostState>, CallError> {
         let state = HostState::new(
             &plugin.limits,
             &plugin.metadata.name,
@@ -233,7 +233,8 @@ impl Wasm {
     async fn run<R>(
         &self,
         plugin: &Plugin,
-        object: &str,
+        // Owned: the call's log sink keeps it, so the object is copied once per call.
+        object: String,
         timeout: Duration,
         counted: bool,
         f: impl for<'a> FnOnce(
@@ -256,7 +257,7 @@ impl Wasm {
         // One span per plugin call; naming the object costs a JSON parse, so only when enabled.
         let span = if tracing::enabled!(tracing::Level::DEBUG) {
             tracing::debug_span!("plugin_call", plugin = %plugin.metadata.name, version = %plugin.metadata.version,
-                object = %crate::capabilities::log::object_ref(object))
+                object = %crate::capabilities::log::object_ref(&store.data().log.object_json))
         } else {
             tracing::Span::none()
         };
@@ -300,7 +301,7 @@ macro_rules! export_call {
     ($self:ident, $plugin:ident, $ctx:ident, $field:ident, $iface:literal, $call:ident, $case:ident) => {
         $self.run(
             $plugin,
-            &$ctx.object.clone(),
+            $ctx.object.clone(),
             $plugin.limits.reconcile_timeout,
             true,
             move |idx, i, s| {
@@ -326,7 +327,7 @@ impl Transport for Wasm {
     ) -> BoxFuture<'a, Result<PluginMetadata, CallError>> {
         Box::pin(self.run(
             plugin,
-            "plugin-info",
+            "plugin-info".to_string(),
             plugin.limits.metadata_timeout,
             false,
             |idx, i, s| Box::pin(async move { idx.info.load(&mut *s, &i)?.call_metadata(s).await }),
