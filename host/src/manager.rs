@@ -6,9 +6,11 @@
 use crate::api::cluster::Cluster;
 use crate::api::common::names::CLUSTER_NAME_LABEL;
 use crate::api::machine::Machine;
+use crate::api::machinedeployment::MachineDeployment;
+use crate::api::machineset::MachineSet;
 use crate::capabilities::sim_cloud::{SimCloud, SimSettings};
 use crate::controllers::core::context::CoreCtx;
-use crate::controllers::core::{cluster, machine, remote};
+use crate::controllers::core::{cluster, machine, machinedeployment, machineset, remote};
 use crate::controllers::external::{OwnerMap, Resolver, Tracker, owner_of_kind};
 use crate::controllers::fanout::Fanout;
 use crate::controllers::provider::Driver;
@@ -190,6 +192,142 @@ fn referrers_of_machine(store: &Store<Machine>) -> OwnerMap<Machine> {
     })
 }
 
+/// A reflector cache of `K` over the whole API; its changes fan out to subscribers.
+fn cached<K>(
+    client: &Client,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> (Store<K>, Arc<Fanout<K>>)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let changes: Arc<Fanout<K>> = Arc::default();
+    let stream = reflector::reflector(
+        writer,
+        watcher(Api::<K>::all(client.clone()), watcher::Config::default()).default_backoff(),
+    )
+    .touched_objects();
+    let fanout = changes.clone();
+    tasks.push(tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            if let Ok(o) = ev {
+                fanout.send(&Arc::new(o));
+            }
+        }
+    }));
+    (store, changes)
+}
+
+/// The change feeds the worker lifecycle controllers wake on.
+struct Lifecycle {
+    ms_changes: Arc<Fanout<MachineSet>>,
+    md_changes: Arc<Fanout<MachineDeployment>>,
+    machine_changes: tokio::sync::mpsc::UnboundedReceiver<Arc<Machine>>,
+    cluster_changes: tokio::sync::mpsc::UnboundedReceiver<Arc<Cluster>>,
+    /// Reconcile requests for Clusters, whose worker counters sum up sets and deployments.
+    clusters: tokio::sync::mpsc::UnboundedSender<ObjectRef<Cluster>>,
+}
+
+/// Runs the MachineSet and MachineDeployment controllers once the caches hold the world.
+/// A MachineSet wakes on its Machines (and orphans its selector matches), its deployment and
+/// its Cluster; a MachineDeployment on its sets, its Machines and its Cluster.
+async fn run_lifecycle(ctx: Arc<CoreCtx>, feeds: Lifecycle, concurrency: u16) {
+    let _ = ctx.machine_sets.wait_until_ready().await;
+    let _ = ctx.machine_deployments.wait_until_ready().await;
+    let _ = ctx.machines.wait_until_ready().await;
+    let (ms_tx, ms_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<MachineSet>>();
+    let (md_tx, md_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<MachineDeployment>>();
+    let Lifecycle {
+        ms_changes,
+        md_changes,
+        mut machine_changes,
+        mut cluster_changes,
+        clusters,
+    } = feeds;
+    let own_ms = ms_changes.subscribe();
+    let own_md = md_changes.subscribe();
+    let mut sets = ms_changes.subscribe();
+    let mut deployments = md_changes.subscribe();
+    let forward = {
+        let ctx = ctx.clone();
+        async move {
+            let mut seen: std::collections::HashMap<(String, String), u64> = Default::default();
+            loop {
+                tokio::select! {
+                    Some(m) = machine_changes.recv() => {
+                        for r in machineset::sets_of_machine(&ctx.machine_sets, &m) {
+                            let _ = ms_tx.send(r);
+                        }
+                        if let Some(r) = machinedeployment::deployment_of(&*m) {
+                            let _ = md_tx.send(r);
+                        }
+                    }
+                    Some(ms) = sets.recv() => {
+                        if let Some(r) = machinedeployment::deployment_of(&*ms) {
+                            let _ = md_tx.send(r);
+                        }
+                        let ns = ms.namespace().unwrap_or_default();
+                        let _ = clusters.send(ObjectRef::new(&ms.spec.cluster_name).within(&ns));
+                    }
+                    Some(md) = deployments.recv() => {
+                        let ns = md.namespace().unwrap_or_default();
+                        let _ = clusters.send(ObjectRef::new(&md.spec.cluster_name).within(&ns));
+                        for ms in ctx.machine_sets.state() {
+                            if ms.namespace().as_deref() == Some(ns.as_str())
+                                && machinedeployment::deployment_of(&*ms).is_some_and(|r| r.name == md.name_any())
+                            {
+                                let _ = ms_tx.send(ObjectRef::from_obj(&*ms));
+                            }
+                        }
+                    }
+                    Some(c) = cluster_changes.recv() => {
+                        let ns = c.namespace().unwrap_or_default();
+                        // Sets and deployments care about the Cluster's pause, not its status.
+                        let relevance = relevance::cluster_for_machines(&c).unwrap_or_default();
+                        if seen.insert((ns.clone(), c.name_any()), relevance) == Some(relevance) {
+                            continue;
+                        }
+                        let ours = |cluster: &str, o_ns: Option<String>| cluster == c.name_any() && o_ns.as_deref() == Some(ns.as_str());
+                        for ms in ctx.machine_sets.state() {
+                            if ours(&ms.spec.cluster_name, ms.namespace()) {
+                                let _ = ms_tx.send(ObjectRef::from_obj(&*ms));
+                            }
+                        }
+                        for md in ctx.machine_deployments.state() {
+                            if ours(&md.spec.cluster_name, md.namespace()) {
+                                let _ = md_tx.send(ObjectRef::from_obj(&*md));
+                            }
+                        }
+                    }
+                    else => return,
+                }
+            }
+        }
+    };
+    tokio::join!(
+        forward,
+        machineset::run(
+            ctx.clone(),
+            UnboundedReceiverStream::new(own_ms),
+            UnboundedReceiverStream::new(ms_rx),
+            concurrency
+        ),
+        machinedeployment::run(
+            ctx.clone(),
+            UnboundedReceiverStream::new(own_md),
+            UnboundedReceiverStream::new(md_rx),
+            concurrency
+        ),
+    );
+}
+
 /// Starts the host; it runs until the returned `Host` is dropped.
 pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerError> {
     std::fs::create_dir_all(&config.plugins).map_err(|source| ManagerError::PluginDir {
@@ -323,6 +461,9 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             }
         }));
     }
+    let lifecycle_cluster_tx = cluster_tx.clone();
+    let (machine_sets, ms_changes) = cached::<MachineSet>(&client, &mut tasks);
+    let (machine_deployments, md_changes) = cached::<MachineDeployment>(&client, &mut tasks);
     let resolver = Resolver::new(client.clone());
     let ctx = Arc::new(CoreCtx {
         client: client.clone(),
@@ -332,6 +473,8 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         metrics: metrics.clone(),
         clusters: clusters.clone(),
         machines: machines.clone(),
+        machine_sets: machine_sets.clone(),
+        machine_deployments: machine_deployments.clone(),
         secrets: secrets.clone(),
         cluster_tracker: Tracker::new(
             resolver.clone(),
@@ -370,6 +513,17 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             );
         }));
     }
+    tasks.push(tokio::spawn(run_lifecycle(
+        ctx.clone(),
+        Lifecycle {
+            ms_changes,
+            md_changes,
+            machine_changes: machine_changes.subscribe(),
+            cluster_changes: cluster_changes.subscribe(),
+            clusters: lifecycle_cluster_tx,
+        },
+        config.machine_concurrency,
+    )));
     let driver = Driver::new(
         client.clone(),
         registry.clone(),

@@ -3,6 +3,9 @@
 pub mod cluster;
 pub mod common;
 pub mod machine;
+pub mod machinedeployment;
+pub mod machinehealthcheck;
+pub mod machineset;
 pub mod wasmprovider;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -13,6 +16,18 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
         ("cluster.x-k8s.io_clusters.yaml", cluster::Cluster::crd()),
         ("cluster.x-k8s.io_machines.yaml", machine::Machine::crd()),
+        (
+            "cluster.x-k8s.io_machinesets.yaml",
+            machineset::MachineSet::crd(),
+        ),
+        (
+            "cluster.x-k8s.io_machinedeployments.yaml",
+            machinedeployment::MachineDeployment::crd(),
+        ),
+        (
+            "cluster.x-k8s.io_machinehealthchecks.yaml",
+            machinehealthcheck::MachineHealthCheck::crd(),
+        ),
         (
             "runtime.capw.dev_wasmproviders.yaml",
             wasmprovider::WasmProvider::crd(),

@@ -24,6 +24,17 @@ pub mod types {
     pub const ACTIVE: &str = "Active";
     pub const DEGRADED: &str = "Degraded";
     pub const ROLLED_BACK: &str = "RolledBack";
+    /// The lifecycle kinds' (MachineSet, MachineDeployment, MachineHealthCheck).
+    pub const UP_TO_DATE: &str = "UpToDate";
+    pub const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
+    pub const OWNER_REMEDIATED: &str = "OwnerRemediated";
+    pub const SCALING_UP: &str = "ScalingUp";
+    pub const SCALING_DOWN: &str = "ScalingDown";
+    pub const MACHINES_READY: &str = "MachinesReady";
+    pub const MACHINES_UP_TO_DATE: &str = "MachinesUpToDate";
+    pub const REMEDIATING: &str = "Remediating";
+    pub const ROLLING_OUT: &str = "RollingOut";
+    pub const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
 }
 
 /// Condition reasons core and the runtime set.
@@ -71,6 +82,35 @@ pub mod reasons {
     pub const QUARANTINED: &str = "Quarantined";
     pub const BAKE_FAILED: &str = "BakeFailed";
     pub const OBJECTS_REMAIN: &str = "ObjectsRemain";
+    pub const DELETING: &str = "Deleting";
+    pub const DELETION_COMPLETED: &str = "DeletionCompleted";
+    pub const SCALING_UP: &str = "ScalingUp";
+    pub const NOT_SCALING_UP: &str = "NotScalingUp";
+    pub const SCALING_DOWN: &str = "ScalingDown";
+    pub const NOT_SCALING_DOWN: &str = "NotScalingDown";
+    pub const NO_REPLICAS: &str = "NoReplicas";
+    pub const READY: &str = "Ready";
+    pub const READY_UNKNOWN: &str = "ReadyUnknown";
+    pub const UP_TO_DATE: &str = "UpToDate";
+    pub const NOT_UP_TO_DATE: &str = "NotUpToDate";
+    pub const UP_TO_DATE_UNKNOWN: &str = "UpToDateUnknown";
+    pub const REMEDIATING: &str = "Remediating";
+    pub const NOT_REMEDIATING: &str = "NotRemediating";
+    pub const ROLLING_OUT: &str = "RollingOut";
+    pub const NOT_ROLLING_OUT: &str = "NotRollingOut";
+    pub const AVAILABLE: &str = "Available";
+    pub const WAITING_FOR_REPLICAS_SET: &str = "WaitingForReplicasSet";
+    pub const MACHINE_DELETING: &str = "MachineDeleting";
+    pub const WAITING_FOR_REMEDIATION: &str = "WaitingForRemediation";
+    pub const CANNOT_BE_REMEDIATED: &str = "CannotBeRemediated";
+    pub const REMEDIATION_DEFERRED: &str = "RemediationDeferred";
+    pub const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
+    pub const UNHEALTHY_NODE: &str = "UnhealthyNode";
+    pub const NODE_STARTUP_TIMEOUT: &str = "NodeStartupTimeout";
+    pub const HAS_REMEDIATE_ANNOTATION: &str = "HasRemediateAnnotation";
+    pub const TOO_MANY_UNHEALTHY: &str = "TooManyUnhealthy";
+    pub const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
+    pub const PREFLIGHT_CHECK_FAILED: &str = "PreflightCheckFailed";
 }
 
 pub fn now() -> String {

@@ -53,6 +53,10 @@ pub const REPLICAS: &str = "/status/replicas";
 pub const UP_TO_DATE_REPLICAS: &str = "/status/upToDateReplicas";
 pub const READY_REPLICAS: &str = "/status/readyReplicas";
 pub const AVAILABLE_REPLICAS: &str = "/status/availableReplicas";
+/// ControlPlane: the version asked for, and the lowest version its Machines run (what the
+/// MachineSet preflight checks compare).
+pub const SPEC_VERSION: &str = "/spec/version";
+pub const STATUS_VERSION: &str = "/status/version";
 /// ControlPlane: the control plane's Machines template (the host clones its infrastructure).
 pub const MACHINE_TEMPLATE_INFRASTRUCTURE_REF: &str =
     "/spec/machineTemplate/spec/infrastructureRef";

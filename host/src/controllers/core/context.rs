@@ -93,6 +93,8 @@ pub struct CoreCtx {
     pub metrics: Arc<Metrics>,
     pub clusters: Store<Cluster>,
     pub machines: Store<Machine>,
+    pub machine_sets: Store<crate::api::machineset::MachineSet>,
+    pub machine_deployments: Store<crate::api::machinedeployment::MachineDeployment>,
     /// Secrets labelled with a cluster name (kubeconfigs, CAs, tokens, bootstrap data).
     pub secrets: Store<k8s_openapi::api::core::v1::Secret>,
     pub cluster_tracker: Arc<Tracker<Cluster>>,

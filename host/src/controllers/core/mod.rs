@@ -4,9 +4,13 @@
 //! its status and conditions, `delete.rs` deletes in order.
 
 pub mod adopt;
+pub mod aggregate;
 pub mod cluster;
 pub mod context;
 pub mod error;
 pub mod machine;
+pub mod machinedeployment;
+pub mod machineset;
+pub mod naming;
 pub mod referenced;
 pub mod remote;

@@ -1,10 +1,13 @@
-//! `reconcileDelete`: workers first, then the control plane, then the infrastructure cluster,
+//! `reconcileDelete`: workers first (MachineDeployments, stand-alone MachineSets and
+//! Machines), then the control plane, then the infrastructure cluster,
 //! then the finalizer. Each step waits for the previous one to be gone.
 
 use super::{Scope, write_back};
 use crate::api::cluster::Cluster;
 use crate::api::common::names::CONTROL_PLANE_LABEL;
 use crate::api::machine::Machine;
+use crate::api::machinedeployment::MachineDeployment;
+use crate::api::machineset::MachineSet;
 use crate::contract::conditions;
 use crate::contract::conditions::{reasons, types};
 use crate::controllers::core::context::CoreCtx;
@@ -38,6 +41,14 @@ async fn step(
     Err(ReconcileError::waiting(reason, message, WAIT))
 }
 
+fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), ReconcileError> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 pub(super) async fn reconcile_delete(
     cluster: Arc<Cluster>,
     ctx: &CoreCtx,
@@ -50,12 +61,55 @@ pub(super) async fn reconcile_delete(
         endpoint: None,
         requeue: None,
     };
-    // Machines are read live here: the cache may lag behind deletions this step waits for.
+    // Workers are read live here: the cache may lag behind deletions this step waits for.
     let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
     let lp = kube::api::ListParams::default().labels(&format!(
         "{}={name}",
         crate::api::common::names::CLUSTER_NAME_LABEL
     ));
+    // Upstream's order: MachineDeployments, then stand-alone MachineSets, in one pass; the
+    // sets of a deployment and the Machines of a set go through their owners.
+    let deployments: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let sets: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &ns);
+    let mds: Vec<MachineDeployment> = deployments
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|d| d.spec.cluster_name == name)
+        .collect();
+    let mss: Vec<MachineSet> = sets
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| s.spec.cluster_name == name)
+        .collect();
+    for d in mds
+        .iter()
+        .filter(|d| d.metadata.deletion_timestamp.is_none())
+    {
+        ignore_gone(
+            deployments
+                .delete(&d.name_any(), &DeleteParams::background())
+                .await,
+        )?;
+    }
+    for s in mss
+        .iter()
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+    {
+        let controlled = s
+            .owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true));
+        if !controlled {
+            ignore_gone(
+                sets.delete(&s.name_any(), &DeleteParams::background())
+                    .await,
+            )?;
+        }
+    }
     let all = machines.list(&lp).await?.items;
     let has_cp_provider = cluster
         .spec
@@ -66,7 +120,7 @@ pub(super) async fn reconcile_delete(
         .iter()
         .filter(|m| !has_cp_provider || !m.labels().contains_key(CONTROL_PLANE_LABEL))
         .collect();
-    if !direct.is_empty() {
+    if !direct.is_empty() || !mds.is_empty() || !mss.is_empty() {
         for m in &direct {
             let owned_by_cluster = m
                 .owner_references()
@@ -84,12 +138,27 @@ pub(super) async fn reconcile_delete(
                 }
             }
         }
-        let names: Vec<String> = direct.iter().map(|m| m.name_any()).collect();
+        let mut waiting = vec![];
+        let list = |kind: &str, names: Vec<String>| {
+            (!names.is_empty()).then(|| format!("{kind} {}", names.join(", ")))
+        };
+        waiting.extend(list(
+            "MachineDeployments",
+            mds.iter().map(|d| d.name_any()).collect(),
+        ));
+        waiting.extend(list(
+            "MachineSets",
+            mss.iter().map(|s| s.name_any()).collect(),
+        ));
+        waiting.extend(list(
+            "Machines",
+            direct.iter().map(|m| m.name_any()).collect(),
+        ));
         return step(
             &mut scope,
             ctx,
             reasons::WAITING_FOR_WORKERS_DELETION,
-            format!("Machines {} are being deleted", names.join(", ")),
+            format!("{} are being deleted", waiting.join("; ")),
         )
         .await;
     }

@@ -2,16 +2,15 @@
 
 use super::Scope;
 use crate::api::cluster::ReplicaSummary;
-use crate::api::common::names::CONTROL_PLANE_LABEL;
+use crate::api::common::names::{CONTROL_PLANE_LABEL, DEPLOYMENT_NAME_LABEL, SET_NAME_LABEL};
+use crate::api::machine::Machine;
+use crate::api::machinedeployment::MachineDeployment;
+use crate::api::machineset::MachineSet;
 use crate::contract::conditions;
 use crate::contract::conditions::{reasons, types};
 use crate::contract::phases;
 use crate::controllers::core::context::CoreCtx;
 use kube::ResourceExt;
-
-fn count(n: usize) -> Option<i32> {
-    i32::try_from(n).ok()
-}
 
 /// The phase by upstream's rules, each later rule overriding.
 pub(super) fn phase(scope: &Scope) -> &'static str {
@@ -48,56 +47,135 @@ pub(super) fn phase(scope: &Scope) -> &'static str {
     phase
 }
 
+/// `status.workers` and `WorkersAvailable` (`capi-lifecycle.md` §6.2): sums over the
+/// Cluster's MachineDeployments, its stand-alone MachineSets and its stand-alone worker
+/// Machines. Returns whether the workers are available, and what is not when they are not.
+pub(super) fn workers(
+    mds: &[&MachineDeployment],
+    mss: &[&MachineSet],
+    machines: &[&Machine],
+) -> (ReplicaSummary, bool, String) {
+    let mut sum = ReplicaSummary::default();
+    let mut add = |field: fn(&mut ReplicaSummary) -> &mut Option<i32>, v: Option<i32>| {
+        if let Some(v) = v {
+            *field(&mut sum).get_or_insert(0) += v;
+        }
+    };
+    let mut unavailable = vec![];
+    for md in mds {
+        let s = md.status.clone().unwrap_or_default();
+        add(
+            |s| &mut s.desired_replicas,
+            Some(md.spec.replicas.unwrap_or(1)),
+        );
+        add(|s| &mut s.replicas, s.replicas);
+        add(|s| &mut s.ready_replicas, s.ready_replicas);
+        add(|s| &mut s.available_replicas, s.available_replicas);
+        add(|s| &mut s.up_to_date_replicas, s.up_to_date_replicas);
+        if !conditions::is_true(&s.conditions, types::AVAILABLE) {
+            unavailable.push(format!("MachineDeployment {}", md.name_any()));
+        }
+    }
+    for ms in mss {
+        let s = ms.status.clone().unwrap_or_default();
+        add(
+            |s| &mut s.desired_replicas,
+            Some(ms.spec.replicas.unwrap_or(1)),
+        );
+        add(|s| &mut s.replicas, s.replicas);
+        add(|s| &mut s.ready_replicas, s.ready_replicas);
+        add(|s| &mut s.available_replicas, s.available_replicas);
+        add(|s| &mut s.up_to_date_replicas, s.up_to_date_replicas);
+    }
+    for m in machines {
+        let has = |t: &str| {
+            m.status
+                .as_ref()
+                .is_some_and(|s| conditions::is_true(&s.conditions, t))
+        };
+        add(|s| &mut s.desired_replicas, Some(1));
+        add(|s| &mut s.replicas, Some(1));
+        add(
+            |s| &mut s.ready_replicas,
+            Some(i32::from(has(types::READY))),
+        );
+        add(
+            |s| &mut s.available_replicas,
+            Some(i32::from(has(types::AVAILABLE))),
+        );
+        add(
+            |s| &mut s.up_to_date_replicas,
+            Some(i32::from(has(types::UP_TO_DATE))),
+        );
+        // Stand-alone Machines have no deployment to report availability: each counts.
+        if !has(types::AVAILABLE) {
+            unavailable.push(format!("Machine {}", m.name_any()));
+        }
+    }
+    let ok = unavailable.is_empty();
+    let message = if ok {
+        String::new()
+    } else {
+        format!("* {} not available", unavailable.join(", "))
+    };
+    (sum, ok, message)
+}
+
 pub(super) fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
     let generation = scope.generation();
     let ns = scope.ns();
-    let workers: Vec<_> = ctx
-        .machines_of(&ns, &scope.cluster.name_any())
+    let name = scope.cluster.name_any();
+    let in_cluster = |o_ns: Option<String>, cluster: &str| {
+        o_ns.as_deref() == Some(ns.as_str()) && cluster == name
+    };
+    let mds: Vec<_> = ctx
+        .machine_deployments
+        .state()
+        .into_iter()
+        .filter(|d| in_cluster(d.namespace(), &d.spec.cluster_name))
+        .collect();
+    let mss: Vec<_> = ctx
+        .machine_sets
+        .state()
+        .into_iter()
+        .filter(|s| in_cluster(s.namespace(), &s.spec.cluster_name))
+        .filter(|s| !s.labels().contains_key(DEPLOYMENT_NAME_LABEL))
+        .filter(|s| {
+            !s.owner_references()
+                .iter()
+                .any(|o| o.kind == "MachineDeployment")
+        })
+        .collect();
+    let standalone: Vec<_> = ctx
+        .machines_of(&ns, &name)
         .into_iter()
         .filter(|m| !m.labels().contains_key(CONTROL_PLANE_LABEL))
+        .filter(|m| {
+            !m.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && o.kind == "MachineSet")
+        })
+        .filter(|m| !m.labels().contains_key(SET_NAME_LABEL))
         .collect();
-    let ready = workers
-        .iter()
-        .filter(|m| {
-            m.status
-                .as_ref()
-                .is_some_and(|s| conditions::is_true(&s.conditions, types::READY))
-        })
-        .count();
-    let available = workers
-        .iter()
-        .filter(|m| {
-            m.status
-                .as_ref()
-                .is_some_and(|s| conditions::is_true(&s.conditions, types::AVAILABLE))
-        })
-        .count();
-    scope.status.workers = Some(ReplicaSummary {
-        desired_replicas: count(workers.len()),
-        replicas: count(workers.len()),
-        up_to_date_replicas: count(workers.len()),
-        ready_replicas: count(ready),
-        available_replicas: count(available),
-    });
-    // Stand-alone Machines have no MachineDeployment to report availability: they count as
-    // available workers when each of them is.
-    let workers_ok = available == workers.len();
+    let (summary, workers_ok, message) = workers(
+        &mds.iter().map(|d| &**d).collect::<Vec<_>>(),
+        &mss.iter().map(|s| &**s).collect::<Vec<_>>(),
+        &standalone.iter().map(|m| &**m).collect::<Vec<_>>(),
+    );
+    let none = mds.is_empty() && mss.is_empty() && standalone.is_empty();
+    scope.status.workers = Some(summary);
     conditions::set(
         &mut scope.status.conditions,
         types::WORKERS_AVAILABLE,
         conditions::status_str(workers_ok),
-        if workers.is_empty() {
+        if none {
             reasons::NO_WORKERS
         } else if workers_ok {
             types::AVAILABLE
         } else {
             reasons::NOT_AVAILABLE
         },
-        &if workers_ok {
-            String::new()
-        } else {
-            format!("{available} of {} worker Machines available", workers.len())
-        },
+        &message,
         generation,
     );
     let deleting = scope.cluster.metadata.deletion_timestamp.is_some();

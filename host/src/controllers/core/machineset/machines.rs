@@ -1,0 +1,688 @@
+//! The MachineSet's Machines: the cluster label and owner on the set, the templates (owned by
+//! the Cluster), adoption of orphans, in-place propagation, and scaling. A new Machine gets a
+//! bootstrap config and an infrastructure machine cloned from the templates (upstream's
+//! `CreateFromTemplate`: the kind is the template's kind without `Template`), named like the
+//! Machine and annotated with where they were cloned from.
+
+use super::{RECHECK, Scope, deletion_order, preflight};
+use crate::api::common::ContractVersionedObjectReference;
+use crate::api::common::names::{
+    API_VERSION, CLONED_FROM_GROUPKIND_ANNOTATION, CLONED_FROM_NAME_ANNOTATION, CLUSTER_NAME_LABEL,
+    DEPLOYMENT_NAME_LABEL, DISABLE_MACHINE_CREATE_ANNOTATION, MACHINE_FINALIZER, SET_NAME_LABEL,
+    SKIP_PREFLIGHT_ANNOTATION,
+};
+use crate::api::machine::Machine;
+use crate::api::machineset::MachineSet;
+use crate::contract::conditions::{self, types};
+use crate::contract::fields;
+use crate::controllers::core::adopt;
+use crate::controllers::core::context::CoreCtx;
+use crate::controllers::core::error::ReconcileError;
+use crate::controllers::core::machinedeployment::revisions;
+use crate::controllers::core::naming;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a reconcile waits for the cache to show its own creates and deletes, so the next
+/// reconcile cannot count too few Machines and create duplicates.
+const CACHE_WAIT: Duration = Duration::from_secs(10);
+
+fn now() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+/// The cluster-name label on the set (written by the defaults) and, for a stand-alone set, a
+/// plain owner reference to the Cluster.
+pub(super) async fn reconcile_owner_and_labels(
+    scope: &Scope,
+    ctx: &CoreCtx,
+) -> Result<(), ReconcileError> {
+    let ms = &scope.ms;
+    let standalone = !ms.labels().contains_key(DEPLOYMENT_NAME_LABEL)
+        && !ms
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "MachineDeployment" || o.kind == "Cluster");
+    if !standalone {
+        return Ok(());
+    }
+    let c = &scope.cluster;
+    let mut refs = ms.owner_references().to_vec();
+    refs.push(adopt::owner_ref(
+        "Cluster",
+        &c.name_any(),
+        &c.uid().unwrap_or_default(),
+        false,
+    ));
+    let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    let patch = json!({"metadata": {"ownerReferences": refs}});
+    api.patch(
+        &scope.name(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The referenced templates: each gets an owner reference to the Cluster. A missing one is
+/// recorded (it blocks scaling up the current revision) and is not an error: an old revision
+/// must still scale down after its template is gone.
+pub(super) async fn reconcile_templates(
+    scope: &mut Scope,
+    ctx: &CoreCtx,
+) -> Result<(), ReconcileError> {
+    let spec = &scope.spec.template.spec;
+    let refs: Vec<ContractVersionedObjectReference> = [
+        Some(spec.infrastructure_ref.clone()),
+        spec.bootstrap.config_ref.clone(),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|r| r.is_set() && r.kind.ends_with("Template"))
+    .collect();
+    let ns = scope.ns();
+    let c = scope.cluster.clone();
+    for r in refs {
+        match ctx.resolver.get(&ns, &r).await? {
+            None => scope
+                .missing_templates
+                .push(format!("{} {ns}/{} does not exist", r.kind, r.name)),
+            Some((obj, resolved)) => {
+                let has = obj
+                    .owner_references()
+                    .iter()
+                    .any(|o| o.kind == "Cluster" && o.uid == c.uid().unwrap_or_default());
+                if !has && obj.metadata.deletion_timestamp.is_none() {
+                    adopt::ensure(
+                        &ctx.resolver.api(&ns, &resolved),
+                        &obj,
+                        adopt::owner_ref(
+                            "Cluster",
+                            &c.name_any(),
+                            &c.uid().unwrap_or_default(),
+                            false,
+                        ),
+                        &[],
+                        &c.name_any(),
+                    )
+                    .await?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The set's Machines from the cache: those it controls, and orphans its selector matches,
+/// which it adopts (events `SuccessfulAdopt`/`FailedAdopt`). Deleting Machines stay in the
+/// set: they count in `status.replicas`.
+pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+    let ns = scope.ns();
+    let uid = scope.ms.uid().unwrap_or_default();
+    let mut mine = vec![];
+    let mut orphans = vec![];
+    for m in ctx.machines.state() {
+        if m.namespace().as_deref() != Some(ns.as_str()) {
+            continue;
+        }
+        match m
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+        {
+            Some(o) if o.uid == uid => mine.push(m),
+            Some(_) => {}
+            None => {
+                if m.spec.cluster_name == scope.spec.cluster_name
+                    && scope.spec.selector.matches(m.labels())
+                    && m.metadata.deletion_timestamp.is_none()
+                {
+                    orphans.push(m)
+                }
+            }
+        }
+    }
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
+    for m in orphans {
+        let mut refs = m.owner_references().to_vec();
+        refs.push(adopt::owner_ref("MachineSet", &scope.name(), &uid, true));
+        let patch = json!({"metadata": {
+            "ownerReferences": refs,
+            "resourceVersion": m.resource_version(),
+        }});
+        match api
+            .patch(
+                &m.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(adopted) => {
+                ctx.event(
+                    &scope.object_ref(),
+                    false,
+                    "SuccessfulAdopt",
+                    format!("Adopted Machine {}", m.name_any()),
+                )
+                .await;
+                mine.push(Arc::new(adopted));
+            }
+            // Someone else changed it first: the change wakes this set again.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+            Err(e) => {
+                ctx.event(
+                    &scope.object_ref(),
+                    true,
+                    "FailedAdopt",
+                    format!("Failed to adopt Machine {}: {e}", m.name_any()),
+                )
+                .await;
+                return Err(e.into());
+            }
+        }
+    }
+    mine.sort_by_key(|m| m.name_any());
+    scope.machines = mine;
+    Ok(())
+}
+
+/// The labels every Machine of the set carries.
+fn machine_labels(scope: &Scope) -> BTreeMap<String, String> {
+    let mut labels = scope.spec.template.labels();
+    labels.insert(SET_NAME_LABEL.into(), naming::label_value(&scope.name()));
+    if let Some(md) = scope.ms.labels().get(DEPLOYMENT_NAME_LABEL) {
+        labels.insert(DEPLOYMENT_NAME_LABEL.into(), md.clone());
+    }
+    labels.insert(CLUSTER_NAME_LABEL.into(), scope.spec.cluster_name.clone());
+    labels
+}
+
+/// Clones `template` for the Machine `name` (upstream's `CreateFromTemplate`).
+async fn clone_template(
+    scope: &Scope,
+    ctx: &CoreCtx,
+    field: &str,
+    template: &ContractVersionedObjectReference,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> Result<ContractVersionedObjectReference, ReconcileError> {
+    let ns = scope.ns();
+    let Some(kind) = template
+        .kind
+        .strip_suffix("Template")
+        .filter(|k| !k.is_empty())
+    else {
+        return Err(ReconcileError::Invalid(format!(
+            "MachineSet {ns}/{}: {field} names {} {}, which is not a template: name a {}Template",
+            scope.name(),
+            template.kind,
+            template.name,
+            template.kind
+        )));
+    };
+    let Some((source, _)) = ctx.resolver.get(&ns, template).await? else {
+        return Err(ReconcileError::Invalid(format!(
+            "MachineSet {ns}/{}: {field} names {} {}, which does not exist",
+            scope.name(),
+            template.kind,
+            template.name
+        )));
+    };
+    let target = ctx.resolver.resolve(&template.api_group, kind).await?;
+    let embedded = |key: &str| -> BTreeMap<String, String> {
+        source
+            .data
+            .pointer(&format!("/spec/template/metadata/{key}"))
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default()
+    };
+    let mut all_labels = embedded("labels");
+    all_labels.extend(labels.clone());
+    let mut all_annotations = embedded("annotations");
+    all_annotations.extend(annotations.clone());
+    all_annotations.insert(CLONED_FROM_NAME_ANNOTATION.into(), template.name.clone());
+    all_annotations.insert(
+        CLONED_FROM_GROUPKIND_ANNOTATION.into(),
+        format!("{}.{}", template.kind, template.api_group),
+    );
+    let obj = json!({
+        "apiVersion": target.ar.api_version, "kind": kind,
+        "metadata": {
+            "name": name, "namespace": ns, "labels": all_labels, "annotations": all_annotations,
+            "ownerReferences": [adopt::owner_ref("MachineSet", &scope.name(), &scope.ms.uid().unwrap_or_default(), false)],
+        },
+        "spec": source.data.pointer(fields::TEMPLATE_SPEC).cloned().unwrap_or(json!({})),
+    });
+    let obj: DynamicObject =
+        serde_json::from_value(obj).map_err(|e| ReconcileError::Invalid(e.to_string()))?;
+    match ctx
+        .resolver
+        .api(&ns, &target)
+        .create(&PostParams::default(), &obj)
+        .await
+    {
+        Ok(_) => {}
+        // Left by an earlier attempt that failed after it: reuse it.
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(ContractVersionedObjectReference {
+        api_group: template.api_group.clone(),
+        kind: kind.to_string(),
+        name: name.to_string(),
+    })
+}
+
+async fn delete_clone(ctx: &CoreCtx, ns: &str, r: &ContractVersionedObjectReference) {
+    if let Ok(resolved) = ctx.resolver.resolve(&r.api_group, &r.kind).await {
+        let _ = ctx
+            .resolver
+            .api(ns, &resolved)
+            .delete(&r.name, &DeleteParams::background())
+            .await;
+    }
+}
+
+fn machine_name(scope: &Scope) -> Result<String, ReconcileError> {
+    let template = scope
+        .spec
+        .machine_naming
+        .as_ref()
+        .and_then(|n| n.template.clone());
+    match template {
+        None => Ok(naming::with_suffix(&scope.name(), &naming::random_suffix())),
+        Some(t) => naming::from_template(
+            &t,
+            &scope.spec.cluster_name,
+            ".machineSet.name",
+            &scope.name(),
+        )
+        .map_err(|e| {
+            ReconcileError::Invalid(format!(
+                "MachineSet {}/{}: spec.machineNaming.template: {e}",
+                scope.ns(),
+                scope.name()
+            ))
+        }),
+    }
+}
+
+/// Creates one Machine with its clones; on failure nothing it made is left behind.
+async fn create_one(scope: &Scope, ctx: &CoreCtx) -> Result<String, ReconcileError> {
+    let ns = scope.ns();
+    let name = machine_name(scope)?;
+    let labels = machine_labels(scope);
+    let annotations = scope.spec.template.annotations();
+    let mut spec = scope.spec.template.spec.clone();
+    spec.cluster_name = scope.spec.cluster_name.clone();
+    let mut made = vec![];
+    if let Some(config) = spec.bootstrap.config_ref.clone() {
+        let r = clone_template(
+            scope,
+            ctx,
+            "spec.template.spec.bootstrap.configRef",
+            &config,
+            &name,
+            &labels,
+            &annotations,
+        )
+        .await?;
+        made.push(r.clone());
+        spec.bootstrap.config_ref = Some(r);
+    }
+    let infra = match clone_template(
+        scope,
+        ctx,
+        "spec.template.spec.infrastructureRef",
+        &spec.infrastructure_ref,
+        &name,
+        &labels,
+        &annotations,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            for r in &made {
+                delete_clone(ctx, &ns, r).await;
+            }
+            return Err(e);
+        }
+    };
+    made.push(infra.clone());
+    spec.infrastructure_ref = infra;
+    let machine = json!({
+        "apiVersion": API_VERSION, "kind": "Machine",
+        "metadata": {
+            "name": name, "namespace": ns, "labels": labels, "annotations": annotations,
+            "finalizers": [MACHINE_FINALIZER],
+            "ownerReferences": [adopt::owner_ref("MachineSet", &scope.name(), &scope.ms.uid().unwrap_or_default(), true)],
+        },
+        "spec": spec,
+    });
+    let machine: Machine =
+        serde_json::from_value(machine).map_err(|e| ReconcileError::Invalid(e.to_string()))?;
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Err(e) = api.create(&PostParams::default(), &machine).await {
+        for r in &made {
+            delete_clone(ctx, &ns, r).await;
+        }
+        return Err(e.into());
+    }
+    Ok(name)
+}
+
+/// Waits (bounded) until the Machine cache satisfies `done` for `name`.
+async fn await_cache(
+    ctx: &CoreCtx,
+    ns: &str,
+    names: &[String],
+    done: fn(Option<Arc<Machine>>) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + CACHE_WAIT;
+    for name in names {
+        let key = ObjectRef::new(name).within(ns);
+        while !done(ctx.machines.get(&key)) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Whether scaling up may go on now; records why not.
+async fn may_scale_up(scope: &mut Scope, ctx: &CoreCtx) -> Result<bool, ReconcileError> {
+    if scope.is_current_revision() && !scope.missing_templates.is_empty() {
+        scope.blocked = scope.missing_templates.clone();
+        return Ok(false);
+    }
+    let failed = run_preflight(scope, ctx).await?;
+    if !failed.is_empty() {
+        scope.blocked = failed;
+        scope.requeue_after(RECHECK);
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// The preflight checks against the Cluster's control plane (read through its ref).
+pub(super) async fn run_preflight(
+    scope: &Scope,
+    ctx: &CoreCtx,
+) -> Result<Vec<String>, ReconcileError> {
+    let ns = scope.ns();
+    let cp = match scope
+        .cluster
+        .spec
+        .control_plane_ref
+        .as_ref()
+        .filter(|r| r.is_set())
+    {
+        None => None,
+        Some(r) => ctx
+            .resolver
+            .get(&ns, r)
+            .await?
+            .map(|(o, _)| preflight::ControlPlane {
+                describe: format!("{} {ns}/{}", r.kind, r.name),
+                spec_version: o
+                    .data
+                    .pointer(fields::SPEC_VERSION)
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                status_version: o
+                    .data
+                    .pointer(fields::STATUS_VERSION)
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            }),
+    };
+    let skip = scope
+        .ms
+        .annotations()
+        .get(SKIP_PREFLIGHT_ANNOTATION)
+        .cloned();
+    Ok(preflight::failures(
+        cp.as_ref(),
+        scope.spec.template.spec.version.as_deref(),
+        scope.spec.template.spec.bootstrap.config_ref.as_ref(),
+        skip.as_deref(),
+    ))
+}
+
+/// `syncReplicas`: creates the missing Machines in one pass, or deletes the surplus by
+/// deletion priority. Deleting Machines count as existing, so a replacement comes only once
+/// the Machine it replaces is gone.
+pub(super) async fn sync_replicas(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+    let ns = scope.ns();
+    let desired = scope.replicas();
+    let current = scope.machines.len() as i32;
+    if desired > current {
+        if scope
+            .ms
+            .annotations()
+            .contains_key(DISABLE_MACHINE_CREATE_ANNOTATION)
+        {
+            return Ok(());
+        }
+        if !may_scale_up(scope, ctx).await? {
+            return Ok(());
+        }
+        let mut created = vec![];
+        let mut first_error = None;
+        for _ in 0..desired - current {
+            match create_one(scope, ctx).await {
+                Ok(name) => {
+                    ctx.event(
+                        &scope.object_ref(),
+                        false,
+                        "SuccessfulCreate",
+                        format!("Created Machine {name}"),
+                    )
+                    .await;
+                    created.push(name);
+                }
+                Err(e) => {
+                    ctx.event(
+                        &scope.object_ref(),
+                        true,
+                        "FailedCreate",
+                        format!("Failed to create Machine: {e}"),
+                    )
+                    .await;
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        await_cache(ctx, &ns, &created, |m| m.is_some()).await;
+        return first_error.map_or(Ok(()), Err);
+    }
+    if current > desired {
+        let order = scope
+            .spec
+            .deletion
+            .as_ref()
+            .and_then(|d| d.order.clone())
+            .unwrap_or_else(|| deletion_order::RANDOM.into());
+        let all: Vec<&Machine> = scope.machines.iter().map(|m| &**m).collect();
+        let victims: Vec<String> =
+            deletion_order::victims(&all, (current - desired) as usize, &order, now())
+                .into_iter()
+                .filter(|m| m.metadata.deletion_timestamp.is_none())
+                .map(|m| m.name_any())
+                .collect();
+        let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
+        for name in &victims {
+            match api.delete(name, &DeleteParams::background()).await {
+                Ok(_) => {
+                    ctx.event(
+                        &scope.object_ref(),
+                        false,
+                        "SuccessfulDelete",
+                        format!("Deleted Machine {name}"),
+                    )
+                    .await
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        await_cache(ctx, &ns, &victims, |m| {
+            m.is_none_or(|m| m.metadata.deletion_timestamp.is_some())
+        })
+        .await;
+    }
+    Ok(())
+}
+
+/// Deletes every Machine of the set (its deletion).
+pub(super) async fn delete_all(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    for m in scope
+        .machines
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+    {
+        match api.delete(&m.name_any(), &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Sets one condition on a Machine's status unless it already reads so. The write carries
+/// the resourceVersion it was computed from: a Machine that changed meanwhile is left to the
+/// next reconcile, so no controller overwrites conditions it did not read.
+pub(crate) async fn set_machine_condition(
+    ctx: &CoreCtx,
+    m: &Machine,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+) -> Result<(), ReconcileError> {
+    let mut list = m.status.clone().unwrap_or_default().conditions;
+    let before = list.clone();
+    conditions::set(
+        &mut list,
+        type_,
+        status,
+        reason,
+        message,
+        m.metadata.generation,
+    );
+    if list == before {
+        return Ok(());
+    }
+    patch_machine_conditions(ctx, m, list).await
+}
+
+/// Removes a condition from a Machine's status (guarded as above).
+pub(crate) async fn remove_machine_condition(
+    ctx: &CoreCtx,
+    m: &Machine,
+    type_: &str,
+) -> Result<(), ReconcileError> {
+    let mut list = m.status.clone().unwrap_or_default().conditions;
+    let n = list.len();
+    list.retain(|c| c.type_ != type_);
+    if list.len() == n {
+        return Ok(());
+    }
+    patch_machine_conditions(ctx, m, list).await
+}
+
+async fn patch_machine_conditions(
+    ctx: &CoreCtx,
+    m: &Machine,
+    list: Vec<conditions::Condition>,
+) -> Result<(), ReconcileError> {
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default());
+    let patch = json!({
+        "metadata": {"resourceVersion": m.resource_version()},
+        "status": {"conditions": list},
+    });
+    match api
+        .patch_status(
+            &m.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `syncMachines`: labels, annotations, readiness gates, minReadySeconds and the deletion
+/// timeouts follow the template in place; Machines of a deployment's set get `UpToDate`.
+pub(super) async fn sync(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+    let labels = machine_labels(scope);
+    let annotations = scope.spec.template.annotations();
+    let t = &scope.spec.template.spec;
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    let not_up_to_date = scope
+        .md
+        .as_ref()
+        .map(|md| revisions::set_not_up_to_date(&scope.ms, md, now()));
+    for m in &scope.machines {
+        if m.metadata.deletion_timestamp.is_none() {
+            let mut patch = serde_json::Map::new();
+            let missing = |want: &BTreeMap<String, String>, have: &BTreeMap<String, String>| {
+                want.iter().any(|(k, v)| have.get(k) != Some(v))
+            };
+            if missing(&labels, m.labels()) || missing(&annotations, m.annotations()) {
+                patch.insert(
+                    "metadata".into(),
+                    json!({"labels": labels, "annotations": annotations}),
+                );
+            }
+            if m.spec.readiness_gates != t.readiness_gates
+                || m.spec.min_ready_seconds != t.min_ready_seconds
+                || m.spec.deletion != t.deletion
+            {
+                patch.insert(
+                    "spec".into(),
+                    json!({"readinessGates": t.readiness_gates, "minReadySeconds": t.min_ready_seconds, "deletion": t.deletion}),
+                );
+            }
+            if !patch.is_empty() {
+                api.patch(
+                    &m.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&Value::Object(patch)),
+                )
+                .await?;
+            }
+        }
+        if let Some(reasons) = &not_up_to_date {
+            let (status, reason, message) = if reasons.is_empty() {
+                ("True", conditions::reasons::UP_TO_DATE, String::new())
+            } else {
+                let lines: Vec<String> = reasons.iter().map(|r| format!("* {r}")).collect();
+                (
+                    "False",
+                    conditions::reasons::NOT_UP_TO_DATE,
+                    lines.join("\n"),
+                )
+            };
+            set_machine_condition(ctx, m, types::UP_TO_DATE, status, reason, &message).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The set's Machines as plain references, for the pure helpers.
+pub(super) fn refs(scope: &Scope) -> Vec<&Machine> {
+    scope.machines.iter().map(|m| &**m).collect()
+}

@@ -1,0 +1,474 @@
+//! Worker lifecycle end to end on the in-memory provider: a real `capw apiserver` over HTTPS,
+//! the host's controllers in this process, the real `.wasm` plugins, and kubectl. A
+//! MachineDeployment reaches Running, scales through `/scale`, rolls out a renamed template
+//! within its surge and availability bounds (sampled throughout), and goes away with its
+//! Cluster in upstream's order.
+
+// Test code: a failed step fails the test where it happened (workspace lints deny these elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use capw::api::machine::Machine;
+use capw::api::machinedeployment::MachineDeployment;
+use capw::api::machineset::MachineSet;
+use capw::capabilities::sim_cloud::SimSettings;
+use capw::manager::{self, Host, HostConfig};
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::ApiServer;
+
+struct Env {
+    _api: ApiServer,
+    client: Client,
+    host: Host,
+    kubeconfig: PathBuf,
+    home: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+async fn env() -> Env {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let api = ApiServer::start(&dir.path().join("api"));
+    let client = support::kube_client(&api.kubeconfig).await;
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).expect("plugins dir");
+    for p in ["bootstrap", "control-plane", "inmemory"] {
+        std::fs::copy(
+            support::plugin(&format!("{p}.wasm")),
+            plugins.join(format!("{p}.wasm")),
+        )
+        .expect("copy plugin");
+    }
+    std::fs::write(plugins.join("inmemory.yaml"), "capabilities: [sim-cloud]\n").expect("manifest");
+    let mut config = HostConfig::new(plugins, dir.path().join("cache"));
+    config.sim = SimSettings {
+        boot_delay: Duration::from_millis(100),
+        node_delay: Duration::from_millis(200),
+    };
+    config.dropin_interval = Duration::from_millis(200);
+    let host = manager::start(client.clone(), config)
+        .await
+        .expect("host starts");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let env = Env {
+        kubeconfig: api.kubeconfig.clone(),
+        _api: api,
+        client,
+        host,
+        home,
+        _dir: dir,
+    };
+    env.eventually("the three bundled plugins to serve", 60, || async {
+        (env.host.driver.driven().len() >= 4).then_some(())
+    })
+    .await;
+    env
+}
+
+impl Env {
+    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let (ok, text) = support::kubectl(&self.kubeconfig, &self.home, args, stdin);
+        assert!(ok, "kubectl {args:?} failed: {text}");
+        text
+    }
+
+    async fn eventually<T, F, Fut>(&self, what: &str, secs: u64, f: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        support::eventually(what, secs, || self.host.status_line(), f).await
+    }
+
+    /// The Machines of MachineDeployment `md`.
+    async fn workers(&self, md: &str) -> Vec<Machine> {
+        let api: Api<Machine> = Api::namespaced(self.client.clone(), "default");
+        api.list(&ListParams::default().labels(&format!("cluster.x-k8s.io/deployment-name={md}")))
+            .await
+            .expect("list machines")
+            .items
+    }
+
+    /// Waits until `md` has exactly `n` Machines, all Running with a Node, in one MachineSet,
+    /// and the deployment's status says so.
+    async fn settled(&self, md: &str, n: usize) {
+        let mds: Api<MachineDeployment> = Api::namespaced(self.client.clone(), "default");
+        let sets: Api<MachineSet> = Api::namespaced(self.client.clone(), "default");
+        self.eventually(
+            &format!("MachineDeployment {md} to settle at {n} Running Machines"),
+            120,
+            || async {
+                let ms = self.workers(md).await;
+                let running = ms.iter().filter(|m| {
+                    m.metadata.deletion_timestamp.is_none()
+                        && m.status.as_ref().is_some_and(|s| {
+                            s.phase.as_deref() == Some("Running") && s.node_ref.is_some()
+                        })
+                });
+                let d = mds.get(md).await.ok()?;
+                let st = d.status.clone()?;
+                let owned = sets
+                    .list(
+                        &ListParams::default()
+                            .labels(&format!("cluster.x-k8s.io/deployment-name={md}")),
+                    )
+                    .await
+                    .ok()?
+                    .items;
+                (ms.len() == n
+                    && running.count() == n
+                    && owned.len() == 1
+                    && st.replicas == Some(n as i32)
+                    && st.available_replicas == Some(n as i32)
+                    && st.phase.as_deref() == Some("Running"))
+                .then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+/// The in-memory example's Cluster and control plane, with its workers from a
+/// MachineDeployment.
+fn manifest() -> String {
+    let example =
+        std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
+            .expect("example");
+    let base: Vec<&str> = example
+        .split("\n---\n")
+        .filter(|d| !d.contains("demo-worker"))
+        .collect();
+    format!("{}\n---\n{WORKERS}", base.join("\n---\n"))
+}
+
+const WORKERS: &str = r#"apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata:
+  name: demo-md-0
+  namespace: default
+spec:
+  clusterName: demo
+  replicas: 3
+  selector:
+    matchLabels: null
+  template:
+    spec:
+      clusterName: demo
+      version: v1.33.0
+      bootstrap:
+        configRef:
+          apiGroup: bootstrap.cluster.x-k8s.io
+          kind: CapwConfigTemplate
+          name: demo-md-0
+      infrastructureRef:
+        apiGroup: infrastructure.cluster.x-k8s.io
+        kind: InMemoryMachineTemplate
+        name: demo-md-0
+---
+apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
+kind: CapwConfigTemplate
+metadata:
+  name: demo-md-0
+  namespace: default
+spec:
+  template:
+    spec: {}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: InMemoryMachineTemplate
+metadata:
+  name: demo-md-0
+  namespace: default
+spec:
+  template:
+    spec: {}
+"#;
+
+/// Samples the deployment's Machines until stopped; returns every violation of the rollout
+/// bounds (more than `max` Machines, fewer than `min` available) it saw.
+fn sample_bounds(
+    env: &Env,
+    md: &str,
+    max: usize,
+    min: usize,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(Vec<String>, usize)> {
+    let api: Api<Machine> = Api::namespaced(env.client.clone(), "default");
+    let selector = format!("cluster.x-k8s.io/deployment-name={md}");
+    tokio::spawn(async move {
+        let mut bad = vec![];
+        let mut samples = 0;
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(list) = api.list(&ListParams::default().labels(&selector)).await {
+                samples += 1;
+                let available = list
+                    .items
+                    .iter()
+                    .filter(|m| m.metadata.deletion_timestamp.is_none())
+                    .filter(|m| {
+                        m.status.as_ref().is_some_and(|s| {
+                            s.conditions
+                                .iter()
+                                .any(|c| c.type_ == "Available" && c.status == "True")
+                        })
+                    })
+                    .count();
+                if list.items.len() > max || available < min {
+                    bad.push(format!(
+                        "{} Machines, {available} available",
+                        list.items.len()
+                    ));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        (bad, samples)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_machine_deployment_scales_rolls_out_and_goes_with_its_cluster() {
+    let env = env().await;
+    let out = env.kubectl(&["apply", "-f", "-"], Some(&manifest()));
+    assert!(
+        out.contains("machinedeployment.cluster.x-k8s.io/demo-md-0 created"),
+        "{out}"
+    );
+    env.settled("demo-md-0", 3).await;
+
+    // Upstream's defaults and labels, and kubectl reads like Cluster API.
+    let md: Api<MachineDeployment> = Api::namespaced(env.client.clone(), "default");
+    let d = md.get("demo-md-0").await.expect("md");
+    assert_eq!(
+        d.spec
+            .selector
+            .match_labels
+            .get("cluster.x-k8s.io/deployment-name")
+            .map(String::as_str),
+        Some("demo-md-0"),
+        "the empty selector is defaulted"
+    );
+    let strategy = d
+        .spec
+        .rollout
+        .clone()
+        .and_then(|r| r.strategy)
+        .expect("strategy defaulted");
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+    for m in env.workers("demo-md-0").await {
+        for label in [
+            "cluster.x-k8s.io/cluster-name",
+            "cluster.x-k8s.io/set-name",
+            "cluster.x-k8s.io/deployment-name",
+        ] {
+            assert!(
+                m.labels().contains_key(label),
+                "Machine {} lacks {label}",
+                m.name_any()
+            );
+        }
+        let infra = m.spec.infrastructure_ref.clone();
+        assert_eq!(infra.kind, "InMemoryMachine");
+        assert_eq!(
+            infra.name,
+            m.name_any(),
+            "the clone is named like its Machine"
+        );
+    }
+    let table = env.kubectl(&["get", "md,ms"], None);
+    for want in [
+        "DESIRED",
+        "CURRENT",
+        "READY",
+        "UP-TO-DATE",
+        "PHASE",
+        "Running",
+        "demo-md-0",
+        "v1.33.0",
+    ] {
+        assert!(
+            table.contains(want),
+            "kubectl get md,ms lacks {want}:\n{table}"
+        );
+    }
+    env.eventually("the Cluster's worker counters", 30, || async {
+        let c = env.kubectl(
+            &[
+                "get",
+                "cluster",
+                "demo",
+                "-o",
+                "jsonpath={.status.workers.desiredReplicas}/{.status.workers.availableReplicas}",
+            ],
+            None,
+        );
+        (c == "3/3").then_some(())
+    })
+    .await;
+
+    // Scale through /scale, as `kubectl scale` and the autoscaler do.
+    env.kubectl(&["scale", "md", "demo-md-0", "--replicas=5"], None);
+    env.settled("demo-md-0", 5).await;
+    let scale = env.kubectl(
+        &[
+            "get",
+            "--raw",
+            "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machinedeployments/demo-md-0/scale",
+        ],
+        None,
+    );
+    assert!(
+        scale.contains("\"replicas\":5") && scale.contains("deployment-name=demo-md-0"),
+        "{scale}"
+    );
+    env.kubectl(&["scale", "md", "demo-md-0", "--replicas=2"], None);
+    env.settled("demo-md-0", 2).await;
+
+    // A renamed template rolls out: never more than replicas + maxSurge (1) Machines, never
+    // fewer than replicas − maxUnavailable (0) available.
+    let before: Vec<String> = env
+        .workers("demo-md-0")
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    env.kubectl(
+        &["apply", "-f", "-"],
+        Some("apiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: InMemoryMachineTemplate\nmetadata:\n  name: demo-md-1\n  namespace: default\nspec:\n  template:\n    spec: {}\n"),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = sample_bounds(&env, "demo-md-0", 3, 2, stop.clone());
+    env.kubectl(
+        &[
+            "patch",
+            "md",
+            "demo-md-0",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"template":{"spec":{"infrastructureRef":{"name":"demo-md-1"}}}}}"#,
+        ],
+        None,
+    );
+    env.eventually("the rollout to replace every Machine", 120, || async {
+        let ms = env.workers("demo-md-0").await;
+        (ms.len() == 2 && ms.iter().all(|m| !before.contains(&m.name_any()))).then_some(())
+    })
+    .await;
+    env.settled("demo-md-0", 2).await;
+    stop.store(true, Ordering::Relaxed);
+    let (bad, samples) = sampler.await.expect("sampler");
+    assert!(samples > 10, "only {samples} samples");
+    assert!(bad.is_empty(), "the rollout broke its bounds: {bad:?}");
+    let im = support::dynamic(
+        &env.client,
+        "infrastructure.cluster.x-k8s.io",
+        "InMemoryMachine",
+        "inmemorymachines",
+    );
+    for m in env.workers("demo-md-0").await {
+        let clone = im.get(&m.name_any()).await.expect("clone");
+        assert_eq!(
+            clone
+                .annotations()
+                .get("cluster.x-k8s.io/cloned-from-name")
+                .map(String::as_str),
+            Some("demo-md-1")
+        );
+    }
+    let d = md.get("demo-md-0").await.expect("md");
+    assert_eq!(
+        d.annotations()
+            .get("machinedeployment.clusters.x-k8s.io/revision")
+            .map(String::as_str),
+        Some("2")
+    );
+
+    // Deleting the Cluster removes the workers first, then the control plane.
+    let deleted: Arc<Mutex<Vec<(u64, String, String)>>> = Arc::default();
+    let mut watches = vec![];
+    let kinds = [
+        (
+            "MachineDeployment",
+            "machinedeployments",
+            "cluster.x-k8s.io",
+        ),
+        ("MachineSet", "machinesets", "cluster.x-k8s.io"),
+        ("Machine", "machines", "cluster.x-k8s.io"),
+        (
+            "CapwControlPlane",
+            "capwcontrolplanes",
+            "controlplane.cluster.x-k8s.io",
+        ),
+        ("Cluster", "clusters", "cluster.x-k8s.io"),
+    ];
+    for (kind, plural, group) in kinds {
+        let api = support::dynamic(&env.client, group, kind, plural);
+        let deleted = deleted.clone();
+        watches.push(tokio::spawn(async move {
+            let mut s = watcher(api, watcher::Config::default()).boxed();
+            while let Some(Ok(ev)) = s.next().await {
+                if let watcher::Event::Delete(o) = ev {
+                    let o: DynamicObject = o;
+                    let rv = o
+                        .resource_version()
+                        .and_then(|r| r.parse().ok())
+                        .unwrap_or(0);
+                    let what = if o.labels().contains_key("cluster.x-k8s.io/control-plane") {
+                        format!("{kind}(control plane)")
+                    } else {
+                        kind.to_string()
+                    };
+                    deleted.lock().unwrap().push((rv, what, o.name_any()));
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.kubectl(&["delete", "cluster", "demo", "--wait=false"], None);
+    env.eventually("the Cluster to be gone", 120, || async {
+        let c: Api<capw::api::cluster::Cluster> = Api::namespaced(env.client.clone(), "default");
+        c.get_opt("demo").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for w in watches {
+        w.abort();
+    }
+    let mut d = deleted.lock().unwrap().clone();
+    d.sort();
+    let last = |k: &str| {
+        d.iter()
+            .filter(|e| e.1 == k)
+            .map(|e| e.0)
+            .max()
+            .unwrap_or_else(|| panic!("no {k} deleted: {d:?}"))
+    };
+    let first = |k: &str| {
+        d.iter()
+            .filter(|e| e.1 == k)
+            .map(|e| e.0)
+            .min()
+            .unwrap_or_else(|| panic!("no {k} deleted: {d:?}"))
+    };
+    assert!(
+        last("Machine") < first("Machine(control plane)"),
+        "control-plane Machines went before the workers: {d:?}"
+    );
+    assert!(
+        last("MachineSet") < first("Machine(control plane)"),
+        "{d:?}"
+    );
+    assert!(
+        last("MachineDeployment") < last("CapwControlPlane"),
+        "{d:?}"
+    );
+    assert!(env.workers("demo-md-0").await.is_empty());
+}
