@@ -7,10 +7,13 @@ use crate::api::cluster::Cluster;
 use crate::api::common::names::CLUSTER_NAME_LABEL;
 use crate::api::machine::Machine;
 use crate::api::machinedeployment::MachineDeployment;
+use crate::api::machinehealthcheck::MachineHealthCheck;
 use crate::api::machineset::MachineSet;
 use crate::capabilities::sim_cloud::{SimCloud, SimSettings};
 use crate::controllers::core::context::CoreCtx;
-use crate::controllers::core::{cluster, machine, machinedeployment, machineset, remote};
+use crate::controllers::core::{
+    cluster, machine, machinedeployment, machinehealthcheck, machineset, remote,
+};
 use crate::controllers::external::{OwnerMap, Resolver, Tracker, owner_of_kind};
 use crate::controllers::fanout::Fanout;
 use crate::controllers::provider::Driver;
@@ -229,6 +232,7 @@ where
 struct Lifecycle {
     ms_changes: Arc<Fanout<MachineSet>>,
     md_changes: Arc<Fanout<MachineDeployment>>,
+    mhc_changes: Arc<Fanout<MachineHealthCheck>>,
     machine_changes: tokio::sync::mpsc::UnboundedReceiver<Arc<Machine>>,
     cluster_changes: tokio::sync::mpsc::UnboundedReceiver<Arc<Cluster>>,
     /// Reconcile requests for Clusters, whose worker counters sum up sets and deployments.
@@ -244,15 +248,19 @@ async fn run_lifecycle(ctx: Arc<CoreCtx>, feeds: Lifecycle, concurrency: u16) {
     let _ = ctx.machines.wait_until_ready().await;
     let (ms_tx, ms_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<MachineSet>>();
     let (md_tx, md_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<MachineDeployment>>();
+    let (mhc_tx, mhc_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<MachineHealthCheck>>();
+    let _ = ctx.machine_health_checks.wait_until_ready().await;
     let Lifecycle {
         ms_changes,
         md_changes,
+        mhc_changes,
         mut machine_changes,
         mut cluster_changes,
         clusters,
     } = feeds;
     let own_ms = ms_changes.subscribe();
     let own_md = md_changes.subscribe();
+    let own_mhc = mhc_changes.subscribe();
     let mut sets = ms_changes.subscribe();
     let mut deployments = md_changes.subscribe();
     let forward = {
@@ -267,6 +275,9 @@ async fn run_lifecycle(ctx: Arc<CoreCtx>, feeds: Lifecycle, concurrency: u16) {
                         }
                         if let Some(r) = machinedeployment::deployment_of(&*m) {
                             let _ = md_tx.send(r);
+                        }
+                        for r in machinehealthcheck::checks_of_machine(&ctx.machine_health_checks, &m) {
+                            let _ = mhc_tx.send(r);
                         }
                     }
                     Some(ms) = sets.recv() => {
@@ -305,6 +316,11 @@ async fn run_lifecycle(ctx: Arc<CoreCtx>, feeds: Lifecycle, concurrency: u16) {
                                 let _ = md_tx.send(ObjectRef::from_obj(&*md));
                             }
                         }
+                        for mhc in ctx.machine_health_checks.state() {
+                            if ours(&mhc.spec.cluster_name, mhc.namespace()) {
+                                let _ = mhc_tx.send(ObjectRef::from_obj(&*mhc));
+                            }
+                        }
                     }
                     else => return,
                 }
@@ -323,6 +339,12 @@ async fn run_lifecycle(ctx: Arc<CoreCtx>, feeds: Lifecycle, concurrency: u16) {
             ctx.clone(),
             UnboundedReceiverStream::new(own_md),
             UnboundedReceiverStream::new(md_rx),
+            concurrency
+        ),
+        machinehealthcheck::run(
+            ctx.clone(),
+            UnboundedReceiverStream::new(own_mhc),
+            UnboundedReceiverStream::new(mhc_rx),
             concurrency
         ),
     );
@@ -464,6 +486,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     let lifecycle_cluster_tx = cluster_tx.clone();
     let (machine_sets, ms_changes) = cached::<MachineSet>(&client, &mut tasks);
     let (machine_deployments, md_changes) = cached::<MachineDeployment>(&client, &mut tasks);
+    let (machine_health_checks, mhc_changes) = cached::<MachineHealthCheck>(&client, &mut tasks);
     let resolver = Resolver::new(client.clone());
     let ctx = Arc::new(CoreCtx {
         client: client.clone(),
@@ -475,6 +498,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         machines: machines.clone(),
         machine_sets: machine_sets.clone(),
         machine_deployments: machine_deployments.clone(),
+        machine_health_checks: machine_health_checks.clone(),
         secrets: secrets.clone(),
         cluster_tracker: Tracker::new(
             resolver.clone(),
@@ -518,6 +542,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         Lifecycle {
             ms_changes,
             md_changes,
+            mhc_changes,
             machine_changes: machine_changes.subscribe(),
             cluster_changes: cluster_changes.subscribe(),
             clusters: lifecycle_cluster_tx,

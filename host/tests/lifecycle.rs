@@ -472,3 +472,169 @@ async fn a_machine_deployment_scales_rolls_out_and_goes_with_its_cluster() {
     );
     assert!(env.workers("demo-md-0").await.is_empty());
 }
+
+const HEALTH_CHECK: &str = r#"apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineHealthCheck
+metadata:
+  name: demo-workers
+  namespace: default
+spec:
+  clusterName: demo
+  selector:
+    matchLabels:
+      cluster.x-k8s.io/deployment-name: demo-md-0
+  checks:
+    unhealthyNodeConditions:
+    - type: e2e.remediation.condition
+      status: "False"
+      timeoutSeconds: 3
+  remediation:
+    triggerIf:
+      unhealthyLessThanOrEqualTo: 1
+"#;
+
+impl Env {
+    /// A client for the workload cluster, from `<cluster>-kubeconfig`.
+    async fn workload(&self, cluster: &str) -> Client {
+        use k8s_openapi::api::core::v1::Secret;
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), "default");
+        let s = secrets
+            .get(&format!("{cluster}-kubeconfig"))
+            .await
+            .expect("kubeconfig secret");
+        let value = s.data.expect("data")["value"].0.clone();
+        let kc = kube::config::Kubeconfig::from_yaml(&String::from_utf8(value).expect("utf8"))
+            .expect("a kubeconfig");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("config");
+        Client::try_from(cfg).expect("workload client")
+    }
+
+    /// Sets the e2e condition False on the Node of Machine `m`, through the workload API, as
+    /// upstream's remediation e2e does.
+    async fn break_node(&self, m: &Machine) {
+        use k8s_openapi::api::core::v1::Node;
+        let node = m
+            .status
+            .clone()
+            .and_then(|s| s.node_ref)
+            .expect("nodeRef")
+            .name;
+        let nodes: Api<Node> = Api::all(self.workload("demo").await);
+        let now = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let patch = serde_json::json!({"status": {"conditions": [{
+            "type": "e2e.remediation.condition", "status": "False", "reason": "Broken",
+            "message": "set by the test", "lastTransitionTime": now, "lastHeartbeatTime": now}]}});
+        nodes
+            .patch_status(
+                &node,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Strategic(&patch),
+            )
+            .await
+            .expect("patch node");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_health_check_replaces_an_unhealthy_machine_and_short_circuits_when_too_many_are() {
+    use capw::api::machinehealthcheck::MachineHealthCheck;
+    let env = env().await;
+    env.kubectl(
+        &["apply", "-f", "-"],
+        Some(&format!("{}\n---\n{HEALTH_CHECK}", manifest())),
+    );
+    env.settled("demo-md-0", 3).await;
+    let checks: Api<MachineHealthCheck> = Api::namespaced(env.client.clone(), "default");
+    env.eventually("the check to count 3 healthy Machines", 60, || async {
+        let s = checks.get("demo-workers").await.ok()?.status?;
+        (s.expected_machines == Some(3) && s.current_healthy == Some(3)).then_some(())
+    })
+    .await;
+    let table = env.kubectl(&["get", "mhc"], None);
+    assert!(
+        table.contains("REPLICAS") && table.contains("HEALTHY"),
+        "{table}"
+    );
+
+    // One Node reports the condition: its Machine is marked, and its MachineSet replaces it.
+    let victim = env.workers("demo-md-0").await.remove(0);
+    env.break_node(&victim).await;
+    let machines: Api<Machine> = Api::namespaced(env.client.clone(), "default");
+    env.eventually("the unhealthy Machine to be marked", 60, || async {
+        let m = machines.get_opt(&victim.name_any()).await.ok()?;
+        let Some(m) = m else { return Some(()) };
+        let s = m.status?;
+        s.conditions
+            .iter()
+            .any(|c| {
+                c.type_ == "HealthCheckSucceeded"
+                    && c.status == "False"
+                    && c.reason == "UnhealthyNode"
+            })
+            .then_some(())
+    })
+    .await;
+    env.eventually("the unhealthy Machine to be replaced", 90, || async {
+        let ms = env.workers("demo-md-0").await;
+        (ms.len() == 3 && ms.iter().all(|m| m.name_any() != victim.name_any())).then_some(())
+    })
+    .await;
+    env.settled("demo-md-0", 3).await;
+    env.eventually(
+        "the check to count 3 healthy Machines again",
+        60,
+        || async {
+            let s = checks.get("demo-workers").await.ok()?.status?;
+            (s.current_healthy == Some(3)).then_some(())
+        },
+    )
+    .await;
+
+    // Two of three: more than the check allows, so it remediates nothing.
+    let workers = env.workers("demo-md-0").await;
+    for m in &workers[..2] {
+        env.break_node(m).await;
+    }
+    env.eventually("the short-circuit", 60, || async {
+        let s = checks.get("demo-workers").await.ok()?.status?;
+        let blocked = s.conditions.iter().any(|c| {
+            c.type_ == "RemediationAllowed" && c.status == "False" && c.reason == "TooManyUnhealthy"
+        });
+        (blocked && s.remediations_allowed == Some(0) && s.current_healthy == Some(1)).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let after = env.workers("demo-md-0").await;
+    let names = |ms: &[Machine]| {
+        let mut n: Vec<String> = ms.iter().map(|m| m.name_any()).collect();
+        n.sort();
+        n
+    };
+    assert_eq!(
+        names(&after),
+        names(&workers),
+        "a short-circuited check remediated"
+    );
+    for m in &after {
+        assert!(
+            m.metadata.deletion_timestamp.is_none(),
+            "{} is being deleted",
+            m.name_any()
+        );
+        let owner = m.status.as_ref().and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "OwnerRemediated")
+                .cloned()
+        });
+        assert!(
+            owner.is_none(),
+            "{} got OwnerRemediated while short-circuited: {owner:?}",
+            m.name_any()
+        );
+    }
+}

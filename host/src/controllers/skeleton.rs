@@ -177,6 +177,31 @@ where
     Ok(true)
 }
 
+/// [`write_status`] over a known resourceVersion: the write is refused (409) when the object
+/// changed since `version`, so a status computed from a stale read never lands.
+pub async fn write_status_at<K, S>(
+    api: &Api<K>,
+    name: &str,
+    version: Option<String>,
+    before: Option<&S>,
+    after: &S,
+) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    S: Serialize + PartialEq,
+{
+    if before == Some(after) {
+        return Ok(false);
+    }
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": version},
+        "status": after,
+    });
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 //! What a node agent does for its machine: register the Node with the machine's provider ID
-//! (and the uninitialized taint core removes after its first sync), then keep it Ready.
+//! (and the uninitialized taint core removes after its first sync), then keep it Ready. It
+//! keeps Node conditions it did not set (`capi-lifecycle.md` §4: MachineHealthChecks read them).
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -60,7 +61,9 @@ pub async fn register(nodes: &Api<Node>, r: &Registration<'_>) -> Result<(), kub
         .patch_status(
             r.name,
             &PatchParams::default(),
-            &Patch::Merge(&ready_status(r)),
+            // Strategic: conditions merge by type, so conditions the agent did not set stay,
+            // as a kubelet leaves them.
+            &Patch::Strategic(&ready_status(r)),
         )
         .await?;
     Ok(())

@@ -373,7 +373,9 @@ async fn register(
         "",
         node,
         "status",
-        Op::Patch(PatchBody::Merge(status)),
+        // Strategic: conditions merge by type, so a condition the agent did not set (an
+        // operator's, or a test's standing in for a failing kubelet) stays, as with a kubelet.
+        Op::Patch(PatchBody::Strategic(status)),
         &opts,
     )
     .await?;

@@ -95,6 +95,7 @@ pub struct CoreCtx {
     pub machines: Store<Machine>,
     pub machine_sets: Store<crate::api::machineset::MachineSet>,
     pub machine_deployments: Store<crate::api::machinedeployment::MachineDeployment>,
+    pub machine_health_checks: Store<crate::api::machinehealthcheck::MachineHealthCheck>,
     /// Secrets labelled with a cluster name (kubeconfigs, CAs, tokens, bootstrap data).
     pub secrets: Store<k8s_openapi::api::core::v1::Secret>,
     pub cluster_tracker: Arc<Tracker<Cluster>>,

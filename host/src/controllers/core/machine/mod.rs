@@ -14,7 +14,7 @@ use crate::api::cluster::Cluster;
 use crate::api::common::names::{MACHINE_FINALIZER, PAUSED_ANNOTATION};
 use crate::api::machine::{Machine, MachineStatus};
 use crate::contract::conditions::set_paused;
-use crate::controllers::skeleton::{Phases, write_status};
+use crate::controllers::skeleton::{Phases, write_status_at};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -53,13 +53,33 @@ impl Scope {
 pub(crate) async fn write_back(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &scope.ns());
     let name = scope.machine.name_any();
+    let mut version = scope.machine.resource_version();
     if !scope.spec_patch.is_empty() {
         let patch = serde_json::json!({"spec": scope.spec_patch});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+        version = api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?
+            .resource_version();
     }
-    write_status(&api, &name, scope.machine.status.as_ref(), &scope.status).await?;
-    Ok(())
+    // Other controllers set conditions here too (`machine_conditions`): the status is written
+    // only over the version it was computed from.
+    match write_status_at(
+        &api,
+        &name,
+        version,
+        scope.machine.status.as_ref(),
+        &scope.status,
+    )
+    .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Err(ReconcileError::waiting(
+            "MachineChanged",
+            format!("Machine {name} changed while it was reconciled; reading it again"),
+            Duration::from_millis(200),
+        )),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn paused(m: &Machine, cluster: Option<&Cluster>) -> bool {

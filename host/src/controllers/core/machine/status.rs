@@ -41,6 +41,11 @@ pub(super) fn update(scope: &mut Scope, ok: bool) {
             generation,
         );
     }
+    let health_checked = scope
+        .status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == types::HEALTH_CHECK_SUCCEEDED);
     let ready = conditions::Summary {
         type_: types::READY,
         false_reason: reasons::NOT_READY,
@@ -58,7 +63,10 @@ pub(super) fn update(scope: &mut Scope, ok: bool) {
             .spec
             .readiness_gates
             .iter()
-            .map(|g| (g.condition_type.as_str(), g.polarity.as_deref())),
+            .map(|g| (g.condition_type.as_str(), g.polarity.as_deref()))
+            // A MachineHealthCheck's verdict counts once there is one (upstream ignores it
+            // while absent).
+            .chain(health_checked.then_some((types::HEALTH_CHECK_SUCCEEDED, None))),
         deleting,
         generation,
     );

@@ -18,6 +18,7 @@ use crate::contract::fields;
 use crate::controllers::core::adopt;
 use crate::controllers::core::context::CoreCtx;
 use crate::controllers::core::error::ReconcileError;
+use crate::controllers::core::machine_conditions;
 use crate::controllers::core::machinedeployment::revisions;
 use crate::controllers::core::naming;
 use kube::ResourceExt;
@@ -558,72 +559,6 @@ pub(super) async fn delete_all(scope: &Scope, ctx: &CoreCtx) -> Result<(), Recon
     Ok(())
 }
 
-/// Sets one condition on a Machine's status unless it already reads so. The write carries
-/// the resourceVersion it was computed from: a Machine that changed meanwhile is left to the
-/// next reconcile, so no controller overwrites conditions it did not read.
-pub(crate) async fn set_machine_condition(
-    ctx: &CoreCtx,
-    m: &Machine,
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-) -> Result<(), ReconcileError> {
-    let mut list = m.status.clone().unwrap_or_default().conditions;
-    let before = list.clone();
-    conditions::set(
-        &mut list,
-        type_,
-        status,
-        reason,
-        message,
-        m.metadata.generation,
-    );
-    if list == before {
-        return Ok(());
-    }
-    patch_machine_conditions(ctx, m, list).await
-}
-
-/// Removes a condition from a Machine's status (guarded as above).
-pub(crate) async fn remove_machine_condition(
-    ctx: &CoreCtx,
-    m: &Machine,
-    type_: &str,
-) -> Result<(), ReconcileError> {
-    let mut list = m.status.clone().unwrap_or_default().conditions;
-    let n = list.len();
-    list.retain(|c| c.type_ != type_);
-    if list.len() == n {
-        return Ok(());
-    }
-    patch_machine_conditions(ctx, m, list).await
-}
-
-async fn patch_machine_conditions(
-    ctx: &CoreCtx,
-    m: &Machine,
-    list: Vec<conditions::Condition>,
-) -> Result<(), ReconcileError> {
-    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default());
-    let patch = json!({
-        "metadata": {"resourceVersion": m.resource_version()},
-        "status": {"conditions": list},
-    });
-    match api
-        .patch_status(
-            &m.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// `syncMachines`: labels, annotations, readiness gates, minReadySeconds and the deletion
 /// timeouts follow the template in place; Machines of a deployment's set get `UpToDate`.
 pub(super) async fn sync(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
@@ -676,7 +611,7 @@ pub(super) async fn sync(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reconci
                     lines.join("\n"),
                 )
             };
-            set_machine_condition(ctx, m, types::UP_TO_DATE, status, reason, &message).await?;
+            machine_conditions::set(ctx, m, types::UP_TO_DATE, status, reason, &message).await?;
         }
     }
     Ok(())

@@ -5,13 +5,14 @@
 //! preflight checks pass. The condition is written before the delete, so a reconcile that
 //! stops in between starts again where it was.
 
-use super::machines::{remove_machine_condition, run_preflight, set_machine_condition};
+use super::machines::run_preflight;
 use super::{RECHECK, Scope};
 use crate::api::common::names::REMEDIATE_MACHINE_ANNOTATION;
 use crate::api::machine::Machine;
 use crate::contract::conditions::{reasons, types};
 use crate::controllers::core::context::CoreCtx;
 use crate::controllers::core::error::ReconcileError;
+use crate::controllers::core::machine_conditions;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use std::sync::Arc;
@@ -52,7 +53,7 @@ pub(super) async fn reconcile(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Re
             && is(m, types::HEALTH_CHECK_SUCCEEDED, "True")
             && condition(m, types::OWNER_REMEDIATED).is_some()
         {
-            remove_machine_condition(ctx, m, types::OWNER_REMEDIATED).await?;
+            machine_conditions::remove(ctx, m, types::OWNER_REMEDIATED).await?;
         }
     }
     let mut candidates: Vec<Arc<Machine>> = scope
@@ -69,7 +70,7 @@ pub(super) async fn reconcile(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Re
     }
     if !scope.is_current_revision() {
         for m in &candidates {
-            set_machine_condition(
+            machine_conditions::set(
                 ctx,
                 m,
                 types::OWNER_REMEDIATED,
@@ -98,7 +99,7 @@ pub(super) async fn reconcile(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Re
     sort_for_remediation(&mut candidates);
     let (picked, deferred) = candidates.split_at((tokens as usize).min(candidates.len()));
     for m in deferred {
-        set_machine_condition(
+        machine_conditions::set(
             ctx,
             m,
             types::OWNER_REMEDIATED,
@@ -122,7 +123,7 @@ pub(super) async fn reconcile(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Re
             .collect::<Vec<_>>()
             .join("\n");
         for m in picked {
-            set_machine_condition(
+            machine_conditions::set(
                 ctx,
                 m,
                 types::OWNER_REMEDIATED,
@@ -137,7 +138,7 @@ pub(super) async fn reconcile(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Re
     }
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &scope.ns());
     for m in picked {
-        set_machine_condition(
+        machine_conditions::set(
             ctx,
             m,
             types::OWNER_REMEDIATED,
