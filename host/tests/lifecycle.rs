@@ -283,6 +283,37 @@ async fn a_machine_deployment_scales_rolls_out_and_goes_with_its_cluster() {
             "the clone is named like its Machine"
         );
     }
+    // capw describe draws MachineDeployment → MachineSet → Machine, with ready counts.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capw"))
+        .args(["describe", "cluster", "demo", "--kubeconfig"])
+        .arg(&env.kubeconfig)
+        .output()
+        .expect("capw describe runs");
+    let tree = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{tree}");
+    let lines: Vec<&str> = tree.lines().collect();
+    let at = |want: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(want))
+            .unwrap_or_else(|| panic!("describe lacks {want}:\n{tree}"))
+    };
+    let (md_line, ms_line) = (
+        at("└─MachineDeployment/demo-md-0"),
+        at("MachineSet/demo-md-0-"),
+    );
+    assert!(
+        md_line < ms_line && ms_line < at("Machine/demo-md-0-"),
+        "{tree}"
+    );
+    assert!(
+        lines[md_line].contains("3/3") && lines[ms_line].contains("3/3"),
+        "{tree}"
+    );
+    assert!(
+        lines[ms_line].starts_with("    ├─") || lines[ms_line].starts_with("    └─"),
+        "{tree}"
+    );
     let table = env.kubectl(&["get", "md,ms"], None);
     for want in [
         "DESIRED",
@@ -637,4 +668,153 @@ async fn a_health_check_replaces_an_unhealthy_machine_and_short_circuits_when_to
             m.name_any()
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lifecycle_finalizers_and_owners_are_rebuilt_without_duplicates_and_idle_writes_nothing() {
+    use kube::api::{Patch, PatchParams};
+    use std::collections::BTreeMap;
+    let env = env().await;
+    env.kubectl(
+        &["apply", "-f", "-"],
+        Some(&format!("{}\n---\n{HEALTH_CHECK}", manifest())),
+    );
+    env.settled("demo-md-0", 3).await;
+    let kinds = || {
+        [
+            ("MachineDeployment", "machinedeployments"),
+            ("MachineSet", "machinesets"),
+            ("Machine", "machines"),
+            ("MachineHealthCheck", "machinehealthchecks"),
+        ]
+        .map(|(k, p)| (k, support::dynamic(&env.client, "cluster.x-k8s.io", k, p)))
+    };
+    let workers_only = |kind: &str, o: &DynamicObject| {
+        kind != "Machine" || o.labels().contains_key("cluster.x-k8s.io/deployment-name")
+    };
+    let machine_names = async || {
+        let mut n: Vec<String> = env
+            .workers("demo-md-0")
+            .await
+            .iter()
+            .map(|m| m.name_any())
+            .collect();
+        n.sort();
+        n
+    };
+    let names_before = machine_names().await;
+
+    // Strip every finalizer of the lifecycle kinds: all come back.
+    let mut stripped = 0;
+    for (kind, api) in kinds() {
+        for o in api.list(&ListParams::default()).await.expect("list").items {
+            if o.finalizers().is_empty() || !workers_only(kind, &o) {
+                continue;
+            }
+            let patch = serde_json::json!({"metadata": {"finalizers": null}});
+            api.patch(
+                &o.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .expect("strip finalizers");
+            stripped += 1;
+        }
+    }
+    assert_eq!(
+        stripped,
+        1 + 1 + 3 + 1,
+        "every lifecycle object had a finalizer"
+    );
+    env.eventually("every finalizer to be rebuilt", 60, || async {
+        for (kind, api) in kinds() {
+            for o in api.list(&ListParams::default()).await.ok()?.items {
+                if workers_only(kind, &o) && o.finalizers().is_empty() {
+                    return None;
+                }
+            }
+        }
+        Some(())
+    })
+    .await;
+
+    // Wipe every owner reference of the deployment, its set and its Machines: all come back,
+    // and no Machine is made twice.
+    let owners = |o: &DynamicObject| -> Vec<(String, String, bool)> {
+        let mut v: Vec<_> = o
+            .owner_references()
+            .iter()
+            .map(|r| (r.kind.clone(), r.name.clone(), r.controller == Some(true)))
+            .collect();
+        v.sort();
+        v
+    };
+    let mut before = BTreeMap::new();
+    for (kind, api) in kinds() {
+        for o in api.list(&ListParams::default()).await.expect("list").items {
+            if !workers_only(kind, &o) {
+                continue;
+            }
+            assert!(
+                !o.owner_references().is_empty(),
+                "{kind} {} has no owner",
+                o.name_any()
+            );
+            before.insert(format!("{kind}/{}", o.name_any()), owners(&o));
+            let patch = serde_json::json!({"metadata": {"ownerReferences": null}});
+            api.patch(
+                &o.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .expect("wipe owners");
+        }
+    }
+    env.eventually("every owner reference to be rebuilt", 60, || async {
+        for (kind, api) in kinds() {
+            for o in api.list(&ListParams::default()).await.ok()?.items {
+                if workers_only(kind, &o)
+                    && before.get(&format!("{kind}/{}", o.name_any())) != Some(&owners(&o))
+                {
+                    return None;
+                }
+            }
+        }
+        Some(())
+    })
+    .await;
+    env.settled("demo-md-0", 3).await;
+    assert_eq!(
+        machine_names().await,
+        names_before,
+        "Machines were made again"
+    );
+
+    // Converged: a minute without a single write to any lifecycle object or Machine.
+    let versions = async || {
+        let mut out = BTreeMap::new();
+        for (kind, api) in kinds() {
+            for o in api.list(&ListParams::default()).await.expect("list").items {
+                out.insert(
+                    format!("{kind}/{}", o.name_any()),
+                    o.resource_version().unwrap_or_default(),
+                );
+            }
+        }
+        out
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let idle = versions().await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let after = versions().await;
+    let changed: Vec<_> = after
+        .iter()
+        .filter(|(k, v)| idle.get(*k) != Some(v))
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "objects written while idle: {changed:?}"
+    );
 }

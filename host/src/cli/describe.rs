@@ -1,5 +1,5 @@
 //! `capw describe cluster NAME`: the Cluster, its infrastructure cluster, control plane and
-//! Machines as a tree, with phase, readiness, the condition that explains it, and the plugin
+//! workers (MachineDeployment → MachineSet → Machine, with ready counts) as a tree, with phase, readiness, the condition that explains it, and the plugin
 //! version that last reconciled each provider object, like `clusterctl describe cluster`.
 
 use anyhow::Context as _;
@@ -36,8 +36,44 @@ struct Row {
     name: String,
     ready: String,
     phase: String,
+    /// The plugin version that last reconciled it.
     version: String,
+    /// The Kubernetes version it asks for (Machines, sets, deployments).
+    kubernetes: String,
     message: String,
+}
+
+/// A row and the rows under it.
+struct Node {
+    row: Row,
+    children: Vec<Node>,
+}
+
+fn leaf(row: Row) -> Node {
+    Node {
+        row,
+        children: vec![],
+    }
+}
+
+/// Draws `nodes` under `indent` with box-drawing prefixes.
+fn draw(nodes: Vec<Node>, indent: &str, out: &mut Vec<(String, Row)>) {
+    let n = nodes.len();
+    for (i, node) in nodes.into_iter().enumerate() {
+        let last = i + 1 == n;
+        out.push((
+            format!("{indent}{}", if last { "└─" } else { "├─" }),
+            node.row,
+        ));
+        let deeper = format!("{indent}{}", if last { "  " } else { "│ " });
+        draw(node.children, &deeper, out);
+    }
+}
+
+/// `ready/desired` for a MachineSet or MachineDeployment, from its status.
+fn counts(obj: &Value) -> String {
+    let n = |p: &str| obj.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    format!("{}/{}", n("/status/readyReplicas"), n("/spec/replicas"))
 }
 
 /// Readiness and the message of the first condition that is not True (the one to read).
@@ -94,6 +130,12 @@ fn row(name: String, obj: &Value, ready_type: &str) -> Row {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string(),
+        kubernetes: obj
+            .pointer("/spec/version")
+            .or_else(|| obj.pointer("/spec/template/spec/version"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
         message,
     }
 }
@@ -116,6 +158,7 @@ async fn provider(
             ready: "-".into(),
             phase: String::new(),
             version: String::new(),
+            kubernetes: String::new(),
             message: "does not exist".into(),
         },
         Err(e) => Row {
@@ -123,6 +166,7 @@ async fn provider(
             ready: "-".into(),
             phase: String::new(),
             version: String::new(),
+            kubernetes: String::new(),
             message: e.to_string(),
         },
     }
@@ -144,14 +188,14 @@ pub async fn run(cmd: Command) -> anyhow::Result<()> {
         String::new(),
         row(format!("Cluster/{}", args.name), &cv, "Available"),
     )];
-    let mut children: Vec<(Row, Vec<Row>)> = vec![];
+    let mut children: Vec<Node> = vec![];
     if let Some(r) = cluster
         .spec
         .infrastructure_ref
         .as_ref()
         .filter(|r| r.is_set())
     {
-        children.push((provider(&resolver, ns, r, "Ready").await, vec![]));
+        children.push(leaf(provider(&resolver, ns, r, "Ready").await));
     }
     let machines: Api<Machine> = Api::namespaced(client.clone(), ns);
     let mut all = machines
@@ -170,7 +214,7 @@ pub async fn run(cmd: Command) -> anyhow::Result<()> {
             if r.message.is_empty() {
                 r.message = infra.message;
             }
-            out.push(r);
+            out.push(leaf(r));
         }
         out
     };
@@ -187,40 +231,128 @@ pub async fn run(cmd: Command) -> anyhow::Result<()> {
                 .collect(),
         )
         .await;
-        children.push((cp, cps));
+        children.push(Node {
+            row: cp,
+            children: cps,
+        });
     }
-    let workers = machine_rows(
-        all.iter()
-            .filter(|m| !m.labels().contains_key(CONTROL_PLANE_LABEL))
-            .collect(),
-    )
-    .await;
+    // Workers: MachineDeployment → MachineSet → Machine, then stand-alone sets and Machines.
+    let of_cluster =
+        |o: &Value| o.pointer("/spec/clusterName").and_then(Value::as_str) == Some(&args.name);
+    let list = async |plural: &str| -> anyhow::Result<Vec<Value>> {
+        let ar = kube::api::ApiResource {
+            group: "cluster.x-k8s.io".into(),
+            version: "v1beta2".into(),
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: String::new(),
+            plural: plural.into(),
+        };
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+        let mut items: Vec<Value> = api
+            .list(&ListParams::default())
+            .await
+            .with_context(|| format!("listing {plural}"))?
+            .items
+            .iter()
+            .map(|o| serde_json::to_value(o).unwrap_or_default())
+            .filter(|o| of_cluster(o))
+            .collect();
+        items.sort_by_key(|o| {
+            o.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        });
+        Ok(items)
+    };
+    let deployments = list("machinedeployments").await?;
+    let sets = list("machinesets").await?;
+    let uid = |o: &Value| {
+        o.pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let controlled_by = |o: &Value, owner: &str| {
+        o.pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .is_some_and(|refs| {
+                refs.iter()
+                    .any(|r| r["controller"] == true && r["uid"] == owner)
+            })
+    };
+    let machine_uid_owner = |m: &Machine, owner: &str| {
+        m.owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true) && o.uid == owner)
+    };
+    let set_node = async |set: &Value| -> Node {
+        let name = set
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let mut r = row(format!("MachineSet/{name}"), set, "MachinesReady");
+        r.ready = counts(set);
+        let owner = uid(set);
+        Node {
+            row: r,
+            children: machine_rows(
+                all.iter()
+                    .filter(|m| machine_uid_owner(m, &owner))
+                    .collect(),
+            )
+            .await,
+        }
+    };
+    let mut workers = vec![];
+    for d in &deployments {
+        let name = d
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let mut r = row(format!("MachineDeployment/{name}"), d, "Available");
+        r.ready = counts(d);
+        let owner = uid(d);
+        let mut kids = vec![];
+        for s in sets.iter().filter(|s| controlled_by(s, &owner)) {
+            kids.push(set_node(s).await);
+        }
+        workers.push(Node {
+            row: r,
+            children: kids,
+        });
+    }
+    let set_uids: Vec<String> = sets.iter().map(uid).collect();
+    let deployment_uids: Vec<String> = deployments.iter().map(uid).collect();
+    for s in sets
+        .iter()
+        .filter(|s| !deployment_uids.iter().any(|d| controlled_by(s, d)))
+    {
+        workers.push(set_node(s).await);
+    }
+    workers.extend(
+        machine_rows(
+            all.iter()
+                .filter(|m| !m.labels().contains_key(CONTROL_PLANE_LABEL))
+                .filter(|m| !set_uids.iter().any(|u| machine_uid_owner(m, u)))
+                .collect(),
+        )
+        .await,
+    );
     if !workers.is_empty() {
-        children.push((
-            Row {
+        children.push(Node {
+            row: Row {
                 name: "Workers".into(),
                 ready: String::new(),
                 phase: String::new(),
                 version: String::new(),
+                kubernetes: String::new(),
                 message: String::new(),
             },
-            workers,
-        ));
+            children: workers,
+        });
     }
-    let n = children.len();
-    for (i, (parent, kids)) in children.into_iter().enumerate() {
-        let last = i + 1 == n;
-        lines.push((if last { "└─" } else { "├─" }.to_string(), parent));
-        let m = kids.len();
-        for (j, k) in kids.into_iter().enumerate() {
-            let prefix = format!(
-                "{}{}",
-                if last { "  " } else { "│ " },
-                if j + 1 == m { "└─" } else { "├─" }
-            );
-            lines.push((prefix, k));
-        }
-    }
+    draw(children, "", &mut lines);
     let width = lines
         .iter()
         .map(|(p, r)| p.chars().count() + r.name.len())
@@ -228,15 +360,15 @@ pub async fn run(cmd: Command) -> anyhow::Result<()> {
         .unwrap_or(0)
         .max(6);
     println!(
-        "{:<width$}  {:<6}  {:<12}  {:<24}  MESSAGE",
-        "NAME", "READY", "PHASE", "PLUGIN"
+        "{:<width$}  {:<6}  {:<12}  {:<9}  {:<24}  MESSAGE",
+        "NAME", "READY", "PHASE", "VERSION", "PLUGIN"
     );
     for (prefix, r) in lines {
         // Width counts characters, so the box-drawing prefixes line up.
         let name = format!("{prefix}{}", r.name);
         println!(
-            "{:<width$}  {:<6}  {:<12}  {:<24}  {}",
-            name, r.ready, r.phase, r.version, r.message
+            "{:<width$}  {:<6}  {:<12}  {:<9}  {:<24}  {}",
+            name, r.ready, r.phase, r.kubernetes, r.version, r.message
         );
     }
     Ok(())

@@ -1,7 +1,7 @@
 //! `reconcileMachineOwnerAndLabels`, `reconcileBootstrap` and `reconcileInfrastructure`.
 
 use super::{EXTERNAL_READY_WAIT, Scope};
-use crate::api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_NAME_LABEL};
+use crate::api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_NAME_LABEL, SET_NAME_LABEL};
 use crate::api::common::{ContractVersionedObjectReference, Deprecated, V1Beta1Deprecated};
 use crate::api::machine::{Machine, MachineInitialization};
 use crate::contract::conditions;
@@ -33,9 +33,11 @@ pub(super) async fn reconcile_owner_and_labels(
     let cluster_name = &m.spec.cluster_name;
     let labelled = m.labels().get(CLUSTER_NAME_LABEL) == Some(cluster_name);
     let mut refs = m.owner_references().to_vec();
-    // A control-plane Machine belongs to its control plane, which re-adopts it if needed.
+    // A control-plane Machine belongs to its control plane, and a MachineSet's to its set:
+    // they re-adopt it if needed (upstream's `shouldAdopt`).
     let standalone = !refs.iter().any(|o| o.controller == Some(true))
-        && !m.labels().contains_key(CONTROL_PLANE_NAME_LABEL);
+        && !m.labels().contains_key(CONTROL_PLANE_NAME_LABEL)
+        && !m.labels().contains_key(SET_NAME_LABEL);
     let mut changed = false;
     if standalone && let Some(c) = &scope.cluster {
         let uid = c.uid().unwrap_or_default();
