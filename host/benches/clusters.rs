@@ -6,6 +6,11 @@
 //! `scripts/build-plugins`), once with the same providers' logic crates (`plugins/*/logic`)
 //! compiled into this binary and driven through the same host, as an in-process transport. Each run has
 //! its own `capw apiserver` child process, so the peak RSS reported is the host's.
+//!
+//! The workers come from a MachineDeployment per cluster; `CAPW_BENCH_WORKERS=standalone`
+//! writes them out as stand-alone Machines instead (the figures from before MachineDeployment).
+//! `CAPW_BENCH_ROLLOUT=1` then points every MachineDeployment at a renamed template at once and
+//! reports the time until every cluster has rolled, next to the time to create them.
 
 // Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -142,6 +147,8 @@ enum Mode {
 
 struct Outcome {
     wall: Duration,
+    /// With `CAPW_BENCH_ROLLOUT`: from patching every MachineDeployment to all rolled.
+    rollout: Option<Duration>,
     requests: u64,
     peak_rss_mib: f64,
     reconciles: u64,
@@ -224,6 +231,79 @@ fn ar(group: &str, kind: &str, plural: &str) -> ApiResource {
     }
 }
 
+/// `CAPW_BENCH_WORKERS=standalone` writes the workers out as stand-alone Machines (the
+/// figures before MachineDeployment); by default they come from a MachineDeployment.
+fn standalone_workers() -> bool {
+    std::env::var("CAPW_BENCH_WORKERS").as_deref() == Ok("standalone")
+}
+
+/// Points every cluster's MachineDeployment at a renamed template at once, and waits until
+/// every one has rolled: all its Machines up to date and available, the old ones gone.
+async fn roll_out(client: &kube::Client, clusters: usize, workers: usize) -> Duration {
+    let infra = "infrastructure.cluster.x-k8s.io";
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ar(infra, "InMemoryMachineTemplate", "inmemorymachinetemplates"),
+    );
+    let mds: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ar(
+            "cluster.x-k8s.io",
+            "MachineDeployment",
+            "machinedeployments",
+        ),
+    );
+    for i in 0..clusters {
+        let o: DynamicObject = serde_json::from_value(json!({"apiVersion": format!("{infra}/v1beta2"),
+            "kind": "InMemoryMachineTemplate", "metadata": {"name": format!("c{i}-md-v2")}, "spec": {"template": {"spec": {}}}}))
+        .expect("template");
+        templates
+            .create(&PostParams::default(), &o)
+            .await
+            .expect("create template");
+    }
+    let start = Instant::now();
+    futures::stream::iter(0..clusters)
+        .map(|i| {
+            let mds = mds.clone();
+            async move {
+                let patch = json!({"spec": {"template": {"spec": {"infrastructureRef": {"name": format!("c{i}-md-v2")}}}}});
+                mds.patch(&format!("c{i}-md"), &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .expect("patch md");
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+    let w = workers as i64;
+    loop {
+        let list = mds.list(&Default::default()).await.expect("list mds");
+        let rolled = list
+            .items
+            .iter()
+            .filter(|d| {
+                let s = &d.data["status"];
+                let gen_seen = s["observedGeneration"].as_i64() == d.metadata.generation;
+                gen_seen
+                    && s["replicas"].as_i64() == Some(w)
+                    && s["upToDateReplicas"].as_i64() == Some(w)
+                    && s["availableReplicas"].as_i64() == Some(w)
+            })
+            .count();
+        if rolled == clusters {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(1800),
+            "rollout: {rolled}/{clusters} rolled after 30 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
     let name = format!("c{i}");
     let pp = PostParams::default();
@@ -263,6 +343,31 @@ async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
                 "machineTemplate": {"spec": {"infrastructureRef": {"apiGroup": infra, "kind": "InMemoryMachineTemplate", "name": name}}}}}),
     )
     .await;
+    if !standalone_workers() {
+        let t = format!("{name}-md");
+        create(
+            ar("bootstrap.cluster.x-k8s.io", "CapwConfigTemplate", "capwconfigtemplates"),
+            json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "CapwConfigTemplate", "metadata": {"name": t},
+                "spec": {"template": {"spec": {}}}}),
+        )
+        .await;
+        create(
+            ar(infra, "InMemoryMachineTemplate", "inmemorymachinetemplates"),
+            json!({"apiVersion": format!("{infra}/v1beta2"), "kind": "InMemoryMachineTemplate", "metadata": {"name": t},
+                "spec": {"template": {"spec": {}}}}),
+        )
+        .await;
+        create(
+            ar("cluster.x-k8s.io", "MachineDeployment", "machinedeployments"),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment", "metadata": {"name": t},
+                "spec": {"clusterName": name, "replicas": workers,
+                    "template": {"spec": {"clusterName": name, "version": "v1.33.0",
+                        "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "CapwConfigTemplate", "name": t}},
+                        "infrastructureRef": {"apiGroup": infra, "kind": "InMemoryMachineTemplate", "name": t}}}}}),
+        )
+        .await;
+        return;
+    }
     for w in 0..workers {
         let m = format!("{name}-w{w}");
         create(
@@ -386,6 +491,12 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
     }
     let wall = start.elapsed();
     creating.await.expect("creation");
+    let created_requests = requests(&client).await - before;
+    let rollout = if std::env::var("CAPW_BENCH_ROLLOUT").is_ok() && !standalone_workers() {
+        Some(roll_out(&client, clusters, workers).await)
+    } else {
+        None
+    };
     let by_method: Vec<String> = requests_by_method(&client)
         .await
         .into_iter()
@@ -397,9 +508,10 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
     );
     let out = Outcome {
         wall,
-        requests: requests(&client).await - before,
+        requests: created_requests,
         peak_rss_mib: peak_rss_mib(),
-        reconciles: ["cluster", "machine"]
+        rollout,
+        reconciles: ["cluster", "machine", "machineset", "machinedeployment"]
             .iter()
             .map(|c| host.metrics.reconcile_count(c))
             .sum(),
@@ -499,6 +611,13 @@ fn print(mode: Mode, clusters: usize, o: &Outcome) {
         o.plugin_calls,
         o.peak_rss_mib
     );
+    if let Some(r) = o.rollout {
+        println!(
+            "{:<7} rollout of every MachineDeployment at once: {r:.1?}, {:.2}× the time to create the clusters",
+            format!("{mode:?}"),
+            r.as_secs_f64() / o.wall.as_secs_f64()
+        );
+    }
     println!("RESULT {}", o.wall.as_secs_f64());
 }
 
@@ -528,7 +647,12 @@ fn main() {
         return;
     }
     println!(
-        "clusters: {clusters} × (1 control-plane + {workers} workers), in-memory provider, {} cores",
+        "clusters: {clusters} × (1 control-plane + {workers} workers {}), in-memory provider, {} cores",
+        if standalone_workers() {
+            "as stand-alone Machines"
+        } else {
+            "from a MachineDeployment"
+        },
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let exe = std::env::current_exe().expect("this benchmark's path");

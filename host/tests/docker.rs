@@ -144,8 +144,16 @@ fn docker(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The quickstart example with its cluster renamed.
+/// The quickstart with stand-alone workers (`host/tests/data/docker-standalone.yaml`), its
+/// cluster renamed: the tests of stand-alone Docker Machines use it.
 fn quickstart(cluster: &str) -> String {
+    std::fs::read_to_string(support::repo_root().join("host/tests/data/docker-standalone.yaml"))
+        .expect("host/tests/data/docker-standalone.yaml")
+        .replace("quickstart", cluster)
+}
+
+/// `examples/quickstart.yaml` itself (workers from a MachineDeployment), its cluster renamed.
+fn quickstart_example(cluster: &str) -> String {
     std::fs::read_to_string(support::repo_root().join("examples/quickstart.yaml"))
         .expect("examples/quickstart.yaml")
         .replace("quickstart", cluster)
@@ -469,7 +477,7 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
     let env = Env::start();
     let cluster = "quickstart";
     let _engine = Engine::clean(cluster);
-    env.apply(&quickstart(cluster));
+    env.apply(&quickstart_example(cluster));
     let machines = env.running(cluster, 3);
 
     // The workload cluster's own API, through the load balancer on 127.0.0.1.
@@ -515,17 +523,71 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
     assert_eq!(names.len(), 4, "containers: {names:?}");
     assert!(names.contains(&format!("{cluster}-lb")), "{names:?}");
     let table = env.must(&["get", "dockerclusters,dockermachines"]);
+    let worker = machines
+        .iter()
+        .find(|m| {
+            m["metadata"]["labels"]["cluster.x-k8s.io/deployment-name"]
+                == format!("{cluster}-md-0").as_str()
+        })
+        .expect("a worker of the MachineDeployment");
+    let worker_name = worker["metadata"]["name"].as_str().expect("name");
     assert!(
         table.contains("127.0.0.1")
-            && table.contains(&format!("docker:////{cluster}-{cluster}-worker-0")),
+            && table.contains(&format!("docker:////{cluster}-{worker_name}")),
         "{table}"
     );
+
+    // A rollout to a renamed DockerMachineTemplate replaces both worker containers; none of
+    // the old ones is left on the engine.
+    let old_workers: Vec<String> = machines
+        .iter()
+        .filter(|m| m["metadata"]["labels"]["cluster.x-k8s.io/deployment-name"].is_string())
+        .map(|m| m["metadata"]["name"].as_str().expect("name").to_string())
+        .collect();
+    assert_eq!(old_workers.len(), 2, "{old_workers:?}");
+    env.apply(&format!(
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: DockerMachineTemplate\nmetadata:\n  name: {cluster}-md-1\n  namespace: default\nspec:\n  template:\n    spec: {{}}\n"
+    ));
+    env.must(&[
+        "patch",
+        "md",
+        &format!("{cluster}-md-0"),
+        "--type=merge",
+        "-p",
+        &format!(r#"{{"spec":{{"template":{{"spec":{{"infrastructureRef":{{"name":"{cluster}-md-1"}}}}}}}}}}"#),
+    ]);
+    env.eventually("the rollout to replace both workers", 240, || {
+        let ms = env.machines(cluster);
+        let running = ms
+            .iter()
+            .filter(|m| {
+                m["status"]["phase"] == "Running" && m["status"]["nodeRef"]["name"].is_string()
+            })
+            .count();
+        let fresh = ms.iter().all(|m| {
+            !old_workers.contains(
+                &m["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        });
+        (ms.len() == 3 && running == 3 && fresh).then_some(())
+    });
+    env.eventually("the old worker containers to be gone", 60, || {
+        let names: Vec<String> = containers(cluster).into_iter().map(|c| c.0).collect();
+        (names.len() == 4
+            && !names
+                .iter()
+                .any(|n| old_workers.iter().any(|w| n.ends_with(w.as_str()))))
+        .then_some(())
+    });
 
     env.must(&["delete", "cluster", cluster, "--timeout=120s"]);
     env.eventually("every object of the cluster to be gone", 60, || {
         let (ok, out) = env.kubectl(&[
             "get",
-            "machines,dockermachines,dockerclusters,capwconfigs,capwcontrolplanes",
+            "machinedeployments,machinesets,machines,dockermachines,dockerclusters,capwconfigs,capwcontrolplanes",
             "-o",
             "name",
         ]);

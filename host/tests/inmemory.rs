@@ -1,6 +1,7 @@
 //! The in-memory provider end to end: a real `capw apiserver` over HTTPS, the host's core
 //! controllers and provider driver in this process, the real `.wasm` plugins from
-//! `scripts/build-plugins`, and kubectl applying `examples/inmemory-cluster.yaml`.
+//! `scripts/build-plugins`, and kubectl applying `host/tests/data/inmemory-standalone.yaml` (the
+//! in-memory example with stand-alone workers; `lifecycle.rs` runs the example itself).
 
 // Test code: a failed step fails the test where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -255,7 +256,7 @@ impl Env {
 }
 
 fn example() -> String {
-    std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
+    std::fs::read_to_string(support::repo_root().join("host/tests/data/inmemory-standalone.yaml"))
         .expect("example")
 }
 

@@ -136,61 +136,12 @@ impl Env {
     }
 }
 
-/// The in-memory example's Cluster and control plane, with its workers from a
-/// MachineDeployment.
+/// `examples/inmemory-cluster.yaml`: three control-plane Machines and a MachineDeployment
+/// of three workers.
 fn manifest() -> String {
-    let example =
-        std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
-            .expect("example");
-    let base: Vec<&str> = example
-        .split("\n---\n")
-        .filter(|d| !d.contains("demo-worker"))
-        .collect();
-    format!("{}\n---\n{WORKERS}", base.join("\n---\n"))
+    std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
+        .expect("example")
 }
-
-const WORKERS: &str = r#"apiVersion: cluster.x-k8s.io/v1beta2
-kind: MachineDeployment
-metadata:
-  name: demo-md-0
-  namespace: default
-spec:
-  clusterName: demo
-  replicas: 3
-  selector:
-    matchLabels: null
-  template:
-    spec:
-      clusterName: demo
-      version: v1.33.0
-      bootstrap:
-        configRef:
-          apiGroup: bootstrap.cluster.x-k8s.io
-          kind: CapwConfigTemplate
-          name: demo-md-0
-      infrastructureRef:
-        apiGroup: infrastructure.cluster.x-k8s.io
-        kind: InMemoryMachineTemplate
-        name: demo-md-0
----
-apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
-kind: CapwConfigTemplate
-metadata:
-  name: demo-md-0
-  namespace: default
-spec:
-  template:
-    spec: {}
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-kind: InMemoryMachineTemplate
-metadata:
-  name: demo-md-0
-  namespace: default
-spec:
-  template:
-    spec: {}
-"#;
 
 /// Samples the deployment's Machines until stopped; returns every violation of the rollout
 /// bounds (more than `max` Machines, fewer than `min` available) it saw.
