@@ -239,13 +239,13 @@ struct Lifecycle {
     clusters: tokio::sync::mpsc::UnboundedSender<ObjectRef<Cluster>>,
 }
 
-/// Runs the MachineSet and MachineDeployment controllers once the caches hold the world.
+/// Runs the MachineSet, MachineDeployment and MachineHealthCheck controllers once their caches
+/// hold the world (the Cluster and Machine caches are ready when this starts).
 /// A MachineSet wakes on its Machines (and orphans its selector matches), its deployment and
 /// its Cluster; a MachineDeployment on its sets, its Machines and its Cluster.
 async fn run_lifecycle(ctx: Arc<CoreCtx>, feeds: Lifecycle, concurrency: u16) {
     let _ = ctx.machine_sets.wait_until_ready().await;
     let _ = ctx.machine_deployments.wait_until_ready().await;
-    let _ = ctx.machines.wait_until_ready().await;
     let (ms_tx, ms_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<MachineSet>>();
     let (md_tx, md_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<MachineDeployment>>();
     let (mhc_tx, mhc_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<MachineHealthCheck>>();
@@ -517,11 +517,22 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             (cluster_changes.subscribe(), machine_changes.subscribe());
         let ctx = ctx.clone();
         let (cc, mc) = (config.cluster_concurrency, config.machine_concurrency);
+        let lifecycle = Lifecycle {
+            ms_changes,
+            md_changes,
+            mhc_changes,
+            machine_changes: machine_changes.subscribe(),
+            cluster_changes: cluster_changes.subscribe(),
+            clusters: lifecycle_cluster_tx,
+        };
         tasks.push(tokio::spawn(async move {
-            // Controllers read the caches: start them once the caches hold the world.
+            // Controllers read the caches: start them once the caches hold the world. Each
+            // store has this one waiter: kube-runtime's `wait_until_ready` keeps one waker, so
+            // a second task waiting on the same store at the same time may never be woken.
             let _ = clusters.wait_until_ready().await;
             let _ = machines.wait_until_ready().await;
             tokio::join!(
+                run_lifecycle(ctx.clone(), lifecycle, mc),
                 cluster::run(
                     ctx.clone(),
                     UnboundedReceiverStream::new(own_clusters),
@@ -537,18 +548,6 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             );
         }));
     }
-    tasks.push(tokio::spawn(run_lifecycle(
-        ctx.clone(),
-        Lifecycle {
-            ms_changes,
-            md_changes,
-            mhc_changes,
-            machine_changes: machine_changes.subscribe(),
-            cluster_changes: cluster_changes.subscribe(),
-            clusters: lifecycle_cluster_tx,
-        },
-        config.machine_concurrency,
-    )));
     let driver = Driver::new(
         client.clone(),
         registry.clone(),

@@ -34,6 +34,11 @@ struct Env {
 }
 
 async fn env() -> Env {
+    // RUST_LOG=capw=debug shows the host's reconciles when a test fails.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let dir = tempfile::tempdir().expect("tempdir");
     let api = ApiServer::start(&dir.path().join("api"));
     let client = support::kube_client(&api.kubeconfig).await;
@@ -85,7 +90,35 @@ impl Env {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        support::eventually(what, secs, || self.host.status_line(), f).await
+        let state = || {
+            let (_, objects) = support::kubectl(
+                &self.kubeconfig,
+                &self.home,
+                &[
+                    "get",
+                    "clusters,inmemoryclusters,capwcontrolplanes,md,ms",
+                    "-o",
+                    "yaml",
+                ],
+                None,
+            );
+            let counts: Vec<String> = [
+                "cluster",
+                "machine",
+                "machineset",
+                "machinedeployment",
+                "machinehealthcheck",
+            ]
+            .iter()
+            .map(|c| format!("{c} {}", self.host.metrics.reconcile_count(c)))
+            .collect();
+            format!(
+                "{}\nreconciles: {}\n{objects}",
+                self.host.status_line(),
+                counts.join(", ")
+            )
+        };
+        support::eventually(what, secs, state, f).await
     }
 
     /// The Machines of MachineDeployment `md`.

@@ -61,3 +61,36 @@ pub fn owner_ref(kind: &str, name: &str, uid: &str, controller: bool) -> OwnerRe
         block_owner_deletion: Some(true),
     }
 }
+
+/// A plain (non-controller) owner reference to `cluster` on a core object (stand-alone
+/// MachineSets, MachineDeployments, MachineHealthChecks), added when missing. Returns whether it
+/// wrote.
+pub async fn ensure_cluster_owner<K>(
+    api: &Api<K>,
+    obj: &K,
+    cluster: &crate::api::cluster::Cluster,
+) -> Result<bool, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    use kube::ResourceExt;
+    let uid = cluster.uid().unwrap_or_default();
+    if obj.owner_references().iter().any(|o| o.uid == uid) {
+        return Ok(false);
+    }
+    let mut refs: Vec<OwnerReference> = obj
+        .owner_references()
+        .iter()
+        .filter(|o| !(o.kind == "Cluster" && o.name == cluster.name_any()))
+        .cloned()
+        .collect();
+    refs.push(owner_ref("Cluster", &cluster.name_any(), &uid, false));
+    let patch = json!({"metadata": {"ownerReferences": refs}});
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(true)
+}

@@ -88,3 +88,46 @@ pub async fn delete<K: Resource<DynamicType = ()> + Send + Sync + 'static>(
     }
     Ok(true)
 }
+
+/// The templates a MachineSet's or MachineDeployment's Machine template references: each gets
+/// a plain owner reference to the Cluster (upstream's `getTemplatesAndSetOwner`). Returns the
+/// ones that do not exist, for the caller to report: a missing template blocks scaling up, not
+/// the rest of the reconcile.
+pub async fn own_templates(
+    resolver: &Resolver,
+    ns: &str,
+    spec: &crate::api::machine::MachineSpec,
+    cluster: &crate::api::cluster::Cluster,
+) -> Result<Vec<String>, ReconcileError> {
+    use kube::ResourceExt;
+    let refs = [
+        Some(spec.infrastructure_ref.clone()),
+        spec.bootstrap.config_ref.clone(),
+    ];
+    let uid = cluster.uid().unwrap_or_default();
+    let mut missing = vec![];
+    for r in refs
+        .into_iter()
+        .flatten()
+        .filter(|r| r.is_set() && r.kind.ends_with("Template"))
+    {
+        match resolver.get(ns, &r).await? {
+            None => missing.push(format!("{} {ns}/{} does not exist", r.kind, r.name)),
+            Some((obj, resolved)) => {
+                if obj.metadata.deletion_timestamp.is_none()
+                    && !obj.owner_references().iter().any(|o| o.uid == uid)
+                {
+                    adopt::ensure(
+                        &resolver.api(ns, &resolved),
+                        &obj,
+                        adopt::owner_ref("Cluster", &cluster.name_any(), &uid, false),
+                        &[],
+                        &cluster.name_any(),
+                    )
+                    .await?;
+                }
+            }
+        }
+    }
+    Ok(missing)
+}

@@ -1,22 +1,19 @@
 //! Upstream's MachineDeployment defaulting webhook, in-process (`capi-lifecycle.md` §3.1):
 //! replicas, the selector (`deployment-name`) when empty, the cluster-name label on the
 //! selector and the template, the `v` of the version, the rollout strategy (RollingUpdate with
-//! maxSurge 1 and maxUnavailable 0) and `deletion.order: Random`. Written back once.
+//! maxSurge 1 and maxUnavailable 0) and `deletion.order: Random`. Written back once, by
+//! `machineset::defaults::write`.
 
-use super::Scope;
 use super::rollout::{ON_DELETE, ROLLING_UPDATE};
 use crate::api::common::IntOrString;
-use crate::api::common::names::{CLUSTER_NAME_LABEL, DEPLOYMENT_NAME_LABEL};
+use crate::api::common::names::DEPLOYMENT_NAME_LABEL;
 use crate::api::machinedeployment::{
     MachineDeployment, MachineDeploymentRollout, MachineDeploymentRolloutStrategy,
     MachineDeploymentSpec, RollingUpdate,
 };
 use crate::api::machineset::MachineSetDeletionSpec;
-use crate::controllers::core::context::CoreCtx;
-use crate::controllers::core::error::ReconcileError;
 use crate::controllers::core::machineset::deletion_order::RANDOM;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
 
 pub fn defaulted(md: &MachineDeployment) -> MachineDeploymentSpec {
     use crate::controllers::core::machineset::defaults as ms;
@@ -56,26 +53,6 @@ pub fn defaulted(md: &MachineDeployment) -> MachineDeploymentSpec {
         });
     }
     s
-}
-
-/// Writes the defaults and the cluster-name label when the stored object lacks them.
-pub(super) async fn write(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
-    let labelled = scope.md.labels().get(CLUSTER_NAME_LABEL) == Some(&scope.spec.cluster_name);
-    if scope.spec == scope.md.spec && labelled {
-        return Ok(());
-    }
-    let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &scope.ns());
-    let patch = serde_json::json!({
-        "metadata": {"labels": {CLUSTER_NAME_LABEL: scope.spec.cluster_name}},
-        "spec": scope.spec,
-    });
-    api.patch(
-        &scope.name(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -130,7 +130,15 @@ async fn apply(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, Reco
         write_back(&scope, ctx).await?;
         return Ok(Action::await_change());
     }
-    defaults::write(&scope, ctx).await?;
+    let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    super::machineset::defaults::write(
+        &api,
+        &*scope.md,
+        &scope.md.spec,
+        &scope.spec,
+        &scope.spec.cluster_name,
+    )
+    .await?;
     let mut steps = Phases::default();
     steps.run(sync::reconcile_owner(&scope, ctx).await);
     steps.run(sync::reconcile_templates(&mut scope, ctx).await);

@@ -59,7 +59,8 @@ pub fn rollout_after_passed(md: &MachineDeployment, now: i64) -> Option<i64> {
         .filter(|t| *t <= now)
 }
 
-fn created(ms: &MachineSet) -> i64 {
+/// When the set was created (Unix seconds; 0 when unknown).
+pub fn created(ms: &MachineSet) -> i64 {
     ms.metadata
         .creation_timestamp
         .as_ref()

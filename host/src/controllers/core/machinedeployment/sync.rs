@@ -4,7 +4,6 @@
 
 use super::rollout::{self, SetCounts, Strategy};
 use super::{Scope, revisions};
-use crate::api::common::ContractVersionedObjectReference;
 use crate::api::common::names::{
     API_VERSION, CLUSTER_NAME_LABEL, DEPLOYMENT_NAME_LABEL, DESIRED_REPLICAS_ANNOTATION,
     DISABLE_MACHINE_CREATE_ANNOTATION, LAST_APPLIED_ANNOTATION, MAX_REPLICAS_ANNOTATION,
@@ -32,37 +31,12 @@ fn now() -> i64 {
     jiff::Timestamp::now().as_second()
 }
 
-fn created(ms: &MachineSet) -> i64 {
-    ms.metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0.as_second())
-        .unwrap_or(0)
-}
+use super::revisions::created;
 
 /// A plain (non-controller) owner reference to the Cluster.
 pub(super) async fn reconcile_owner(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
-    let c = &scope.cluster;
-    let uid = c.uid().unwrap_or_default();
-    if scope.md.owner_references().iter().any(|o| o.uid == uid) {
-        return Ok(());
-    }
-    let mut refs: Vec<_> = scope
-        .md
-        .owner_references()
-        .iter()
-        .filter(|o| !(o.kind == "Cluster" && o.name == c.name_any()))
-        .cloned()
-        .collect();
-    refs.push(adopt::owner_ref("Cluster", &c.name_any(), &uid, false));
     let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &scope.ns());
-    let patch = json!({"metadata": {"ownerReferences": refs}});
-    api.patch(
-        &scope.name(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
+    adopt::ensure_cluster_owner(&api, &*scope.md, &scope.cluster).await?;
     Ok(())
 }
 
@@ -71,39 +45,13 @@ pub(super) async fn reconcile_templates(
     scope: &mut Scope,
     ctx: &CoreCtx,
 ) -> Result<(), ReconcileError> {
-    let spec = &scope.spec.template.spec;
-    let refs: Vec<ContractVersionedObjectReference> = [
-        Some(spec.infrastructure_ref.clone()),
-        spec.bootstrap.config_ref.clone(),
-    ]
-    .into_iter()
-    .flatten()
-    .filter(|r| r.is_set())
-    .collect();
-    let ns = scope.ns();
-    let c = scope.cluster.clone();
-    let uid = c.uid().unwrap_or_default();
-    for r in refs {
-        match ctx.resolver.get(&ns, &r).await? {
-            None => scope
-                .missing_templates
-                .push(format!("{} {ns}/{} does not exist", r.kind, r.name)),
-            Some((obj, resolved)) => {
-                if obj.metadata.deletion_timestamp.is_none()
-                    && !obj.owner_references().iter().any(|o| o.uid == uid)
-                {
-                    adopt::ensure(
-                        &ctx.resolver.api(&ns, &resolved),
-                        &obj,
-                        adopt::owner_ref("Cluster", &c.name_any(), &uid, false),
-                        &[],
-                        &c.name_any(),
-                    )
-                    .await?;
-                }
-            }
-        }
-    }
+    scope.missing_templates = crate::controllers::core::referenced::own_templates(
+        &ctx.resolver,
+        &scope.ns(),
+        &scope.spec.template.spec,
+        &scope.cluster,
+    )
+    .await?;
     Ok(())
 }
 

@@ -102,20 +102,9 @@ async fn apply(mhc: Arc<MachineHealthCheck>, ctx: &CoreCtx) -> Result<Action, Re
         return Ok(Action::await_change());
     }
     // The cluster label and a plain owner reference to the Cluster, as upstream sets them.
-    let uid = cluster.uid().unwrap_or_default();
-    if mhc.labels().get(CLUSTER_NAME_LABEL) != Some(&cluster_name)
-        || !mhc.owner_references().iter().any(|o| o.uid == uid)
-    {
-        let mut refs = mhc.owner_references().to_vec();
-        if !refs.iter().any(|o| o.uid == uid) {
-            refs.push(super::adopt::owner_ref(
-                "Cluster",
-                &cluster_name,
-                &uid,
-                false,
-            ));
-        }
-        let patch = serde_json::json!({"metadata": {"labels": {CLUSTER_NAME_LABEL: cluster_name}, "ownerReferences": refs}});
+    super::adopt::ensure_cluster_owner(&api, &*mhc, &cluster).await?;
+    if mhc.labels().get(CLUSTER_NAME_LABEL) != Some(&cluster_name) {
+        let patch = serde_json::json!({"metadata": {"labels": {CLUSTER_NAME_LABEL: cluster_name}}});
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }

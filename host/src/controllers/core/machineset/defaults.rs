@@ -4,13 +4,11 @@
 //! `deletion.order: Random`. The reconcile acts on the defaulted spec at once and writes the
 //! defaults back once, so `kubectl get -o yaml` shows what the controller uses.
 
-use super::Scope;
 use super::deletion_order::RANDOM;
 use crate::api::common::names::{CLUSTER_NAME_LABEL, SET_NAME_LABEL};
 use crate::api::machineset::{
     MachineSet, MachineSetDeletionSpec, MachineSetSpec, MachineTemplateSpec,
 };
-use crate::controllers::core::context::CoreCtx;
 use crate::controllers::core::error::ReconcileError;
 use crate::controllers::core::naming::label_value;
 use kube::ResourceExt;
@@ -80,19 +78,29 @@ pub fn defaulted(ms: &MachineSet) -> MachineSetSpec {
     s
 }
 
-/// Writes the defaults (and the cluster-name label) when the stored object lacks them.
-pub(super) async fn write(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
-    let labelled = scope.ms.labels().get(CLUSTER_NAME_LABEL) == Some(&scope.spec.cluster_name);
-    if scope.spec == scope.ms.spec && labelled {
+/// Writes the defaults (and the cluster-name label) when the stored object lacks them; for
+/// MachineSets and MachineDeployments alike.
+pub async fn write<K, S>(
+    api: &Api<K>,
+    obj: &K,
+    stored: &S,
+    defaulted: &S,
+    cluster: &str,
+) -> Result<(), ReconcileError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: serde::Serialize + PartialEq,
+{
+    let labelled = obj.labels().get(CLUSTER_NAME_LABEL).map(String::as_str) == Some(cluster);
+    if stored == defaulted && labelled {
         return Ok(());
     }
-    let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &scope.ns());
     let patch = serde_json::json!({
-        "metadata": {"labels": {CLUSTER_NAME_LABEL: scope.spec.cluster_name}},
-        "spec": scope.spec,
+        "metadata": {"labels": {CLUSTER_NAME_LABEL: cluster}},
+        "spec": defaulted,
     });
     api.patch(
-        &scope.name(),
+        &obj.name_any(),
         &PatchParams::default(),
         &Patch::Merge(&patch),
     )

@@ -52,22 +52,8 @@ pub(super) async fn reconcile_owner_and_labels(
     if !standalone {
         return Ok(());
     }
-    let c = &scope.cluster;
-    let mut refs = ms.owner_references().to_vec();
-    refs.push(adopt::owner_ref(
-        "Cluster",
-        &c.name_any(),
-        &c.uid().unwrap_or_default(),
-        false,
-    ));
     let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &scope.ns());
-    let patch = json!({"metadata": {"ownerReferences": refs}});
-    api.patch(
-        &scope.name(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
+    adopt::ensure_cluster_owner(&api, &**ms, &scope.cluster).await?;
     Ok(())
 }
 
@@ -78,45 +64,13 @@ pub(super) async fn reconcile_templates(
     scope: &mut Scope,
     ctx: &CoreCtx,
 ) -> Result<(), ReconcileError> {
-    let spec = &scope.spec.template.spec;
-    let refs: Vec<ContractVersionedObjectReference> = [
-        Some(spec.infrastructure_ref.clone()),
-        spec.bootstrap.config_ref.clone(),
-    ]
-    .into_iter()
-    .flatten()
-    .filter(|r| r.is_set() && r.kind.ends_with("Template"))
-    .collect();
-    let ns = scope.ns();
-    let c = scope.cluster.clone();
-    for r in refs {
-        match ctx.resolver.get(&ns, &r).await? {
-            None => scope
-                .missing_templates
-                .push(format!("{} {ns}/{} does not exist", r.kind, r.name)),
-            Some((obj, resolved)) => {
-                let has = obj
-                    .owner_references()
-                    .iter()
-                    .any(|o| o.kind == "Cluster" && o.uid == c.uid().unwrap_or_default());
-                if !has && obj.metadata.deletion_timestamp.is_none() {
-                    adopt::ensure(
-                        &ctx.resolver.api(&ns, &resolved),
-                        &obj,
-                        adopt::owner_ref(
-                            "Cluster",
-                            &c.name_any(),
-                            &c.uid().unwrap_or_default(),
-                            false,
-                        ),
-                        &[],
-                        &c.name_any(),
-                    )
-                    .await?;
-                }
-            }
-        }
-    }
+    scope.missing_templates = crate::controllers::core::referenced::own_templates(
+        &ctx.resolver,
+        &scope.ns(),
+        &scope.spec.template.spec,
+        &scope.cluster,
+    )
+    .await?;
     Ok(())
 }
 

@@ -138,7 +138,15 @@ async fn apply(ms: Arc<MachineSet>, ctx: &CoreCtx) -> Result<Action, ReconcileEr
         write_back(&scope, ctx).await?;
         return Ok(Action::await_change());
     }
-    defaults::write(&scope, ctx).await?;
+    let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    defaults::write(
+        &api,
+        &*scope.ms,
+        &scope.ms.spec,
+        &scope.spec,
+        &scope.spec.cluster_name,
+    )
+    .await?;
     let mut steps = Phases::default();
     steps.run(machines::reconcile_owner_and_labels(&scope, ctx).await);
     steps.run(machines::reconcile_templates(&mut scope, ctx).await);
