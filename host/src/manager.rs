@@ -499,6 +499,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         machine_sets: machine_sets.clone(),
         machine_deployments: machine_deployments.clone(),
         machine_health_checks: machine_health_checks.clone(),
+        expectations: Default::default(),
         secrets: secrets.clone(),
         cluster_tracker: Tracker::new(
             resolver.clone(),

@@ -96,6 +96,8 @@ pub struct CoreCtx {
     pub machine_sets: Store<crate::api::machineset::MachineSet>,
     pub machine_deployments: Store<crate::api::machinedeployment::MachineDeployment>,
     pub machine_health_checks: Store<crate::api::machinehealthcheck::MachineHealthCheck>,
+    /// What MachineSets created or deleted that the Machine cache does not show yet.
+    pub expectations: crate::controllers::core::machineset::expectations::Expectations,
     /// Secrets labelled with a cluster name (kubeconfigs, CAs, tokens, bootstrap data).
     pub secrets: Store<k8s_openapi::api::core::v1::Secret>,
     pub cluster_tracker: Arc<Tracker<Cluster>>,

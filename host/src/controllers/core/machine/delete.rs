@@ -55,6 +55,7 @@ pub(super) async fn reconcile_delete(
         cluster: cluster.clone(),
         spec_patch: Map::new(),
         requeue: None,
+        version: machine.resource_version(),
     };
     if referenced::delete(
         &ctx.resolver,

@@ -34,6 +34,9 @@ pub(crate) struct Scope {
     /// Fields of `spec` core sets (providerID, bootstrap.dataSecretName, failureDomain).
     pub spec_patch: Map<String, Value>,
     pub requeue: Option<Duration>,
+    /// The resourceVersion the status is written over: the read one, or the one this
+    /// reconcile's own Machine writes returned.
+    pub version: Option<String>,
 }
 
 impl Scope {
@@ -53,7 +56,7 @@ impl Scope {
 pub(crate) async fn write_back(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &scope.ns());
     let name = scope.machine.name_any();
-    let mut version = scope.machine.resource_version();
+    let mut version = scope.version.clone();
     if !scope.spec_patch.is_empty() {
         let patch = serde_json::json!({"spec": scope.spec_patch});
         version = api
@@ -98,7 +101,9 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
         cluster,
         spec_patch: Map::new(),
         requeue: None,
+        version: None,
     };
+    scope.version = scope.machine.resource_version();
     let generation = scope.generation();
     let is_paused = paused(&scope.machine, scope.cluster.as_deref());
     set_paused(

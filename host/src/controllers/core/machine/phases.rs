@@ -52,12 +52,15 @@ pub(super) async fn reconcile_owner_and_labels(
     }
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &scope.ns());
     let patch = json!({"metadata": {"ownerReferences": refs, "labels": {CLUSTER_NAME_LABEL: cluster_name}}});
-    api.patch(
-        &m.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
+    let written = api
+        .patch(
+            &m.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    // Only metadata changed: the status computed from the read still holds.
+    scope.version = written.resource_version();
     Ok(())
 }
 

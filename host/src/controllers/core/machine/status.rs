@@ -125,6 +125,7 @@ mod tests {
             cluster: None,
             spec_patch: Default::default(),
             requeue: None,
+            version: None,
         }
     }
 

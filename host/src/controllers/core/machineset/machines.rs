@@ -27,11 +27,6 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// How long a reconcile waits for the cache to show its own creates and deletes, so the next
-/// reconcile cannot count too few Machines and create duplicates.
-const CACHE_WAIT: Duration = Duration::from_secs(10);
 
 fn now() -> i64 {
     jiff::Timestamp::now().as_second()
@@ -144,6 +139,18 @@ pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reconc
         }
     }
     mine.sort_by_key(|m| m.name_any());
+    let key = format!("{ns}/{}", scope.name());
+    let (created, deleted) = ctx.expectations.unmet(
+        &key,
+        |n| ctx.machines.get(&ObjectRef::new(n).within(&ns)).is_some(),
+        |n| {
+            ctx.machines
+                .get(&ObjectRef::new(n).within(&ns))
+                .is_none_or(|m| m.metadata.deletion_timestamp.is_some())
+        },
+    );
+    scope.unseen_created = created;
+    scope.unseen_deleted = deleted;
     scope.machines = mine;
     Ok(())
 }
@@ -335,22 +342,6 @@ async fn create_one(scope: &Scope, ctx: &CoreCtx) -> Result<String, ReconcileErr
     Ok(name)
 }
 
-/// Waits (bounded) until the Machine cache satisfies `done` for `name`.
-async fn await_cache(
-    ctx: &CoreCtx,
-    ns: &str,
-    names: &[String],
-    done: fn(Option<Arc<Machine>>) -> bool,
-) {
-    let deadline = tokio::time::Instant::now() + CACHE_WAIT;
-    for name in names {
-        let key = ObjectRef::new(name).within(ns);
-        while !done(ctx.machines.get(&key)) && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
 /// Whether scaling up may go on now; records why not.
 async fn may_scale_up(scope: &mut Scope, ctx: &CoreCtx) -> Result<bool, ReconcileError> {
     if scope.is_current_revision() && !scope.missing_templates.is_empty() {
@@ -416,8 +407,10 @@ pub(super) async fn run_preflight(
 /// the Machine it replaces is gone.
 pub(super) async fn sync_replicas(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
     let ns = scope.ns();
+    let key = format!("{ns}/{}", scope.name());
     let desired = scope.replicas();
-    let current = scope.machines.len() as i32;
+    // Created Machines the cache does not show yet exist all the same.
+    let current = (scope.machines.len() + scope.unseen_created.len()) as i32;
     if desired > current {
         if scope
             .ms
@@ -455,7 +448,7 @@ pub(super) async fn sync_replicas(scope: &mut Scope, ctx: &CoreCtx) -> Result<()
                 }
             }
         }
-        await_cache(ctx, &ns, &created, |m| m.is_some()).await;
+        ctx.expectations.created(&key, &created);
         return first_error.map_or(Ok(()), Err);
     }
     if current > desired {
@@ -466,12 +459,15 @@ pub(super) async fn sync_replicas(scope: &mut Scope, ctx: &CoreCtx) -> Result<()
             .and_then(|d| d.order.clone())
             .unwrap_or_else(|| deletion_order::RANDOM.into());
         let all: Vec<&Machine> = scope.machines.iter().map(|m| &**m).collect();
-        let victims: Vec<String> =
-            deletion_order::victims(&all, (current - desired) as usize, &order, now())
-                .into_iter()
-                .filter(|m| m.metadata.deletion_timestamp.is_none())
-                .map(|m| m.name_any())
-                .collect();
+        let surplus = (current - desired) as usize;
+        // Machines this set deleted count as deleting even while the cache lags behind.
+        let victims: Vec<String> = deletion_order::victims(&all, surplus, &order, now())
+            .into_iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+            .map(|m| m.name_any())
+            .filter(|n| !scope.unseen_deleted.contains(n))
+            .take(surplus.saturating_sub(scope.unseen_deleted.len()))
+            .collect();
         let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
         for name in &victims {
             match api.delete(name, &DeleteParams::background()).await {
@@ -488,10 +484,7 @@ pub(super) async fn sync_replicas(scope: &mut Scope, ctx: &CoreCtx) -> Result<()
                 Err(e) => return Err(e.into()),
             }
         }
-        await_cache(ctx, &ns, &victims, |m| {
-            m.is_none_or(|m| m.metadata.deletion_timestamp.is_some())
-        })
-        .await;
+        ctx.expectations.deleted(&key, &victims);
     }
     Ok(())
 }

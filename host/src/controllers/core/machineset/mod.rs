@@ -7,6 +7,7 @@
 
 pub(crate) mod defaults;
 pub mod deletion_order;
+pub mod expectations;
 mod machines;
 pub mod preflight;
 mod remediation;
@@ -42,6 +43,10 @@ pub(crate) struct Scope {
     pub md: Option<Arc<MachineDeployment>>,
     /// The set's Machines (adopted ones included), deleting ones too.
     pub machines: Vec<Arc<Machine>>,
+    /// Machines this set created that the cache does not show yet, and Machines it deleted
+    /// that the cache does not show as deleting.
+    pub unseen_created: Vec<String>,
+    pub unseen_deleted: Vec<String>,
     pub status: MachineSetStatus,
     /// Why scaling up cannot go on: preflight checks, missing templates.
     pub blocked: Vec<String>,
@@ -117,6 +122,8 @@ async fn scope_of(ms: Arc<MachineSet>, ctx: &CoreCtx) -> Result<Scope, Reconcile
         cluster,
         md,
         machines: vec![],
+        unseen_created: vec![],
+        unseen_deleted: vec![],
         blocked: vec![],
         missing_templates: vec![],
         requeue: None,
@@ -171,6 +178,10 @@ async fn cleanup(ms: Arc<MachineSet>, ctx: &CoreCtx) -> Result<Action, Reconcile
     let remaining = scope.machines.len();
     status::update(&mut scope, true);
     write_back(&scope, ctx).await?;
+    if remaining == 0 {
+        ctx.expectations
+            .forget(&format!("{}/{}", scope.ns(), scope.name()));
+    }
     if remaining > 0 {
         return Err(ReconcileError::waiting(
             "WaitingForMachinesDeletion",
