@@ -23,16 +23,27 @@ pub async fn set(
     reason: &str,
     message: &str,
 ) -> Result<(), ReconcileError> {
+    set_all(ctx, m, &[(type_, status, reason, message)]).await
+}
+
+/// Sets several conditions, each `(type, status, reason, message)`, in one guarded write.
+pub async fn set_all(
+    ctx: &CoreCtx,
+    m: &Machine,
+    updates: &[(&str, &str, &str, &str)],
+) -> Result<(), ReconcileError> {
     let mut list = m.status.clone().unwrap_or_default().conditions;
     let before = list.clone();
-    conditions::set(
-        &mut list,
-        type_,
-        status,
-        reason,
-        message,
-        m.metadata.generation,
-    );
+    for (type_, status, reason, message) in updates {
+        conditions::set(
+            &mut list,
+            type_,
+            status,
+            reason,
+            message,
+            m.metadata.generation,
+        );
+    }
     if list == before {
         return Ok(());
     }

@@ -42,6 +42,8 @@ pub(crate) struct Scope {
     pub cluster: Arc<Cluster>,
     /// The deployment's MachineSets, oldest first.
     pub sets: Vec<Arc<MachineSet>>,
+    /// The deployment's Machines (by its label), read from the cache once per reconcile.
+    pub machines: Vec<Arc<Machine>>,
     pub status: MachineDeploymentStatus,
     pub missing_templates: Vec<String>,
     pub rollout_error: Option<String>,
@@ -68,17 +70,6 @@ impl Scope {
     pub fn object_ref(&self) -> k8s_openapi::api::core::v1::ObjectReference {
         self.md.object_ref(&())
     }
-
-    /// The deployment's Machines (by its label), from the cache.
-    pub fn machines(&self, ctx: &CoreCtx) -> Vec<Arc<Machine>> {
-        let (ns, name) = (self.ns(), self.name());
-        ctx.machines
-            .state()
-            .into_iter()
-            .filter(|m| m.namespace().as_deref() == Some(ns.as_str()))
-            .filter(|m| m.labels().get(DEPLOYMENT_NAME_LABEL) == Some(&name))
-            .collect()
-    }
 }
 
 async fn write_back(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
@@ -103,7 +94,15 @@ fn scope_of(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Scope, Reconcil
             Duration::from_secs(10),
         ));
     };
+    let machines = ctx
+        .machines
+        .state()
+        .into_iter()
+        .filter(|m| m.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|m| m.labels().get(DEPLOYMENT_NAME_LABEL) == Some(&md.name_any()))
+        .collect();
     Ok(Scope {
+        machines,
         spec: defaults::defaulted(&md),
         status: md.status.clone().unwrap_or_default(),
         md,
@@ -146,7 +145,7 @@ async fn apply(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, Reco
     if steps.ok() {
         steps.run(sync::rollout(&mut scope, ctx).await);
     }
-    status::update(&mut scope, ctx, steps.ok());
+    status::update(&mut scope, steps.ok());
     write_back(&scope, ctx).await?;
     steps.finish()?;
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
@@ -158,7 +157,7 @@ async fn cleanup(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, Re
     sync::adopt(&mut scope, ctx).await?;
     sync::delete_all(&scope, ctx).await?;
     let remaining = scope.sets.len();
-    status::update(&mut scope, ctx, true);
+    status::update(&mut scope, true);
     write_back(&scope, ctx).await?;
     if remaining > 0 {
         return Err(ReconcileError::waiting(

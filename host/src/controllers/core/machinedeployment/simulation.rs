@@ -81,6 +81,18 @@ struct World {
 }
 
 impl World {
+    /// An empty world at template revision 1.
+    fn new() -> World {
+        World {
+            sets: vec![],
+            next_set: 0,
+            next_machine: 0,
+            revision: 1,
+            broken_revisions: vec![],
+            log: String::new(),
+        }
+    }
+
     fn new_machine(&mut self, revision: u32) -> FakeMachine {
         self.next_machine += 1;
         FakeMachine {
@@ -234,14 +246,7 @@ fn run(s: &Scenario) -> String {
     let mut replicas = s.replicas;
     // Around a scale both sizes bound the Machines: (smallest, largest) replicas so far.
     let mut bounds = (replicas, replicas);
-    let mut world = World {
-        sets: vec![],
-        next_set: 0,
-        next_machine: 0,
-        revision: 1,
-        broken_revisions: vec![],
-        log: String::new(),
-    };
+    let mut world = World::new();
     // The starting state: one set of `replicas` Machines, some unavailable.
     world.next_set = 1;
     let mut start = FakeSet {
@@ -495,14 +500,7 @@ fn the_simulation_fails_a_planner_that_overshoots() {
         events: vec![(1, Event::NewTemplate { broken: false })],
         user_deletes_from: None,
     };
-    let mut world = World {
-        sets: vec![],
-        next_set: 0,
-        next_machine: 0,
-        revision: 1,
-        broken_revisions: vec![],
-        log: String::new(),
-    };
+    let mut world = World::new();
     world.sets.push(FakeSet {
         name: "ms1".into(),
         spec: 3,

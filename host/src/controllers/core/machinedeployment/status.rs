@@ -7,14 +7,12 @@ use super::Scope;
 use super::rollout::Strategy;
 use crate::contract::conditions::{self, reasons, types};
 use crate::controllers::core::aggregate;
-use crate::controllers::core::context::CoreCtx;
-use std::sync::Arc;
 
 pub const PHASE_SCALING_UP: &str = "ScalingUp";
 pub const PHASE_SCALING_DOWN: &str = "ScalingDown";
 pub const PHASE_RUNNING: &str = "Running";
 
-pub(super) fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
+pub(super) fn update(scope: &mut Scope, ok: bool) {
     let generation = scope.generation();
     let deleting = scope.md.metadata.deletion_timestamp.is_some();
     let now = jiff::Timestamp::now().as_second();
@@ -44,7 +42,7 @@ pub(super) fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
         }
         .into(),
     );
-    let machines: Vec<Arc<crate::api::machine::Machine>> = scope.machines(ctx);
+    let machines = scope.machines.clone();
     let refs: Vec<&crate::api::machine::Machine> = machines.iter().map(|m| &**m).collect();
     // Available: replicas − maxUnavailable available Machines (all of them for OnDelete).
     let strategy = Strategy::of(&scope.spec).ok();

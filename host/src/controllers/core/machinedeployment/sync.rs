@@ -406,7 +406,7 @@ pub(super) async fn rollout(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reco
         .max()
         .unwrap_or(0);
     let revision = max_old_revision + 1;
-    let machines = scope.machines(ctx);
+    let machines = scope.machines.clone();
     let paused = scope.spec.paused == Some(true);
     let new_set = match new {
         Some(name) => scope.sets.iter().find(|s| s.name_any() == name).cloned(),

@@ -194,20 +194,34 @@ async fn apply(mhc: Arc<MachineHealthCheck>, ctx: &CoreCtx) -> Result<Action, Re
                 .await?
             }
             Verdict::Unhealthy { reason, message } => {
-                let first = !m.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|c| c.type_ == types::HEALTH_CHECK_SUCCEEDED && c.status == "False")
-                });
-                machine_conditions::set(
-                    ctx,
-                    m,
+                let has = |type_: &str| {
+                    m.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+                };
+                let first = has(types::HEALTH_CHECK_SUCCEEDED).is_none_or(|c| c.status != "False");
+                let mut marks = vec![(
                     types::HEALTH_CHECK_SUCCEEDED,
                     "False",
-                    reason,
-                    message,
-                )
-                .await?;
+                    *reason,
+                    message.as_str(),
+                )];
+                // The owner remediates: ask it when allowed, unless it is at it already
+                // (its reasons are never overwritten).
+                if ok
+                    && m.metadata.deletion_timestamp.is_none()
+                    && owner(m)
+                    && has(types::OWNER_REMEDIATED).is_none_or(|c| c.status == "True")
+                {
+                    marks.push((
+                        types::OWNER_REMEDIATED,
+                        "False",
+                        reasons::WAITING_FOR_REMEDIATION,
+                        "Waiting for remediation",
+                    ));
+                }
+                // One write for both, so the second is never refused for the first.
+                machine_conditions::set_all(ctx, m, &marks).await?;
                 if first {
                     let note = format!(
                         "Machine {} has been marked as unhealthy by {name}: {message}",
@@ -232,31 +246,6 @@ async fn apply(mhc: Arc<MachineHealthCheck>, ctx: &CoreCtx) -> Result<Action, Re
             "",
             generation,
         );
-        for (m, v) in &verdicts {
-            if !v.is_unhealthy() || m.metadata.deletion_timestamp.is_some() || !owner(m) {
-                continue;
-            }
-            // Read again: the HealthCheckSucceeded write above moved the Machine on.
-            let Some(fresh) = ctx.machines.get(&ObjectRef::from_obj(&**m)) else {
-                continue;
-            };
-            let owner_cond = fresh.status.as_ref().and_then(|s| {
-                s.conditions
-                    .iter()
-                    .find(|c| c.type_ == types::OWNER_REMEDIATED)
-            });
-            if owner_cond.is_none_or(|c| c.status == "True") {
-                machine_conditions::set(
-                    ctx,
-                    &fresh,
-                    types::OWNER_REMEDIATED,
-                    "False",
-                    reasons::WAITING_FOR_REMEDIATION,
-                    "Waiting for remediation",
-                )
-                .await?;
-            }
-        }
     } else {
         conditions::set(
             &mut status.conditions,
