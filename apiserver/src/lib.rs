@@ -363,7 +363,14 @@ impl InMemoryServer {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             source,
         })?;
-        let store = store::Store::open(None, StoreConfig::default())?;
+        // A workload API holds a few Nodes and namespaces, and a host may run a thousand of
+        // them: the default watch queue alone (16,384 preallocated slots) would be most of
+        // each one's memory. A watcher that falls 256 events behind is closed and re-lists.
+        let config = StoreConfig {
+            retention: 1_000,
+            watch_queue: 256,
+        };
+        let store = store::Store::open(None, config)?;
         let core = Arc::new(Core::new(store));
         controllers::crd::install_all(&core);
         core.ensure_initial_namespaces().await?;

@@ -33,6 +33,10 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The same allocator as the `capw` binary, so the host measured here allocates as it does there.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The simulated cloud of the current run, for the native providers' `sim_cloud` calls.
 static SIM: Mutex<Option<Arc<SimCloud>>> = Mutex::new(None);
 
@@ -506,6 +510,20 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
         "  {mode:?}: requests by method since start: {}",
         by_method.join(", ")
     );
+    let text = host.metrics.render();
+    let mut waits: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("capw_reconcile_waits_total"))
+        .collect();
+    waits.sort_by_key(|l| {
+        std::cmp::Reverse(l.rsplit(' ').next().and_then(|n| n.parse::<u64>().ok()))
+    });
+    eprintln!("  {mode:?}: reconciles that waited: {}", waits.join(", "));
+    let per_controller: Vec<String> = ["cluster", "machine", "machineset", "machinedeployment"]
+        .iter()
+        .map(|c| format!("{c} {}", host.metrics.reconcile_count(c)))
+        .collect();
+    eprintln!("  {mode:?}: reconciles: {}", per_controller.join(", "));
     let out = Outcome {
         wall,
         requests: created_requests,

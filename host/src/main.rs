@@ -5,6 +5,13 @@ mod cli;
 use clap::Parser;
 use std::process::ExitCode;
 
+/// The host and the embedded API server allocate and free many small objects per request;
+/// glibc's allocator spent more CPU on that than the controllers did (`cargo bench -p capw
+/// --bench clusters`, see the README).
+#[cfg(not(target_env = "musl"))]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -291,7 +291,7 @@ async fn run_lifecycle(ctx: Arc<CoreCtx>, feeds: Lifecycle, concurrency: u16) {
                         let ns = md.namespace().unwrap_or_default();
                         let _ = clusters.send(ObjectRef::new(&md.spec.cluster_name).within(&ns));
                         for ms in ctx.machine_sets.state() {
-                            if ms.namespace().as_deref() == Some(ns.as_str())
+                            if ms.metadata.namespace.as_deref() == Some(ns.as_str())
                                 && machinedeployment::deployment_of(&*ms).is_some_and(|r| r.name == md.name_any())
                             {
                                 let _ = ms_tx.send(ObjectRef::from_obj(&*ms));
@@ -305,19 +305,20 @@ async fn run_lifecycle(ctx: Arc<CoreCtx>, feeds: Lifecycle, concurrency: u16) {
                         if seen.insert((ns.clone(), c.name_any()), relevance) == Some(relevance) {
                             continue;
                         }
-                        let ours = |cluster: &str, o_ns: Option<String>| cluster == c.name_any() && o_ns.as_deref() == Some(ns.as_str());
+                        let name = c.name_any();
+                        let ours = |cluster: &str, o_ns: Option<&str>| cluster == name && o_ns == Some(ns.as_str());
                         for ms in ctx.machine_sets.state() {
-                            if ours(&ms.spec.cluster_name, ms.namespace()) {
+                            if ours(&ms.spec.cluster_name, ms.metadata.namespace.as_deref()) {
                                 let _ = ms_tx.send(ObjectRef::from_obj(&*ms));
                             }
                         }
                         for md in ctx.machine_deployments.state() {
-                            if ours(&md.spec.cluster_name, md.namespace()) {
+                            if ours(&md.spec.cluster_name, md.metadata.namespace.as_deref()) {
                                 let _ = md_tx.send(ObjectRef::from_obj(&*md));
                             }
                         }
                         for mhc in ctx.machine_health_checks.state() {
-                            if ours(&mhc.spec.cluster_name, mhc.namespace()) {
+                            if ours(&mhc.spec.cluster_name, mhc.metadata.namespace.as_deref()) {
                                 let _ = mhc_tx.send(ObjectRef::from_obj(&*mhc));
                             }
                         }
@@ -439,7 +440,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
                 if seen.insert((ns.clone(), c.name_any()), relevance) != Some(relevance) {
                     for m in machines.state() {
                         if m.spec.cluster_name == c.name_any()
-                            && m.namespace().as_deref() == Some(ns.as_str())
+                            && m.metadata.namespace.as_deref() == Some(ns.as_str())
                         {
                             let _ = tx.send(ObjectRef::from_obj(&*m));
                         }
@@ -475,7 +476,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
                 let ns = s.namespace().unwrap_or_default();
                 for m in machines.state() {
                     if m.spec.cluster_name == cluster
-                        && m.namespace().as_deref() == Some(ns.as_str())
+                        && m.metadata.namespace.as_deref() == Some(ns.as_str())
                     {
                         let _ = tx.send(ObjectRef::from_obj(&*m));
                     }
@@ -496,6 +497,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         metrics: metrics.clone(),
         clusters: clusters.clone(),
         machines: machines.clone(),
+        machines_written: Default::default(),
         machine_sets: machine_sets.clone(),
         machine_deployments: machine_deployments.clone(),
         machine_health_checks: machine_health_checks.clone(),

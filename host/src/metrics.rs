@@ -23,6 +23,12 @@ struct ControllerLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WaitLabels {
+    controller: String,
+    reason: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PluginLabels {
     plugin: String,
     version: String,
@@ -42,6 +48,7 @@ pub struct Metrics {
     registry: Registry,
     reconciles: Family<ControllerLabels, Counter>,
     reconcile_errors: Family<ControllerLabels, Counter>,
+    waits: Family<WaitLabels, Counter>,
     reconcile_duration: Family<ControllerLabels, Histogram, Buckets>,
     calls: Family<PluginLabels, Counter>,
     call_errors: Family<PluginLabels, Counter>,
@@ -65,6 +72,7 @@ impl Default for Metrics {
         let m = Metrics {
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
+            waits: Family::default(),
             reconcile_duration: Family::new_with_constructor(Buckets),
             calls: Family::default(),
             call_errors: Family::default(),
@@ -84,6 +92,11 @@ impl Default for Metrics {
         ] {
             registry.register(name, help, family.clone());
         }
+        registry.register(
+            "capw_reconcile_waits",
+            "Reconciles that ended waiting for something, per controller and reason",
+            m.waits.clone(),
+        );
         for (name, help, family) in [
             (
                 "capw_plugin_calls",
@@ -136,6 +149,16 @@ impl Metrics {
         self.reconcile_duration
             .get_or_create(&l)
             .observe(took.as_secs_f64());
+    }
+
+    /// Counts one reconcile of `controller` that ended waiting (`reason` says for what).
+    pub fn wait(&self, controller: &str, reason: &str) {
+        self.waits
+            .get_or_create(&WaitLabels {
+                controller: controller.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
     /// Counts one call of a plugin version.

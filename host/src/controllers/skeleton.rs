@@ -27,6 +27,10 @@ use tracing::Instrument;
 pub trait Failure: std::error::Error + Send + Sync + Sized + 'static {
     /// The requeue delay when this is a wait rather than a failure.
     fn wait_time(&self) -> Option<Duration>;
+    /// What a wait waits for, as a metric label (`waiting` when the controller gives none).
+    fn wait_reason(&self) -> &'static str {
+        "waiting"
+    }
     /// Wraps the finalizer helper's error.
     fn finalizer(e: FinalizerError<Self>) -> Self;
 }
@@ -103,6 +107,10 @@ impl Skeleton {
         let waited = r.as_ref().err().and_then(finalizer_wait).is_some();
         self.metrics
             .reconcile(&self.controller, start.elapsed(), r.is_ok() || waited);
+        if waited && let Err(FinalizerError::ApplyFailed(e) | FinalizerError::CleanupFailed(e)) = &r
+        {
+            self.metrics.wait(&self.controller, e.wait_reason());
+        }
         if r.is_ok() || waited {
             // It reconciled, or it is gone (the cleanup ran): either way no failures remain.
             self.failures.forget(&key);
@@ -178,28 +186,29 @@ where
 }
 
 /// [`write_status`] over a known resourceVersion: the write is refused (409) when the object
-/// changed since `version`, so a status computed from a stale read never lands.
+/// changed since `version`, so a status computed from a stale read never lands. Returns the
+/// object as written, or `None` when nothing changed.
 pub async fn write_status_at<K, S>(
     api: &Api<K>,
     name: &str,
     version: Option<String>,
     before: Option<&S>,
     after: &S,
-) -> Result<bool, kube::Error>
+) -> Result<Option<K>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
     S: Serialize + PartialEq,
 {
     if before == Some(after) {
-        return Ok(false);
+        return Ok(None);
     }
     let patch = serde_json::json!({
         "metadata": {"resourceVersion": version},
         "status": after,
     });
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(true)
+        .await
+        .map(Some)
 }
 
 #[cfg(test)]

@@ -93,6 +93,8 @@ pub struct CoreCtx {
     pub metrics: Arc<Metrics>,
     pub clusters: Store<Cluster>,
     pub machines: Store<Machine>,
+    /// Machines as the core controllers' own last writes returned them (read-your-writes).
+    pub machines_written: super::written::Written<Machine>,
     pub machine_sets: Store<crate::api::machineset::MachineSet>,
     pub machine_deployments: Store<crate::api::machinedeployment::MachineDeployment>,
     pub machine_health_checks: Store<crate::api::machinehealthcheck::MachineHealthCheck>,

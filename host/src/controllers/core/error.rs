@@ -47,6 +47,13 @@ impl Failure for ReconcileError {
         }
     }
 
+    fn wait_reason(&self) -> &'static str {
+        match self {
+            ReconcileError::Waiting { reason, .. } => reason,
+            _ => "waiting",
+        }
+    }
+
     fn finalizer(e: kube::runtime::finalizer::Error<Self>) -> Self {
         ReconcileError::Finalizer(Box::new(e))
     }

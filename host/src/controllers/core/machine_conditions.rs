@@ -2,7 +2,8 @@
 //! `HealthCheckSucceeded` by a MachineHealthCheck, `OwnerRemediated` by both). Each write
 //! carries the resourceVersion it was computed from, and the Machine controller's own status
 //! write does too: whoever read a stale Machine is refused and reads again, so no controller
-//! drops a condition it did not know of.
+//! drops a condition it did not know of. Writes start from the newest Machine the core
+//! controllers wrote (`written`), not a cache that has not seen that write yet.
 
 use crate::api::machine::Machine;
 use crate::contract::conditions;
@@ -32,6 +33,8 @@ pub async fn set_all(
     m: &Machine,
     updates: &[(&str, &str, &str, &str)],
 ) -> Result<(), ReconcileError> {
+    let newer = ctx.machines_written.stand_in(m);
+    let m = newer.as_deref().unwrap_or(m);
     let mut list = m.status.clone().unwrap_or_default().conditions;
     let before = list.clone();
     for (type_, status, reason, message) in updates {
@@ -52,6 +55,8 @@ pub async fn set_all(
 
 /// Removes a condition from a Machine's status (guarded as above).
 pub async fn remove(ctx: &CoreCtx, m: &Machine, type_: &str) -> Result<(), ReconcileError> {
+    let newer = ctx.machines_written.stand_in(m);
+    let m = newer.as_deref().unwrap_or(m);
     let mut list = m.status.clone().unwrap_or_default().conditions;
     let n = list.len();
     list.retain(|c| c.type_ != type_);
@@ -79,7 +84,11 @@ async fn patch(
         )
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(written) => {
+            ctx.machines_written
+                .record(m.resource_version().into_iter().collect(), written);
+            Ok(())
+        }
         Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
     }

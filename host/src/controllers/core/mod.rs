@@ -16,3 +16,4 @@ pub mod machineset;
 pub mod naming;
 pub mod referenced;
 pub mod remote;
+pub mod written;

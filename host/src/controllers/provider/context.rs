@@ -140,7 +140,7 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
         let uid = obj.metadata.uid.clone().unwrap_or_default();
         let cluster_name = c.name_any();
         let mine = caches.machines.state_filter(|m| {
-            m.namespace().as_deref() == Some(ns.as_str())
+            m.metadata.namespace.as_deref() == Some(ns.as_str())
                 && m.spec.cluster_name == cluster_name
                 && m.labels().contains_key(CONTROL_PLANE_LABEL)
         });

@@ -323,7 +323,7 @@ async fn run_kind(kctx: Arc<KindCtx>) {
                     machines
                         .state_filter(|m| {
                             m.spec.cluster_name == cl.name_any()
-                                && m.namespace().as_deref() == Some(ns.as_str())
+                                && m.metadata.namespace.as_deref() == Some(ns.as_str())
                         })
                         .into_iter()
                         .filter_map(|m| {

@@ -106,9 +106,9 @@ pub async fn run(
     let controller = super::context::CoreController {
         name: "cluster",
         finalizer: CLUSTER_FINALIZER,
-        // A Cluster summarizes every Machine: a short debounce folds a burst of Machine changes
-        // into one reconcile and one status write.
-        debounce: Duration::from_millis(100),
+        // A Cluster summarizes every Machine, set and deployment: the debounce folds a burst
+        // of their changes (a pool provisioning) into one reconcile and one status write.
+        debounce: Duration::from_millis(250),
         apply: |o, ctx| Box::pin(apply(o, ctx)),
         cleanup: |o, ctx| Box::pin(delete::reconcile_delete(o, ctx)),
     };

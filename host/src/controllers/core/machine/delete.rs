@@ -15,7 +15,6 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use serde_json::Map;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,18 +44,12 @@ pub(super) async fn reconcile_delete(
     machine: Arc<Machine>,
     ctx: &CoreCtx,
 ) -> Result<Action, ReconcileError> {
+    let machine = ctx.machines_written.newest(machine);
     let ns = machine.namespace().unwrap_or_default();
     let cluster = ctx
         .clusters
         .get(&ObjectRef::new(&machine.spec.cluster_name).within(&ns));
-    let mut scope = Scope {
-        status: machine.status.clone().unwrap_or_default(),
-        machine: machine.clone(),
-        cluster: cluster.clone(),
-        spec_patch: Map::new(),
-        requeue: None,
-        version: machine.resource_version(),
-    };
+    let mut scope = Scope::new(machine.clone(), cluster.clone());
     if referenced::delete(
         &ctx.resolver,
         &ctx.machine_tracker,
@@ -116,5 +109,7 @@ pub(super) async fn reconcile_delete(
             tracing::debug!(node = %node.name, error = %e, "deleting the Node failed");
         }
     }
+    // The finalizer comes off next: nothing written is needed any more.
+    ctx.machines_written.forget(&machine);
     Ok(Action::await_change())
 }

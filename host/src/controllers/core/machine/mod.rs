@@ -13,7 +13,7 @@ use super::error::ReconcileError;
 use crate::api::cluster::Cluster;
 use crate::api::common::names::{MACHINE_FINALIZER, PAUSED_ANNOTATION};
 use crate::api::machine::{Machine, MachineStatus};
-use crate::contract::conditions::set_paused;
+use crate::contract::conditions::{set_paused, types};
 use crate::controllers::skeleton::{Phases, write_status_at};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -37,9 +37,26 @@ pub(crate) struct Scope {
     /// The resourceVersion the status is written over: the read one, or the one this
     /// reconcile's own Machine writes returned.
     pub version: Option<String>,
+    /// Versions this reconcile's writes replaced (the read one first).
+    pub superseded: Vec<String>,
+    /// What the last of this reconcile's Machine writes returned.
+    pub written: Option<Machine>,
 }
 
 impl Scope {
+    pub fn new(machine: Arc<Machine>, cluster: Option<Arc<Cluster>>) -> Self {
+        Scope {
+            status: machine.status.clone().unwrap_or_default(),
+            version: machine.resource_version(),
+            machine,
+            cluster,
+            spec_patch: Map::new(),
+            requeue: None,
+            superseded: vec![],
+            written: None,
+        }
+    }
+
     pub fn requeue_after(&mut self, d: Duration) {
         self.requeue = Some(self.requeue.map_or(d, |r| r.min(d)));
     }
@@ -51,38 +68,95 @@ impl Scope {
     pub fn generation(&self) -> Option<i64> {
         self.machine.metadata.generation
     }
+
+    /// Notes a write of the Machine: its answer is the version the status is written over.
+    pub fn wrote(&mut self, written: Machine) {
+        self.superseded.extend(self.version.take());
+        self.version = written.resource_version();
+        self.written = Some(written);
+    }
 }
 
-pub(crate) async fn write_back(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+/// Conditions other controllers set on a Machine (`machine_conditions`): a status written
+/// after a conflict keeps the latest of these, whatever this reconcile read.
+const FOREIGN_CONDITIONS: [&str; 3] = [
+    types::UP_TO_DATE,
+    types::HEALTH_CHECK_SUCCEEDED,
+    types::OWNER_REMEDIATED,
+];
+
+/// Status writes after a conflict before the reconcile is left to the next one.
+const CONFLICT_RETRIES: usize = 3;
+const CONFLICT_PAUSE: Duration = Duration::from_millis(20);
+
+/// Takes the other controllers' conditions from `latest` into `status`.
+fn keep_foreign_conditions(status: &mut MachineStatus, latest: Option<&MachineStatus>) {
+    status
+        .conditions
+        .retain(|c| !FOREIGN_CONDITIONS.contains(&c.type_.as_str()));
+    status.conditions.extend(
+        latest
+            .into_iter()
+            .flat_map(|s| &s.conditions)
+            .filter(|c| FOREIGN_CONDITIONS.contains(&c.type_.as_str()))
+            .cloned(),
+    );
+}
+
+pub(crate) async fn write_back(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+    let result = write(scope, ctx).await;
+    if let Some(written) = scope.written.take() {
+        ctx.machines_written
+            .record(std::mem::take(&mut scope.superseded), written);
+    }
+    result
+}
+
+async fn write(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &scope.ns());
     let name = scope.machine.name_any();
-    let mut version = scope.version.clone();
     if !scope.spec_patch.is_empty() {
         let patch = serde_json::json!({"spec": scope.spec_patch});
-        version = api
+        let written = api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?
-            .resource_version();
+            .await?;
+        scope.wrote(written);
     }
-    // Other controllers set conditions here too (`machine_conditions`): the status is written
-    // only over the version it was computed from.
-    match write_status_at(
-        &api,
-        &name,
-        version,
-        scope.machine.status.as_ref(),
-        &scope.status,
-    )
-    .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Err(ReconcileError::waiting(
-            "MachineChanged",
-            format!("Machine {name} changed while it was reconciled; reading it again"),
-            Duration::from_millis(200),
-        )),
-        Err(e) => Err(e.into()),
+    // Other controllers set conditions here too: the status is written only over the version
+    // it was computed from. A reconcile refused because the Machine changed meanwhile reads
+    // it once, keeps the other controllers' conditions from it, recomputes the summaries and
+    // writes again: a read instead of a whole reconcile after a delay.
+    let mut before = scope.machine.status.clone();
+    for _ in 0..CONFLICT_RETRIES {
+        let version = scope.version.clone();
+        match write_status_at(&api, &name, version, before.as_ref(), &scope.status).await {
+            Ok(Some(written)) => {
+                scope.wrote(written);
+                return Ok(());
+            }
+            Ok(None) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                // The write that won may not be visible yet (the API server shows a write
+                // once it is durable): give it a moment before reading.
+                tokio::time::sleep(CONFLICT_PAUSE).await;
+                let latest = api.get(&name).await?;
+                keep_foreign_conditions(&mut scope.status, latest.status.as_ref());
+                scope.superseded.extend(scope.version.take());
+                scope.version = latest.resource_version();
+                before = latest.status.clone();
+                scope.machine = Arc::new(latest);
+                // The summaries read the foreign conditions; the observed generation stays
+                // what this reconcile observed.
+                status::update(scope, false);
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
+    Err(ReconcileError::waiting(
+        "MachineChanged",
+        format!("Machine {name} kept changing while it was reconciled; reading it again"),
+        Duration::from_millis(200),
+    ))
 }
 
 fn paused(m: &Machine, cluster: Option<&Cluster>) -> bool {
@@ -91,19 +165,12 @@ fn paused(m: &Machine, cluster: Option<&Cluster>) -> bool {
 }
 
 async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, ReconcileError> {
+    let machine = ctx.machines_written.newest(machine);
     let ns = machine.namespace().unwrap_or_default();
     let cluster = ctx
         .clusters
         .get(&ObjectRef::new(&machine.spec.cluster_name).within(&ns));
-    let mut scope = Scope {
-        status: machine.status.clone().unwrap_or_default(),
-        machine,
-        cluster,
-        spec_patch: Map::new(),
-        requeue: None,
-        version: None,
-    };
-    scope.version = scope.machine.resource_version();
+    let mut scope = Scope::new(machine, cluster);
     let generation = scope.generation();
     let is_paused = paused(&scope.machine, scope.cluster.as_deref());
     set_paused(
@@ -113,7 +180,7 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
         generation,
     );
     if is_paused {
-        write_back(&scope, ctx).await?;
+        write_back(&mut scope, ctx).await?;
         return Ok(Action::await_change());
     }
     if scope.cluster.is_none() {
@@ -133,7 +200,7 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
     steps.run(phases::reconcile_infrastructure(&mut scope, ctx).await);
     steps.run(node::reconcile_node(&mut scope, ctx).await);
     status::update(&mut scope, steps.ok());
-    write_back(&scope, ctx).await?;
+    write_back(&mut scope, ctx).await?;
     steps.finish()?;
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
 }
@@ -161,4 +228,54 @@ pub async fn run(
 
 pub(crate) fn object_ref(m: &Machine) -> k8s_openapi::api::core::v1::ObjectReference {
     m.object_ref(&())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::conditions::Condition;
+
+    fn cond(type_: &str, status: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            ..Default::default()
+        }
+    }
+
+    /// After a conflict the Machine controller's own conditions stay as it computed them and
+    /// the other controllers' come from the latest read, including one removed meanwhile.
+    #[test]
+    fn keeps_the_latest_foreign_conditions() {
+        let mut ours = MachineStatus {
+            conditions: vec![
+                cond(types::READY, "True"),
+                cond(types::UP_TO_DATE, "True"),
+                cond(types::OWNER_REMEDIATED, "False"),
+            ],
+            ..Default::default()
+        };
+        let latest = MachineStatus {
+            conditions: vec![
+                cond(types::READY, "False"),
+                cond(types::UP_TO_DATE, "False"),
+                cond(types::HEALTH_CHECK_SUCCEEDED, "False"),
+            ],
+            ..Default::default()
+        };
+        keep_foreign_conditions(&mut ours, Some(&latest));
+        let got: Vec<(&str, &str)> = ours
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (types::READY, "True"),
+                (types::UP_TO_DATE, "False"),
+                (types::HEALTH_CHECK_SUCCEEDED, "False"),
+            ]
+        );
+    }
 }

@@ -60,7 +60,7 @@ pub(super) async fn reconcile_owner_and_labels(
         )
         .await?;
     // Only metadata changed: the status computed from the read still holds.
-    scope.version = written.resource_version();
+    scope.wrote(written);
     Ok(())
 }
 

@@ -119,14 +119,7 @@ mod tests {
 
     fn scope(machine: serde_json::Value) -> Scope {
         let m: crate::api::machine::Machine = serde_json::from_value(machine).unwrap();
-        Scope {
-            status: m.status.clone().unwrap_or_default(),
-            machine: Arc::new(m),
-            cluster: None,
-            spec_patch: Default::default(),
-            requeue: None,
-            version: None,
-        }
+        Scope::new(Arc::new(m), None)
     }
 
     fn machine(status: serde_json::Value, extra_spec: serde_json::Value) -> serde_json::Value {

@@ -94,12 +94,13 @@ fn scope_of(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Scope, Reconcil
             Duration::from_secs(10),
         ));
     };
+    let md_name = md.name_any();
     let machines = ctx
         .machines
         .state()
         .into_iter()
-        .filter(|m| m.namespace().as_deref() == Some(ns.as_str()))
-        .filter(|m| m.labels().get(DEPLOYMENT_NAME_LABEL) == Some(&md.name_any()))
+        .filter(|m| m.labels().get(DEPLOYMENT_NAME_LABEL) == Some(&md_name))
+        .filter(|m| m.metadata.namespace.as_deref() == Some(ns.as_str()))
         .collect();
     Ok(Scope {
         machines,
@@ -183,7 +184,9 @@ pub async fn run(
     let controller = super::context::CoreController {
         name: "machinedeployment",
         finalizer: MACHINEDEPLOYMENT_FINALIZER,
-        debounce: Duration::from_millis(50),
+        // Every status change of every Machine of the deployment wakes it: the debounce folds
+        // a pool's burst into one reconcile and one status write.
+        debounce: Duration::from_millis(250),
         apply: |o, ctx| Box::pin(apply(o, ctx)),
         cleanup: |o, ctx| Box::pin(cleanup(o, ctx)),
     };

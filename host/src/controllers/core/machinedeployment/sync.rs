@@ -63,7 +63,7 @@ pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reconc
     let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &ns);
     let mut mine = vec![];
     for ms in ctx.machine_sets.state() {
-        if ms.namespace().as_deref() != Some(ns.as_str()) {
+        if ms.metadata.namespace.as_deref() != Some(ns.as_str()) {
             continue;
         }
         let controller = ms

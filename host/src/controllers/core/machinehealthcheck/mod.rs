@@ -316,7 +316,7 @@ pub fn checks_of_machine(
         .state()
         .iter()
         .filter(|c| {
-            c.namespace().as_deref() == Some(ns.as_str())
+            c.metadata.namespace.as_deref() == Some(ns.as_str())
                 && c.spec.cluster_name == m.spec.cluster_name
         })
         .filter(|c| c.spec.selector.matches(m.labels()))

@@ -78,7 +78,7 @@ pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reconc
     let mut mine = vec![];
     let mut orphans = vec![];
     for m in ctx.machines.state() {
-        if m.namespace().as_deref() != Some(ns.as_str()) {
+        if m.metadata.namespace.as_deref() != Some(ns.as_str()) {
             continue;
         }
         match m

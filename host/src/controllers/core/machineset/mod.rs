@@ -206,7 +206,8 @@ pub async fn run(
     let controller = super::context::CoreController {
         name: "machineset",
         finalizer: MACHINESET_FINALIZER,
-        debounce: Duration::from_millis(50),
+        // As for deployments, but shorter: a set also creates and deletes the Machines.
+        debounce: Duration::from_millis(150),
         apply: |o, ctx| Box::pin(apply(o, ctx)),
         cleanup: |o, ctx| Box::pin(cleanup(o, ctx)),
     };
@@ -232,7 +233,7 @@ pub fn sets_of_machine(
     }
     sets.state()
         .iter()
-        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|s| s.metadata.namespace.as_deref() == Some(ns.as_str()))
         .filter(|s| s.spec.cluster_name == m.spec.cluster_name)
         .filter(|s| s.spec.selector.matches(m.labels()))
         .map(|s| ObjectRef::from_obj(&**s))
