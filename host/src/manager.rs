@@ -10,6 +10,7 @@ use crate::api::machinedeployment::MachineDeployment;
 use crate::api::machinehealthcheck::MachineHealthCheck;
 use crate::api::machineset::MachineSet;
 use crate::capabilities::sim_cloud::{SimCloud, SimSettings};
+use crate::controllers::core::by_cluster::ByCluster;
 use crate::controllers::core::context::CoreCtx;
 use crate::controllers::core::{
     cluster, machine, machinedeployment, machinehealthcheck, machineset, remote,
@@ -195,9 +196,11 @@ fn referrers_of_machine(store: &Store<Machine>) -> OwnerMap<Machine> {
     })
 }
 
-/// A reflector cache of `K` over the whole API; its changes fan out to subscribers.
+/// A reflector cache of `K` over the whole API, indexed by cluster (the index is fed first);
+/// its changes fan out to subscribers.
 fn cached<K>(
     client: &Client,
+    index: Arc<ByCluster<K>>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> (Store<K>, Arc<Fanout<K>>)
 where
@@ -213,7 +216,13 @@ where
     let changes: Arc<Fanout<K>> = Arc::default();
     let stream = reflector::reflector(
         writer,
-        watcher(Api::<K>::all(client.clone()), watcher::Config::default()).default_backoff(),
+        watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .inspect(move |e| {
+                if let Ok(e) = e {
+                    index.note(e)
+                }
+            }),
     )
     .touched_objects();
     let fanout = changes.clone();
@@ -270,13 +279,13 @@ async fn run_lifecycle(ctx: Arc<CoreCtx>, feeds: Lifecycle, concurrency: u16) {
             loop {
                 tokio::select! {
                     Some(m) = machine_changes.recv() => {
-                        for r in machineset::sets_of_machine(&ctx.machine_sets, &m) {
+                        for r in machineset::sets_of_machine(&ctx, &m) {
                             let _ = ms_tx.send(r);
                         }
                         if let Some(r) = machinedeployment::deployment_of(&*m) {
                             let _ = md_tx.send(r);
                         }
-                        for r in machinehealthcheck::checks_of_machine(&ctx.machine_health_checks, &m) {
+                        for r in machinehealthcheck::checks_of_machine(&ctx, &m) {
                             let _ = mhc_tx.send(r);
                         }
                     }
@@ -290,10 +299,9 @@ async fn run_lifecycle(ctx: Arc<CoreCtx>, feeds: Lifecycle, concurrency: u16) {
                     Some(md) = deployments.recv() => {
                         let ns = md.namespace().unwrap_or_default();
                         let _ = clusters.send(ObjectRef::new(&md.spec.cluster_name).within(&ns));
-                        for ms in ctx.machine_sets.state() {
-                            if ms.metadata.namespace.as_deref() == Some(ns.as_str())
-                                && machinedeployment::deployment_of(&*ms).is_some_and(|r| r.name == md.name_any())
-                            {
+                        let name = md.name_any();
+                        for ms in ctx.machine_sets_of(&ns, &md.spec.cluster_name) {
+                            if machinedeployment::deployment_of(&*ms).is_some_and(|r| r.name == name) {
                                 let _ = ms_tx.send(ObjectRef::from_obj(&*ms));
                             }
                         }
@@ -306,21 +314,14 @@ async fn run_lifecycle(ctx: Arc<CoreCtx>, feeds: Lifecycle, concurrency: u16) {
                             continue;
                         }
                         let name = c.name_any();
-                        let ours = |cluster: &str, o_ns: Option<&str>| cluster == name && o_ns == Some(ns.as_str());
-                        for ms in ctx.machine_sets.state() {
-                            if ours(&ms.spec.cluster_name, ms.metadata.namespace.as_deref()) {
-                                let _ = ms_tx.send(ObjectRef::from_obj(&*ms));
-                            }
+                        for ms in ctx.machine_sets_of(&ns, &name) {
+                            let _ = ms_tx.send(ObjectRef::from_obj(&*ms));
                         }
-                        for md in ctx.machine_deployments.state() {
-                            if ours(&md.spec.cluster_name, md.metadata.namespace.as_deref()) {
-                                let _ = md_tx.send(ObjectRef::from_obj(&*md));
-                            }
+                        for md in ctx.machine_deployments_of(&ns, &name) {
+                            let _ = md_tx.send(ObjectRef::from_obj(&*md));
                         }
-                        for mhc in ctx.machine_health_checks.state() {
-                            if ours(&mhc.spec.cluster_name, mhc.metadata.namespace.as_deref()) {
-                                let _ = mhc_tx.send(ObjectRef::from_obj(&*mhc));
-                            }
+                        for mhc in ctx.machine_health_checks_of(&ns, &name) {
+                            let _ = mhc_tx.send(ObjectRef::from_obj(&*mhc));
                         }
                     }
                     else => return,
@@ -389,16 +390,23 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     let (machine_tx, machine_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<Machine>>();
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
     let machine_changes: Arc<Fanout<Machine>> = Arc::default();
+    let indexes = crate::controllers::core::context::Indexes::default();
     let cluster_changes: Arc<Fanout<Cluster>> = Arc::default();
     let (machines, machine_writer) = reflector::store::<Machine>();
     {
+        let index = indexes.machines.clone();
         let stream = reflector::reflector(
             machine_writer,
             watcher(
                 Api::<Machine>::all(client.clone()),
                 watcher::Config::default(),
             )
-            .default_backoff(),
+            .default_backoff()
+            .inspect(move |e| {
+                if let Ok(e) = e {
+                    index.note(e)
+                }
+            }),
         )
         .touched_objects();
         let tx = cluster_tx.clone();
@@ -427,7 +435,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         )
         .touched_objects();
         let tx = machine_tx.clone();
-        let machines = machines.clone();
+        let (machines, index) = (machines.clone(), indexes.machines.clone());
         let fanout = cluster_changes.clone();
         tasks.push(tokio::spawn(async move {
             // Machines care about their Cluster's spec (pause) and annotations, not its status.
@@ -438,12 +446,8 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
                 let ns = c.namespace().unwrap_or_default();
                 let relevance = relevance::cluster_for_machines(&c).unwrap_or_default();
                 if seen.insert((ns.clone(), c.name_any()), relevance) != Some(relevance) {
-                    for m in machines.state() {
-                        if m.spec.cluster_name == c.name_any()
-                            && m.metadata.namespace.as_deref() == Some(ns.as_str())
-                        {
-                            let _ = tx.send(ObjectRef::from_obj(&*m));
-                        }
+                    for m in index.get(&machines, &ns, &c.name_any()) {
+                        let _ = tx.send(ObjectRef::from_obj(&*m));
                     }
                 }
                 fanout.send(&Arc::new(c));
@@ -462,7 +466,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         )
         .touched_objects();
         let tx = machine_tx.clone();
-        let machines = machines.clone();
+        let (machines, index) = (machines.clone(), indexes.machines.clone());
         tasks.push(tokio::spawn(async move {
             // A rewritten `<cluster>-kubeconfig` (by its control plane, or by anyone) is
             // checked again at once by the Machines that build clients from it.
@@ -474,20 +478,19 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
                     continue;
                 };
                 let ns = s.namespace().unwrap_or_default();
-                for m in machines.state() {
-                    if m.spec.cluster_name == cluster
-                        && m.metadata.namespace.as_deref() == Some(ns.as_str())
-                    {
-                        let _ = tx.send(ObjectRef::from_obj(&*m));
-                    }
+                for m in index.get(&machines, &ns, &cluster) {
+                    let _ = tx.send(ObjectRef::from_obj(&*m));
                 }
             }
         }));
     }
     let lifecycle_cluster_tx = cluster_tx.clone();
-    let (machine_sets, ms_changes) = cached::<MachineSet>(&client, &mut tasks);
-    let (machine_deployments, md_changes) = cached::<MachineDeployment>(&client, &mut tasks);
-    let (machine_health_checks, mhc_changes) = cached::<MachineHealthCheck>(&client, &mut tasks);
+    let (machine_sets, ms_changes) =
+        cached::<MachineSet>(&client, indexes.machine_sets.clone(), &mut tasks);
+    let (machine_deployments, md_changes) =
+        cached::<MachineDeployment>(&client, indexes.machine_deployments.clone(), &mut tasks);
+    let (machine_health_checks, mhc_changes) =
+        cached::<MachineHealthCheck>(&client, indexes.machine_health_checks.clone(), &mut tasks);
     let resolver = Resolver::new(client.clone());
     let ctx = Arc::new(CoreCtx {
         client: client.clone(),
@@ -498,6 +501,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         clusters: clusters.clone(),
         machines: machines.clone(),
         machines_written: Default::default(),
+        index: indexes,
         machine_sets: machine_sets.clone(),
         machine_deployments: machine_deployments.clone(),
         machine_health_checks: machine_health_checks.clone(),

@@ -1,10 +1,14 @@
 //! What the core controllers share: the client, caches of Clusters and Machines (reflectors),
 //! provider kind resolution with dynamic watches, workload cluster clients, Events and metrics.
 
+use super::by_cluster::ByCluster;
 use super::error::ReconcileError;
 use super::remote::Remotes;
 use crate::api::cluster::Cluster;
 use crate::api::machine::Machine;
+use crate::api::machinedeployment::MachineDeployment;
+use crate::api::machinehealthcheck::MachineHealthCheck;
+use crate::api::machineset::MachineSet;
 use crate::controllers::events::publish;
 use crate::controllers::external::{Resolver, Tracker};
 use crate::controllers::skeleton::Skeleton;
@@ -93,11 +97,13 @@ pub struct CoreCtx {
     pub metrics: Arc<Metrics>,
     pub clusters: Store<Cluster>,
     pub machines: Store<Machine>,
+    /// The caches' objects by cluster.
+    pub index: Indexes,
     /// Machines as the core controllers' own last writes returned them (read-your-writes).
     pub machines_written: super::written::Written<Machine>,
-    pub machine_sets: Store<crate::api::machineset::MachineSet>,
-    pub machine_deployments: Store<crate::api::machinedeployment::MachineDeployment>,
-    pub machine_health_checks: Store<crate::api::machinehealthcheck::MachineHealthCheck>,
+    pub machine_sets: Store<MachineSet>,
+    pub machine_deployments: Store<MachineDeployment>,
+    pub machine_health_checks: Store<MachineHealthCheck>,
     /// What MachineSets created or deleted that the Machine cache does not show yet.
     pub expectations: crate::controllers::core::machineset::expectations::Expectations,
     /// Secrets labelled with a cluster name (kubeconfigs, CAs, tokens, bootstrap data).
@@ -119,12 +125,52 @@ impl CoreCtx {
 
     /// The Machines of a cluster, from the cache.
     pub fn machines_of(&self, ns: &str, cluster: &str) -> Vec<Arc<Machine>> {
-        self.machines
-            .state()
-            .into_iter()
-            .filter(|m| {
-                m.metadata.namespace.as_deref() == Some(ns) && m.spec.cluster_name == cluster
-            })
-            .collect()
+        self.index.machines.get(&self.machines, ns, cluster)
+    }
+
+    /// The MachineSets of a cluster, from the cache.
+    pub fn machine_sets_of(&self, ns: &str, cluster: &str) -> Vec<Arc<MachineSet>> {
+        self.index.machine_sets.get(&self.machine_sets, ns, cluster)
+    }
+
+    /// The MachineDeployments of a cluster, from the cache.
+    pub fn machine_deployments_of(&self, ns: &str, cluster: &str) -> Vec<Arc<MachineDeployment>> {
+        self.index
+            .machine_deployments
+            .get(&self.machine_deployments, ns, cluster)
+    }
+
+    /// The MachineHealthChecks of a cluster, from the cache.
+    pub fn machine_health_checks_of(
+        &self,
+        ns: &str,
+        cluster: &str,
+    ) -> Vec<Arc<MachineHealthCheck>> {
+        self.index
+            .machine_health_checks
+            .get(&self.machine_health_checks, ns, cluster)
+    }
+}
+
+/// The worker caches by cluster (`by_cluster`), fed by the host's watches.
+pub struct Indexes {
+    pub machines: Arc<ByCluster<Machine>>,
+    pub machine_sets: Arc<ByCluster<MachineSet>>,
+    pub machine_deployments: Arc<ByCluster<MachineDeployment>>,
+    pub machine_health_checks: Arc<ByCluster<MachineHealthCheck>>,
+}
+
+impl Default for Indexes {
+    fn default() -> Self {
+        Indexes {
+            machines: Arc::new(ByCluster::new(|m: &Machine| &m.spec.cluster_name)),
+            machine_sets: Arc::new(ByCluster::new(|m: &MachineSet| &m.spec.cluster_name)),
+            machine_deployments: Arc::new(ByCluster::new(|m: &MachineDeployment| {
+                &m.spec.cluster_name
+            })),
+            machine_health_checks: Arc::new(ByCluster::new(|m: &MachineHealthCheck| {
+                &m.spec.cluster_name
+            })),
+        }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod adopt;
 pub mod aggregate;
+pub mod by_cluster;
 pub mod cluster;
 pub mod context;
 pub mod error;

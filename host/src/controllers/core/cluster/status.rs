@@ -125,19 +125,10 @@ pub(super) fn update(scope: &mut Scope, ctx: &CoreCtx, ok: bool) {
     let generation = scope.generation();
     let ns = scope.ns();
     let name = scope.cluster.name_any();
-    let in_cluster =
-        |o_ns: Option<&str>, cluster: &str| cluster == name && o_ns == Some(ns.as_str());
-    let mds: Vec<_> = ctx
-        .machine_deployments
-        .state()
-        .into_iter()
-        .filter(|d| in_cluster(d.metadata.namespace.as_deref(), &d.spec.cluster_name))
-        .collect();
+    let mds = ctx.machine_deployments_of(&ns, &name);
     let mss: Vec<_> = ctx
-        .machine_sets
-        .state()
+        .machine_sets_of(&ns, &name)
         .into_iter()
-        .filter(|s| in_cluster(s.metadata.namespace.as_deref(), &s.spec.cluster_name))
         .filter(|s| !s.labels().contains_key(DEPLOYMENT_NAME_LABEL))
         .filter(|s| {
             !s.owner_references()

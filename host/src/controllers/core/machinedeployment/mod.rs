@@ -96,11 +96,9 @@ fn scope_of(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Scope, Reconcil
     };
     let md_name = md.name_any();
     let machines = ctx
-        .machines
-        .state()
+        .machines_of(&ns, &md.spec.cluster_name)
         .into_iter()
         .filter(|m| m.labels().get(DEPLOYMENT_NAME_LABEL) == Some(&md_name))
-        .filter(|m| m.metadata.namespace.as_deref() == Some(ns.as_str()))
         .collect();
     Ok(Scope {
         machines,

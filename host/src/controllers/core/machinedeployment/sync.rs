@@ -62,10 +62,7 @@ pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reconc
     let uid = scope.md.uid().unwrap_or_default();
     let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &ns);
     let mut mine = vec![];
-    for ms in ctx.machine_sets.state() {
-        if ms.metadata.namespace.as_deref() != Some(ns.as_str()) {
-            continue;
-        }
+    for ms in ctx.machine_sets_of(&ns, &scope.spec.cluster_name) {
         let controller = ms
             .owner_references()
             .iter()

@@ -307,18 +307,10 @@ pub async fn run(
 }
 
 /// The checks a changed Machine concerns: those of its Cluster whose selector matches it.
-pub fn checks_of_machine(
-    checks: &kube::runtime::reflector::Store<MachineHealthCheck>,
-    m: &Machine,
-) -> Vec<ObjectRef<MachineHealthCheck>> {
+pub fn checks_of_machine(ctx: &CoreCtx, m: &Machine) -> Vec<ObjectRef<MachineHealthCheck>> {
     let ns = m.namespace().unwrap_or_default();
-    checks
-        .state()
+    ctx.machine_health_checks_of(&ns, &m.spec.cluster_name)
         .iter()
-        .filter(|c| {
-            c.metadata.namespace.as_deref() == Some(ns.as_str())
-                && c.spec.cluster_name == m.spec.cluster_name
-        })
         .filter(|c| c.spec.selector.matches(m.labels()))
         .map(|c| ObjectRef::from_obj(&**c))
         .collect()

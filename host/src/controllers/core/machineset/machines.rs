@@ -77,10 +77,8 @@ pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reconc
     let uid = scope.ms.uid().unwrap_or_default();
     let mut mine = vec![];
     let mut orphans = vec![];
-    for m in ctx.machines.state() {
-        if m.metadata.namespace.as_deref() != Some(ns.as_str()) {
-            continue;
-        }
+    // A set's Machines, and the orphans it may adopt, are in its cluster.
+    for m in ctx.machines_of(&ns, &scope.spec.cluster_name) {
         match m
             .owner_references()
             .iter()

@@ -216,10 +216,7 @@ pub async fn run(
 
 /// The MachineSets a changed Machine concerns: its controller, or for an orphan every set in
 /// its namespace whose selector matches it (which may adopt it).
-pub fn sets_of_machine(
-    sets: &kube::runtime::reflector::Store<MachineSet>,
-    m: &Machine,
-) -> Vec<ObjectRef<MachineSet>> {
+pub fn sets_of_machine(ctx: &CoreCtx, m: &Machine) -> Vec<ObjectRef<MachineSet>> {
     let ns = m.namespace().unwrap_or_default();
     if let Some(owner) = m
         .owner_references()
@@ -231,10 +228,8 @@ pub fn sets_of_machine(
         }
         return vec![];
     }
-    sets.state()
+    ctx.machine_sets_of(&ns, &m.spec.cluster_name)
         .iter()
-        .filter(|s| s.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .filter(|s| s.spec.cluster_name == m.spec.cluster_name)
         .filter(|s| s.spec.selector.matches(m.labels()))
         .map(|s| ObjectRef::from_obj(&**s))
         .collect()
