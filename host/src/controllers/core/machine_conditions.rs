@@ -13,6 +13,14 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
+/// The condition types this module writes for other controllers; the Machine controller
+/// owns every other condition of a Machine.
+pub const OTHERS: [&str; 3] = [
+    conditions::types::UP_TO_DATE,
+    conditions::types::HEALTH_CHECK_SUCCEEDED,
+    conditions::types::OWNER_REMEDIATED,
+];
+
 /// Sets one condition on a Machine's status unless it already reads so. The write carries
 /// the resourceVersion it was computed from: a Machine that changed meanwhile is left to the
 /// next reconcile, so no controller overwrites conditions it did not read.

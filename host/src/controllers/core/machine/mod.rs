@@ -10,10 +10,11 @@ mod status;
 
 use super::context::CoreCtx;
 use super::error::ReconcileError;
+use super::machine_conditions::OTHERS;
 use crate::api::cluster::Cluster;
 use crate::api::common::names::{MACHINE_FINALIZER, PAUSED_ANNOTATION};
 use crate::api::machine::{Machine, MachineStatus};
-use crate::contract::conditions::{set_paused, types};
+use crate::contract::conditions::set_paused;
 use crate::controllers::skeleton::{Phases, write_status_at};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -77,28 +78,22 @@ impl Scope {
     }
 }
 
-/// Conditions other controllers set on a Machine (`machine_conditions`): a status written
-/// after a conflict keeps the latest of these, whatever this reconcile read.
-const FOREIGN_CONDITIONS: [&str; 3] = [
-    types::UP_TO_DATE,
-    types::HEALTH_CHECK_SUCCEEDED,
-    types::OWNER_REMEDIATED,
-];
-
 /// Status writes after a conflict before the reconcile is left to the next one.
 const CONFLICT_RETRIES: usize = 3;
 const CONFLICT_PAUSE: Duration = Duration::from_millis(20);
 
-/// Takes the other controllers' conditions from `latest` into `status`.
+/// Takes the other controllers' conditions (`machine_conditions::OTHERS`) from `latest` into
+/// `status`: a status written after a conflict keeps the latest of these, whatever this
+/// reconcile read.
 fn keep_foreign_conditions(status: &mut MachineStatus, latest: Option<&MachineStatus>) {
     status
         .conditions
-        .retain(|c| !FOREIGN_CONDITIONS.contains(&c.type_.as_str()));
+        .retain(|c| !OTHERS.contains(&c.type_.as_str()));
     status.conditions.extend(
         latest
             .into_iter()
             .flat_map(|s| &s.conditions)
-            .filter(|c| FOREIGN_CONDITIONS.contains(&c.type_.as_str()))
+            .filter(|c| OTHERS.contains(&c.type_.as_str()))
             .cloned(),
     );
 }
@@ -234,7 +229,7 @@ pub(crate) fn object_ref(m: &Machine) -> k8s_openapi::api::core::v1::ObjectRefer
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::conditions::Condition;
+    use crate::contract::conditions::{Condition, types};
 
     fn cond(type_: &str, status: &str) -> Condition {
         Condition {
