@@ -391,6 +391,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
     let machine_changes: Arc<Fanout<Machine>> = Arc::default();
     let indexes = crate::controllers::core::context::Indexes::default();
+    let machines_by_cluster = indexes.machines.clone();
     let cluster_changes: Arc<Fanout<Cluster>> = Arc::default();
     let (machines, machine_writer) = reflector::store::<Machine>();
     {
@@ -562,6 +563,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         crate::controllers::provider::Caches {
             clusters: clusters.clone(),
             machines: machines.clone(),
+            machines_by_cluster,
             secrets,
             machine_changes,
             cluster_changes,

@@ -36,9 +36,18 @@ struct Watch {
     stall_limit: Duration,
 }
 
+/// One watch event, `{"type":…,"object":…}` and a newline. Written around the object's
+/// serialization: `json!` would deep-copy the object first, once per event and watcher.
 fn line(kind: &str, object: &Value) -> Bytes {
-    let mut v = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-    v.push(b'\n');
+    let mut v = b"{\"type\":".to_vec();
+    let written = serde_json::to_writer(&mut v, kind).and_then(|()| {
+        v.extend_from_slice(b",\"object\":");
+        serde_json::to_writer(&mut v, object)
+    });
+    if written.is_err() {
+        return Bytes::new();
+    }
+    v.extend_from_slice(b"}\n");
     Bytes::from(v)
 }
 
@@ -274,5 +283,20 @@ async fn run(
             }
             _ = w.tx.closed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_is_one_event_and_a_newline() {
+        let object = json!({"metadata": {"name": "x\ny"}, "n": 1});
+        let l = line("ADDED", &object);
+        assert_eq!(l.last(), Some(&b'\n'));
+        let v: Value = serde_json::from_slice(&l[..l.len() - 1]).unwrap();
+        assert_eq!(v, json!({"type": "ADDED", "object": object}));
+        assert!(!l[..l.len() - 1].contains(&b'\n'));
     }
 }

@@ -3,7 +3,7 @@
 
 use super::{Event, EventType, ObjKey, State, StoreError, txn_err};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
@@ -23,22 +23,18 @@ pub(super) fn commit(
         let mut events = txn.open_table(EVENTS).map_err(txn_err)?;
         for event in batch {
             let key = event.key.db_key();
+            // The object is serialized once, for its row and for the log row: with `json!` the
+            // log row deep-copied the object and its predecessor before serializing them.
+            let object = serde_json::to_vec(&*event.object).map_err(txn_err)?;
             if event.kind == EventType::Deleted {
                 objects.remove(key.as_str()).map_err(txn_err)?;
             } else {
-                let bytes = serde_json::to_vec(&*event.object).map_err(txn_err)?;
                 objects
-                    .insert(key.as_str(), bytes.as_slice())
+                    .insert(key.as_str(), object.as_slice())
                     .map_err(txn_err)?;
             }
-            let row = json!({
-                "type": event.kind.as_str(),
-                "gr": &*event.key.gr, "ns": event.key.ns, "name": event.key.name,
-                "object": &*event.object,
-                "prev": event.prev.as_deref(),
-            });
-            let bytes = serde_json::to_vec(&row).map_err(txn_err)?;
-            events.insert(event.rv, bytes.as_slice()).map_err(txn_err)?;
+            let row = log_row(event, &object).map_err(txn_err)?;
+            events.insert(event.rv, row.as_slice()).map_err(txn_err)?;
         }
         let (first, last) = (batch[0].rv, batch[batch.len() - 1].rv);
         // The newest event row already records the revision, so the counter row is written only
@@ -52,6 +48,34 @@ pub(super) fn commit(
         }
     }
     txn.commit().map_err(txn_err)
+}
+
+/// A log row without its object.
+#[derive(serde::Serialize)]
+struct Head<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    gr: &'a str,
+    ns: &'a str,
+    name: &'a str,
+    prev: Option<&'a Value>,
+}
+
+/// The log row of `event`, `{"type", "gr", "ns", "name", "prev", "object"}`, around the
+/// object's bytes.
+fn log_row(event: &Event, object: &[u8]) -> Result<Vec<u8>, serde_json::Error> {
+    let mut row = serde_json::to_vec(&Head {
+        kind: event.kind.as_str(),
+        gr: &event.key.gr,
+        ns: &event.key.ns,
+        name: &event.key.name,
+        prev: event.prev.as_deref(),
+    })?;
+    row.pop();
+    row.extend_from_slice(b",\"object\":");
+    row.extend_from_slice(object);
+    row.push(b'}');
+    Ok(row)
 }
 
 pub(super) fn load(db: &Database, st: &mut State) -> Result<(), StoreError> {
@@ -117,5 +141,31 @@ pub(super) fn trim(st: &mut State, retention: usize) {
         if let Some(old) = st.log.pop_front() {
             st.compacted = old.rv;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_row_is_the_event_as_load_reads_it() {
+        let event = Event {
+            rv: 7,
+            kind: EventType::Modified,
+            key: ObjKey::new("/configmaps", "ns", "a\"b"),
+            object: Arc::new(serde_json::json!({"metadata": {"name": "a\"b"}, "data": {"k": "v"}})),
+            prev: Some(Arc::new(serde_json::json!({"metadata": {"name": "a\"b"}}))),
+        };
+        let object = serde_json::to_vec(&*event.object).unwrap();
+        let row: Value = serde_json::from_slice(&log_row(&event, &object).unwrap()).unwrap();
+        assert_eq!(
+            row,
+            serde_json::json!({
+                "type": "MODIFIED", "gr": "/configmaps", "ns": "ns", "name": "a\"b",
+                "prev": {"metadata": {"name": "a\"b"}},
+                "object": {"metadata": {"name": "a\"b"}, "data": {"k": "v"}},
+            })
+        );
     }
 }

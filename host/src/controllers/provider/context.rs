@@ -39,11 +39,10 @@ fn owner_name<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a str> {
 
 /// An object as the context carries it: without `managedFields`, which no provider reads and
 /// which would otherwise be most of every call's input.
-fn json<T: serde::Serialize>(v: &T) -> Option<String> {
-    let mut v = serde_json::to_value(v).ok()?;
-    if let Some(meta) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
-        meta.remove("managedFields");
-    }
+fn json<T: Resource + Clone + serde::Serialize>(v: &T) -> Option<String> {
+    // A clone without them, serialized directly: cheaper than a `Value` in between.
+    let mut v = v.clone();
+    v.meta_mut().managed_fields = None;
     serde_json::to_string(&v).ok()
 }
 
@@ -139,11 +138,11 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
     {
         let uid = obj.metadata.uid.clone().unwrap_or_default();
         let cluster_name = c.name_any();
-        let mine = caches.machines.state_filter(|m| {
-            m.metadata.namespace.as_deref() == Some(ns.as_str())
-                && m.spec.cluster_name == cluster_name
-                && m.labels().contains_key(CONTROL_PLANE_LABEL)
-        });
+        let mine = caches
+            .machines_by_cluster
+            .get(&caches.machines, &ns, &cluster_name)
+            .into_iter()
+            .filter(|m| m.labels().contains_key(CONTROL_PLANE_LABEL));
         let cp_name = obj.name_any();
         let mut owned = vec![];
         for m in mine {

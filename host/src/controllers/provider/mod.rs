@@ -101,6 +101,8 @@ impl Role {
 pub struct Caches {
     pub clusters: Store<Cluster>,
     pub machines: Store<Machine>,
+    /// The Machines by cluster: a control plane's Machines without scanning every Machine.
+    pub machines_by_cluster: Arc<crate::controllers::core::by_cluster::ByCluster<Machine>>,
     pub secrets: Store<k8s_openapi::api::core::v1::Secret>,
     /// Machine and Cluster changes, after the stores above have them.
     pub machine_changes: Arc<Fanout<Machine>>,
