@@ -136,12 +136,21 @@ fn reporter(name: &str) -> Reporter {
     }
 }
 
-/// The owner of a provider object, or, when its owner references were lost, the objects whose
-/// refs name it (so a lost reference is put back right away, not at the next resync).
+/// The objects of `K` that may refer to a provider object of cluster `.1` in namespace `.0`.
+type Candidates<K> = Box<dyn Fn(&str, &str) -> Vec<Arc<K>> + Send + Sync>;
+
+/// The owner of a provider object, or, when it has no owner yet (just cloned from a template)
+/// or lost its references, the objects whose refs name it, so it is adopted or put back right
+/// away, not at the next resync. The search is narrowed to the object's cluster when it
+/// carries the cluster-name label, as every object capw clones does: a scan of every Machine
+/// for each new object made creating a thousand clusters quadratic.
 fn referrers<K>(
     store: &Store<K>,
     owner_kind: &'static str,
-    refs: fn(&K) -> Vec<crate::api::common::ContractVersionedObjectReference>,
+    refs: for<'a> fn(
+        &'a K,
+    ) -> [Option<&'a crate::api::common::ContractVersionedObjectReference>; 2],
+    candidates: Candidates<K>,
 ) -> OwnerMap<K>
 where
     K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
@@ -155,45 +164,63 @@ where
             return vec![];
         };
         let group = types.api_version.split('/').next().unwrap_or_default();
-        let ns = o.namespace().unwrap_or_default();
-        store
-            .state()
-            .iter()
-            .filter(|k| k.meta().namespace.as_deref() == Some(ns.as_str()))
-            .filter(|k| {
-                refs(k).iter().any(|r| {
-                    r.kind == types.kind
-                        && r.api_group == group
-                        && Some(&r.name) == o.metadata.name.as_ref()
-                })
+        let ns = o.metadata.namespace.as_deref().unwrap_or_default();
+        let names_it = |k: &K| {
+            refs(k).into_iter().flatten().any(|r| {
+                r.kind == types.kind
+                    && r.api_group == group
+                    && Some(&r.name) == o.metadata.name.as_ref()
             })
-            .map(|k| ObjectRef::from_obj(&**k))
-            .collect()
+        };
+        let pick = |k: &Arc<K>| names_it(k).then(|| ObjectRef::from_obj(&**k));
+        match o.labels().get(CLUSTER_NAME_LABEL) {
+            Some(cluster) => candidates(ns, cluster).iter().filter_map(pick).collect(),
+            None => store
+                .state()
+                .iter()
+                .filter(|k| k.meta().namespace.as_deref() == Some(ns))
+                .filter_map(pick)
+                .collect(),
+        }
     })
 }
 
 fn referrers_of_cluster(store: &Store<Cluster>) -> OwnerMap<Cluster> {
-    referrers(store, "Cluster", |c| {
-        [
-            c.spec.infrastructure_ref.clone(),
-            c.spec.control_plane_ref.clone(),
-        ]
-        .into_iter()
-        .flatten()
-        .collect()
-    })
+    let clusters = store.clone();
+    referrers(
+        store,
+        "Cluster",
+        |c| {
+            [
+                c.spec.infrastructure_ref.as_ref(),
+                c.spec.control_plane_ref.as_ref(),
+            ]
+        },
+        Box::new(move |ns, name| {
+            clusters
+                .get(&ObjectRef::new(name).within(ns))
+                .into_iter()
+                .collect()
+        }),
+    )
 }
 
-fn referrers_of_machine(store: &Store<Machine>) -> OwnerMap<Machine> {
-    referrers(store, "Machine", |m| {
-        [
-            Some(m.spec.infrastructure_ref.clone()),
-            m.spec.bootstrap.config_ref.clone(),
-        ]
-        .into_iter()
-        .flatten()
-        .collect()
-    })
+fn referrers_of_machine(
+    store: &Store<Machine>,
+    index: Arc<ByCluster<Machine>>,
+) -> OwnerMap<Machine> {
+    let machines = store.clone();
+    referrers(
+        store,
+        "Machine",
+        |m| {
+            [
+                Some(&m.spec.infrastructure_ref),
+                m.spec.bootstrap.config_ref.as_ref(),
+            ]
+        },
+        Box::new(move |ns, cluster| index.get(&machines, ns, cluster)),
+    )
 }
 
 /// A reflector cache of `K` over the whole API, indexed by cluster (the index is fed first);
@@ -515,7 +542,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         ),
         machine_tracker: Tracker::new(
             resolver.clone(),
-            referrers_of_machine(&machines),
+            referrers_of_machine(&machines, machines_by_cluster.clone()),
             machine_tx,
         ),
     });

@@ -163,12 +163,11 @@ impl Core {
             let skip_status = rt.status_subresource;
             // Defaults are applied on read, so the stored form may lack them; compare with the
             // defaulted form, or merely reading and writing back would look like a spec change.
-            let after = without_meta_and(&obj, skip_status);
-            let changed = after != without_meta_and(cur, skip_status)
+            let changed = !same_content(&obj, cur, skip_status)
                 && rt.schema.as_ref().is_none_or(|s| {
                     let mut before = cur.clone();
                     schema::default(&mut before, s);
-                    after != without_meta_and(&before, skip_status)
+                    !same_content(&obj, &before, skip_status)
                 });
             if changed {
                 let g = cur
