@@ -264,6 +264,30 @@ where
     (store, changes)
 }
 
+/// What the Cluster controller last counted of each MachineSet and MachineDeployment
+/// (`relevance::*_for_cluster`), by kind, namespace and name.
+type Counted = std::collections::HashMap<(&'static str, String, String), u64>;
+
+/// Whether a change of `o` changes what its Cluster's status counts: a new digest, or the
+/// object is gone from the cache (deleted). The sets and deployments write their status
+/// several times per Machine; forwarding each write woke the Cluster for nothing.
+fn counted_anew<K>(counted: &mut Counted, store: &Store<K>, o: &K, digest: Option<u64>) -> bool
+where
+    K: kube::Resource<DynamicType = ()> + Clone,
+{
+    let key = (
+        std::any::type_name::<K>(),
+        o.meta().namespace.clone().unwrap_or_default(),
+        o.meta().name.clone().unwrap_or_default(),
+    );
+    if store.get(&ObjectRef::from_obj(o)).is_none() {
+        counted.remove(&key);
+        return true;
+    }
+    let digest = digest.unwrap_or_default();
+    counted.insert(key, digest) != Some(digest)
+}
+
 /// The change feeds the worker lifecycle controllers wake on.
 struct Lifecycle {
     ms_changes: Arc<Fanout<MachineSet>>,
@@ -303,6 +327,7 @@ async fn run_lifecycle(ctx: Arc<CoreCtx>, feeds: Lifecycle, concurrency: u16) {
         let ctx = ctx.clone();
         async move {
             let mut seen: std::collections::HashMap<(String, String), u64> = Default::default();
+            let mut counted: Counted = Default::default();
             loop {
                 tokio::select! {
                     Some(m) = machine_changes.recv() => {
@@ -321,11 +346,17 @@ async fn run_lifecycle(ctx: Arc<CoreCtx>, feeds: Lifecycle, concurrency: u16) {
                             let _ = md_tx.send(r);
                         }
                         let ns = ms.namespace().unwrap_or_default();
-                        let _ = clusters.send(ObjectRef::new(&ms.spec.cluster_name).within(&ns));
+                        let digest = relevance::machine_set_for_cluster(&ms);
+                        if counted_anew(&mut counted, &ctx.machine_sets, &ms, digest) {
+                            let _ = clusters.send(ObjectRef::new(&ms.spec.cluster_name).within(&ns));
+                        }
                     }
                     Some(md) = deployments.recv() => {
                         let ns = md.namespace().unwrap_or_default();
-                        let _ = clusters.send(ObjectRef::new(&md.spec.cluster_name).within(&ns));
+                        let digest = relevance::machine_deployment_for_cluster(&md);
+                        if counted_anew(&mut counted, &ctx.machine_deployments, &md, digest) {
+                            let _ = clusters.send(ObjectRef::new(&md.spec.cluster_name).within(&ns));
+                        }
                         let name = md.name_any();
                         for ms in ctx.machine_sets_of(&ns, &md.spec.cluster_name) {
                             if machinedeployment::deployment_of(&*ms).is_some_and(|r| r.name == name) {

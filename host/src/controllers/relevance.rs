@@ -5,6 +5,8 @@
 use crate::api::cluster::Cluster;
 use crate::api::common::names::PLUGIN_VERSION_ANNOTATION;
 use crate::api::machine::Machine;
+use crate::api::machinedeployment::MachineDeployment;
+use crate::api::machineset::MachineSet;
 use kube::{Resource, ResourceExt};
 use std::hash::{Hash, Hasher};
 
@@ -80,4 +82,58 @@ pub fn cluster_for_providers(c: &Cluster) -> Option<u64> {
 /// What a Machine depends on of its Cluster: spec (pause) and annotations.
 pub fn cluster_for_machines(c: &Cluster) -> Option<u64> {
     hash_of((c.metadata.generation, c.annotations()))
+}
+
+/// Which owners an object has, by kind: what decides whether a Cluster counts a MachineSet
+/// on its own or through its MachineDeployment.
+fn owner_kinds<K: Resource>(o: &K) -> Vec<&str> {
+    o.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .map(|r| r.kind.as_str())
+        .collect()
+}
+
+/// What a Cluster's worker counters read of a MachineSet: its desired replicas, its counters,
+/// whether a deployment owns it, and deletion. Its many other status writes wake no Cluster.
+pub fn machine_set_for_cluster(ms: &MachineSet) -> Option<u64> {
+    let counters = ms.status.as_ref().map(|s| {
+        (
+            s.replicas,
+            s.ready_replicas,
+            s.available_replicas,
+            s.up_to_date_replicas,
+        )
+    });
+    hash_of((
+        ms.spec.replicas,
+        counters,
+        ms.labels()
+            .get(crate::api::common::names::DEPLOYMENT_NAME_LABEL),
+        owner_kinds(ms),
+        ms.metadata.deletion_timestamp.is_some(),
+    ))
+}
+
+/// What a Cluster's worker counters and `WorkersAvailable` read of a MachineDeployment: its
+/// desired replicas, its counters, its `Available` condition and deletion.
+pub fn machine_deployment_for_cluster(md: &MachineDeployment) -> Option<u64> {
+    let status = md.status.as_ref().map(|s| {
+        (
+            s.replicas,
+            s.ready_replicas,
+            s.available_replicas,
+            s.up_to_date_replicas,
+            crate::contract::conditions::is_true(
+                &s.conditions,
+                crate::contract::conditions::types::AVAILABLE,
+            ),
+        )
+    });
+    hash_of((
+        md.spec.replicas,
+        status,
+        md.metadata.deletion_timestamp.is_some(),
+    ))
 }
