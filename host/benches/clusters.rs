@@ -155,6 +155,8 @@ struct Outcome {
     rollout: Option<Duration>,
     requests: u64,
     peak_rss_mib: f64,
+    /// CPU seconds spent from the first create to convergence: this host, the API server.
+    cpu: (f64, f64),
     reconciles: u64,
     plugin_calls: u64,
 }
@@ -174,6 +176,22 @@ fn peak_rss_mib() -> f64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// CPU seconds (user and system) a process has used, from `/proc/PID/stat`. Wall time on this
+/// shared 2-core machine varies run to run by up to a quarter; CPU time shows whether a change
+/// did less work whatever the machine was doing. The kernel reports it in USER_HZ, 100 on Linux.
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    // Fields 14 and 15 (utime, stime); `after_name` starts at field 3.
+    let ticks: u64 = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|t| t.parse::<u64>().ok())
+        .sum();
+    ticks as f64 / 100.0
 }
 
 fn apiserver(dir: &Path) -> (std::process::Child, PathBuf) {
@@ -453,6 +471,8 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let before = requests(&client).await;
+    let apiserver_pid = child.id().to_string();
+    let cpu_before = (cpu_seconds("self"), cpu_seconds(&apiserver_pid));
     let start = Instant::now();
     let creating = {
         let client = client.clone();
@@ -494,6 +514,10 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let wall = start.elapsed();
+    let cpu = (
+        cpu_seconds("self") - cpu_before.0,
+        cpu_seconds(&apiserver_pid) - cpu_before.1,
+    );
     creating.await.expect("creation");
     let created_requests = requests(&client).await - before;
     let rollout = if std::env::var("CAPW_BENCH_ROLLOUT").is_ok() && !standalone_workers() {
@@ -528,6 +552,7 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
         wall,
         requests: created_requests,
         peak_rss_mib: peak_rss_mib(),
+        cpu,
         rollout,
         reconciles: ["cluster", "machine", "machineset", "machinedeployment"]
             .iter()
@@ -628,6 +653,13 @@ fn print(mode: Mode, clusters: usize, o: &Outcome) {
         o.reconciles,
         o.plugin_calls,
         o.peak_rss_mib
+    );
+    println!(
+        "{:<7} CPU to convergence: host with the benchmark's clients {:.1} s, API server {:.1} s ({:.0} ms per cluster)",
+        format!("{mode:?}"),
+        o.cpu.0,
+        o.cpu.1,
+        (o.cpu.0 + o.cpu.1) * 1000.0 / clusters as f64
     );
     if let Some(r) = o.rollout {
         println!(

@@ -271,6 +271,11 @@ type Counted = std::collections::HashMap<(&'static str, String, String), u64>;
 /// Whether a change of `o` changes what its Cluster's status counts: a new digest, or the
 /// object is gone from the cache (deleted). The sets and deployments write their status
 /// several times per Machine; forwarding each write woke the Cluster for nothing.
+///
+/// Not kube's `predicate_filter`, which the other feeds use: these changes come from
+/// `touched_objects`, which does not mark deletions, and a set's final removal carries the
+/// digest of its last update, so the predicate would drop the one event the Cluster must see.
+/// The cache lookup here tells the removal apart.
 fn counted_anew<K>(counted: &mut Counted, store: &Store<K>, o: &K, digest: Option<u64>) -> bool
 where
     K: kube::Resource<DynamicType = ()> + Clone,
