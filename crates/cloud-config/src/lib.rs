@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 /// The first line of cloud-config user data.
 pub const HEADER: &str = "#cloud-config";
 
+/// cloud-init's marker for user data to render as a Jinja template, allowed before [`HEADER`].
+pub const JINJA: &str = "## template: jinja";
+
 /// Why user data is not cloud-config this crate can run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CloudConfigError {
@@ -151,7 +154,11 @@ impl CloudConfig {
     /// Parses and checks user data: the header, the YAML, absolute paths, known encodings
     /// whose content decodes, and non-empty commands.
     pub fn parse(data: &str) -> Result<CloudConfig, CloudConfigError> {
-        if !data.trim_start().starts_with(HEADER) {
+        // Kubeadm's bootstrap provider starts its data with cloud-init's Jinja marker. As with
+        // CAPD, the marker is accepted and the data is not rendered as a template.
+        let body = data.trim_start();
+        let body = body.strip_prefix(JINJA).map_or(body, str::trim_start);
+        if !body.starts_with(HEADER) {
             return Err(CloudConfigError::NotCloudConfig);
         }
         let cc: CloudConfig =
@@ -292,9 +299,23 @@ mod tests {
     }
 
     #[test]
+    fn the_jinja_marker_kubeadm_data_starts_with_is_accepted() {
+        let cc = CloudConfig::parse(
+            "## template: jinja\n#cloud-config\n\nwrite_files:\n-   path: /a\n    content: |\n      hi\nruncmd:\n  - echo ok\n",
+        )
+        .unwrap();
+        assert_eq!(cc.file("/a"), Some(b"hi\n".to_vec()));
+        assert_eq!(cc.argvs(), vec![vec!["echo", "ok"]]);
+    }
+
+    #[test]
     fn what_cannot_run_is_refused_by_name() {
         let cases = [
             ("#!/bin/sh\necho", CloudConfigError::NotCloudConfig),
+            (
+                "## template: jinja\n#!/bin/sh\necho",
+                CloudConfigError::NotCloudConfig,
+            ),
             (
                 "#cloud-config\nwrite_files:\n- path: etc/a\n",
                 CloudConfigError::RelativePath {
