@@ -117,9 +117,16 @@ pub(super) async fn create(
             }),
         )
         .await?;
+        // The template it was cloned from, on the Machine too: the control-plane component sees
+        // the Machines, not their infrastructure objects, and compares this with its spec to
+        // find the Machines a template change has outdated.
         let machine = json!({
             "apiVersion": API_VERSION, "kind": "Machine",
-            "metadata": {"name": req.name, "namespace": ns, "labels": labels, "ownerReferences": owner},
+            "metadata": {"name": req.name, "namespace": ns, "labels": labels, "ownerReferences": owner,
+                "annotations": {
+                    "cluster.x-k8s.io/cloned-from-name": template_ref.name,
+                    "cluster.x-k8s.io/cloned-from-groupkind": format!("{}.{}", template_ref.kind, template_ref.api_group),
+                }},
             "spec": {
                 "clusterName": cluster_name,
                 "version": req.version,

@@ -351,7 +351,8 @@ pub(super) async fn write(
                     }
                 }
             }
-            status["replicas"] = json!(r.replicas.up_to_date);
+            // Observed, not reported: every Machine the control plane owns, as upstream counts.
+            status["replicas"] = json!(around.owned_machines.len());
             status["readyReplicas"] = json!(r.replicas.ready);
             status["availableReplicas"] = json!(r.replicas.available);
             status["upToDateReplicas"] = json!(r.replicas.up_to_date);

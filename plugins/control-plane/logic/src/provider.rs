@@ -1,5 +1,6 @@
 //! The provider: metadata and the contract calls.
 
+use crate::rollout::{Desired, Member, Step, next_step, outdated};
 use capw_sdk::*;
 
 const GROUP: &str = "controlplane.cluster.x-k8s.io";
@@ -46,6 +47,45 @@ fn replicas(obj: &View) -> Result<u32, ProviderError> {
     }
 }
 
+/// `spec.rollout.strategy.rollingUpdate.maxSurge`: 0 or 1 (default 1), and 0 only with at
+/// least 3 replicas, as upstream's webhook allows.
+fn max_surge(obj: &View, replicas: u32) -> Result<u32, ProviderError> {
+    let field = "/spec/rollout/strategy/rollingUpdate/maxSurge";
+    let surge = match obj.get(field) {
+        None => 1,
+        Some(v) => v
+            .as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .filter(|n| *n <= 1)
+            .ok_or_else(|| {
+                ProviderError::InvalidSpec(format!(
+                    "{}: spec.rollout.strategy.rollingUpdate.maxSurge must be 0 or 1",
+                    obj.name()
+                ))
+            })? as u32,
+    };
+    if surge == 0 && replicas < 3 {
+        return Err(ProviderError::InvalidSpec(format!(
+            "{}: spec.rollout.strategy.rollingUpdate.maxSurge 0 needs spec.replicas of at least 3 (a control plane of {replicas} would lose quorum); set maxSurge to 1",
+            obj.name()
+        )));
+    }
+    Ok(surge)
+}
+
+fn member(m: &Value) -> Member {
+    let text = |p: &str| m.pointer(p).and_then(Value::as_str).map(str::to_string);
+    Member {
+        name: text("/metadata/name").unwrap_or_default(),
+        created: text("/metadata/creationTimestamp").unwrap_or_default(),
+        version: text("/spec/version"),
+        template: text("/metadata/annotations/cluster.x-k8s.io~1cloned-from-name"),
+        failure_domain: text("/spec/failureDomain").filter(|f| !f.is_empty()),
+        has_node: m.pointer("/status/nodeRef/name").is_some(),
+        deleting: m.pointer("/metadata/deletionTimestamp").is_some(),
+    }
+}
+
 impl Provider for ControlPlane {
     fn metadata() -> Metadata {
         Metadata {
@@ -83,6 +123,7 @@ impl Provider for ControlPlane {
                     ("Desired", "integer", ".spec.replicas"),
                     ("Replicas", "integer", ".status.replicas"),
                     ("Available", "integer", ".status.availableReplicas"),
+                    ("Up-to-date", "integer", ".status.upToDateReplicas"),
                     ("Version", "string", ".spec.version"),
                 ],
             )],
@@ -131,48 +172,50 @@ impl Provider for ControlPlane {
         let initialized = was_initialized || with_node > 0;
         let available = initialized && with_node > 0;
 
+        let desired_state = Desired {
+            replicas: desired,
+            version: obj
+                .get("/spec/version")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            template: obj
+                .str("/spec/machineTemplate/spec/infrastructureRef/name")
+                .to_string(),
+            max_surge: max_surge(&obj, desired)?,
+        };
+        let members: Vec<Member> = machines.iter().map(member).collect();
+        let domains: Vec<String> = cluster
+            .get("/status/failureDomains")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter(|fd| fd["controlPlane"] != false)
+                    .filter_map(|fd| fd["name"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
         let count = live.len() as u32;
+        let up_to_date = members
+            .iter()
+            .filter(|m| !m.deleting && !outdated(&desired_state, m))
+            .count() as u32;
         let mut to_create = vec![];
         let mut to_delete = vec![];
-        // One machine at a time: the first must be initialized before others join, and each
-        // join waits for the previous machine to get its Node.
-        if count < desired && with_node == count {
-            let taken: Vec<&str> = machines
-                .iter()
-                .filter_map(|m| m.pointer("/metadata/name").and_then(Value::as_str))
-                .collect();
-            let name = (0..)
-                .map(|i| format!("{}-{i}", obj.name()))
-                .find(|n| !taken.contains(&n.as_str()))
-                .unwrap_or_default();
-            let fds: Vec<&str> = cluster
-                .get("/status/failureDomains")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter(|fd| fd["controlPlane"] != false)
-                        .filter_map(|fd| fd["name"].as_str())
-                        .collect()
-                })
-                .unwrap_or_default();
-            to_create.push(MachineRequest {
-                name,
-                version: obj
-                    .get("/spec/version")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                failure_domain: (!fds.is_empty())
-                    .then(|| fds[count as usize % fds.len()].to_string()),
-            });
-        } else if count > desired {
-            let mut names: Vec<&str> = live
-                .iter()
-                .filter_map(|m| m.pointer("/metadata/name").and_then(Value::as_str))
-                .collect();
-            names.sort();
-            if let Some(newest) = names.last() {
-                to_delete.push(newest.to_string());
+        match next_step(&desired_state, &members, &domains) {
+            Step::Create(failure_domain) => {
+                let taken: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+                let name = (0..)
+                    .map(|i| format!("{}-{i}", obj.name()))
+                    .find(|n| !taken.contains(&n.as_str()))
+                    .unwrap_or_default();
+                to_create.push(MachineRequest {
+                    name,
+                    version: desired_state.version.clone(),
+                    failure_domain,
+                });
             }
+            Step::Delete(name) => to_delete.push(name),
+            Step::WaitForHealthy | Step::Steady => {}
         }
 
         let host = cluster.str("/spec/controlPlaneEndpoint/host");
@@ -215,6 +258,35 @@ impl Provider for ControlPlane {
                 },
             ),
         ];
+        let stale = count - up_to_date.min(count);
+        conditions.push(condition(
+            "RollingOut",
+            stale > 0,
+            if stale > 0 {
+                "RollingOut"
+            } else {
+                "NotRollingOut"
+            },
+            &if stale > 0 {
+                format!("rolling out {stale} not up-to-date replicas")
+            } else {
+                String::new()
+            },
+        ));
+        conditions.push(condition(
+            "MachinesUpToDate",
+            stale == 0,
+            if stale == 0 {
+                "UpToDate"
+            } else {
+                "NotUpToDate"
+            },
+            &if stale > 0 {
+                format!("{stale} of {count} Machines are not up to date")
+            } else {
+                String::new()
+            },
+        ));
         if !initialized {
             conditions.push(condition(
                 "Initialized",
@@ -228,7 +300,7 @@ impl Provider for ControlPlane {
         // status.selector and status.version are contract fields: the host sets them.
         let mut c = common(conditions, None);
         // Changes of the control plane's Machines call again; this is only a fallback.
-        if count != desired || with_node < count {
+        if count != desired || with_node < count || stale > 0 {
             c.requeue_after_seconds = Some(15);
         }
         Ok(ControlPlaneStatus {
@@ -239,7 +311,7 @@ impl Provider for ControlPlane {
                 desired,
                 ready,
                 available: with_node,
-                up_to_date: count,
+                up_to_date,
             },
             kubeconfig,
             machines_to_create: to_create,
@@ -294,15 +366,15 @@ mod tests {
     }
 
     fn machine(name: &str, node: bool) -> Value {
-        let mut m = json!({"metadata": {"name": name}});
+        let mut m = json!({"metadata": {"name": name}, "spec": {"version": "v1.33.0"}});
         if node {
             m["status"] = json!({"nodeRef": {"name": name}});
         }
         m
     }
 
-    /// Scaling as KCP does it here: one Machine at a time, each waiting for the previous one's
-    /// Node, the newest deleted first, spread over control-plane failure domains.
+    /// Scaling as KCP does it: one Machine at a time, each waiting for the previous one's Node,
+    /// the oldest deleted first, spread over control-plane failure domains.
     #[test]
     fn scaling_table() {
         struct Case {
@@ -387,18 +459,29 @@ mod tests {
                 scaling_up: "False",
             },
             Case {
-                name: "scale down deletes the newest",
+                name: "scale down deletes the oldest",
                 replicas: json!(1),
                 owned: &[("cp-0", true), ("cp-1", true)],
                 fds: &[],
                 create: &[],
-                delete: &["cp-1"],
+                delete: &["cp-0"],
                 initialized: true,
                 scaling_up: "False",
             },
         ];
         for c in cases {
-            let owned = c.owned.iter().map(|(n, node)| machine(n, *node)).collect();
+            let owned = c
+                .owned
+                .iter()
+                .enumerate()
+                .map(|(i, (n, node))| {
+                    let mut m = machine(n, *node);
+                    if !c.fds.is_empty() {
+                        m["spec"]["failureDomain"] = json!(c.fds[i % c.fds.len()]);
+                    }
+                    m
+                })
+                .collect();
             let ctx = context(cp(c.replicas.clone()))
                 .cluster(cluster(c.fds))
                 .owned(owned);
@@ -432,8 +515,53 @@ mod tests {
         }
     }
 
+    /// A new version rolls: the spec's version is not what the Machines run, so none is up to
+    /// date, the roll is reported, and the first step surges.
+    #[test]
+    fn a_version_change_rolls_and_says_so() {
+        let mut obj = cp(json!(3));
+        obj["spec"]["version"] = json!("v1.34.0");
+        let owned = (0..3).map(|i| machine(&format!("cp-{i}"), true)).collect();
+        let st = ControlPlane::reconcile_control_plane(
+            context(obj.clone()).cluster(cluster(&[])).owned(owned),
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(st.replicas.up_to_date, 0);
+        assert_eq!(st.machines_to_create.len(), 1);
+        assert_eq!(st.machines_to_create[0].version.as_deref(), Some("v1.34.0"));
+        assert_eq!(
+            condition_of(&st.common.conditions, "RollingOut"),
+            Some(("True".into(), "RollingOut".into()))
+        );
+        assert_eq!(
+            condition_of(&st.common.conditions, "MachinesUpToDate"),
+            Some(("False".into(), "NotUpToDate".into()))
+        );
+        // With maxSurge 0 the first step deletes the oldest instead.
+        obj["spec"]["rollout"] = json!({"strategy": {"rollingUpdate": {"maxSurge": 0}}});
+        let owned = (0..3).map(|i| machine(&format!("cp-{i}"), true)).collect();
+        let st =
+            ControlPlane::reconcile_control_plane(context(obj).cluster(cluster(&[])).owned(owned))
+                .unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(st.machines_to_create.is_empty());
+        assert_eq!(st.machines_to_delete, vec!["cp-0".to_string()]);
+    }
+
     #[test]
     fn invalid_specs_name_the_field() {
+        for (replicas, surge) in [(json!(3), json!(2)), (json!(1), json!(0))] {
+            let mut obj = cp(replicas);
+            obj["spec"]["rollout"] = json!({"strategy": {"rollingUpdate": {"maxSurge": surge}}});
+            match ControlPlane::reconcile_control_plane(context(obj).cluster(cluster(&[]))) {
+                Err(ProviderError::InvalidSpec(m)) => {
+                    assert!(
+                        m.contains("spec.rollout.strategy.rollingUpdate.maxSurge"),
+                        "{m}"
+                    )
+                }
+                other => panic!("{other:?}"),
+            }
+        }
         for (replicas, field) in [
             (json!(0), "spec.replicas"),
             (json!(8), "spec.replicas"),
