@@ -823,7 +823,8 @@ fn healthy(m: &Machine) -> bool {
 /// A control-plane version change rolls the Machines one at a time within upstream's bounds
 /// (maxSurge 1: at most replicas + 1 Machines; maxSurge 0: at most replicas, and never fewer
 /// than replicas − 1 healthy), and `status.version` is the lowest version the Machines run:
-/// it never shows the new version while a Machine still runs the old one.
+/// it never shows the new version while a Machine still runs the old one. The workload's Nodes
+/// report the version, and the replaced Machines' Nodes leave the workload cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_control_plane_version_change_rolls_its_machines_within_bounds() {
     let env = env().await;
@@ -918,6 +919,37 @@ async fn a_control_plane_version_change_rolls_its_machines_within_bounds() {
         )
         .await;
         stop.store(true, Ordering::Relaxed);
+        // The workload cluster agrees: the control plane's Nodes report the new version, and
+        // the Nodes of the replaced Machines are gone.
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.workload("demo").await);
+        env.eventually(&format!("the workload Nodes to run {to}"), 60, || async {
+            let machines: Api<Machine> = Api::namespaced(env.client.clone(), "default");
+            let mut want: Vec<String> = machines
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .iter()
+                .filter_map(|m| m.status.clone()?.node_ref.map(|r| r.name))
+                .collect();
+            let cp: Vec<String> = control_plane_machines(&env.client)
+                .await
+                .iter()
+                .map(|m| m.name_any())
+                .collect();
+            let list = nodes.list(&ListParams::default()).await.ok()?.items;
+            let mut have: Vec<String> = list.iter().map(|n| n.name_any()).collect();
+            want.sort();
+            have.sort();
+            let versions_ok = list.iter().filter(|n| cp.contains(&n.name_any())).all(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.node_info.as_ref())
+                    .is_some_and(|i| i.kubelet_version == to)
+            });
+            (want == have && versions_ok).then_some(())
+        })
+        .await;
         let (bad, samples, rolling) = sampler.await.expect("sampler");
         assert!(
             bad.is_empty(),

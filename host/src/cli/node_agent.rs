@@ -26,6 +26,11 @@ pub struct Args {
     pub provider_id: Option<String>,
     #[arg(long, default_value = "/run/capw/provider-id")]
     pub provider_id_file: PathBuf,
+    /// The version the Node reports (`status.nodeInfo.kubeletVersion`): the Machine's
+    /// `spec.version`, which the bootstrap data passes. The capw node image runs no kubelet of
+    /// its own; it presents the version it was asked for.
+    #[arg(long, default_value = capw::node::agent::DEFAULT_KUBELET_VERSION)]
+    pub kubelet_version: String,
     /// Addresses to report as InternalIP.
     #[arg(long = "address")]
     pub addresses: Vec<String>,
@@ -64,7 +69,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         name: &args.node_name,
         provider_id: &provider_id,
         addresses: &args.addresses,
-        kubelet_version: "v1.33.0",
+        kubelet_version: &args.kubelet_version,
     };
     let mut registered = false;
     loop {

@@ -6,6 +6,10 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+/// The version a Node reports when its bootstrap data names none (a Machine without
+/// `spec.version`): the one the capw node image presents.
+pub const DEFAULT_KUBELET_VERSION: &str = "v1.33.0";
+
 /// A Node registration.
 pub struct Registration<'a> {
     pub name: &'a str,

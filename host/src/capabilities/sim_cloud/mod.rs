@@ -275,12 +275,18 @@ async fn boot(
             }
             ["capw", "node-agent", ..] => {
                 let node = flag(&argv, "node-name").unwrap_or(&name).to_string();
+                let version = flag(&argv, "kubelet-version")
+                    .unwrap_or(crate::node::agent::DEFAULT_KUBELET_VERSION)
+                    .to_string();
                 tokio::spawn(node_agent(
                     c.clone(),
                     settings.node_delay,
-                    node,
-                    provider_id.clone(),
-                    address.clone(),
+                    Registered {
+                        node,
+                        provider_id: provider_id.clone(),
+                        address: address.clone(),
+                        version,
+                    },
                 ));
             }
             ["touch", path] if *path == SENTINEL => running.store(true, Ordering::Release),
@@ -319,21 +325,24 @@ impl SimCluster {
     }
 }
 
-/// Registers the Node once the workload API is up, as a kubelet would, and keeps it Ready.
-async fn node_agent(
-    c: Arc<SimCluster>,
-    delay: Duration,
+/// What a simulated machine's node agent registers: its bootstrap data's `capw node-agent`
+/// flags and the machine's provider ID and address.
+struct Registered {
     node: String,
     provider_id: String,
     address: String,
-) {
+    version: String,
+}
+
+/// Registers the Node once the workload API is up, as a kubelet would, and keeps it Ready.
+async fn node_agent(c: Arc<SimCluster>, delay: Duration, r: Registered) {
     tokio::time::sleep(delay).await;
     loop {
         if let Some(server) = c.server.get() {
-            match register(&server.core, &node, &provider_id, &address).await {
+            match register(&server.core, &r).await {
                 Ok(()) => return,
                 Err(e) => {
-                    tracing::debug!(%node, error = %e, "registering the node failed; retrying")
+                    tracing::debug!(node = %r.node, error = %e, "registering the node failed; retrying")
                 }
             }
         }
@@ -341,12 +350,7 @@ async fn node_agent(
     }
 }
 
-async fn register(
-    core: &Core,
-    node: &str,
-    provider_id: &str,
-    address: &str,
-) -> Result<(), capw_apiserver::status::ApiError> {
+async fn register(core: &Core, reg: &Registered) -> Result<(), capw_apiserver::status::ApiError> {
     let Some(rt) = core.registry.get("", "v1", "nodes") else {
         return Ok(());
     };
@@ -354,12 +358,13 @@ async fn register(
         field_manager: "capw-node-agent".into(),
         ..Default::default()
     };
-    let addresses = [address.to_string()];
+    let addresses = [reg.address.clone()];
+    let node = reg.node.as_str();
     let r = crate::node::agent::Registration {
         name: node,
-        provider_id,
+        provider_id: &reg.provider_id,
         addresses: &addresses,
-        kubelet_version: "v1.33.0",
+        kubelet_version: &reg.version,
     };
     let obj = crate::node::agent::object(&r);
     if let Err(e) = core.write(&rt, "", node, "", Op::Create(obj), &opts).await

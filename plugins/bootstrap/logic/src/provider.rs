@@ -169,10 +169,25 @@ impl Provider for Bootstrap {
             files.push(WriteFile::new(format!("{PKI}/ca.crt"), ca, "0644"));
         }
         files.extend(user_files(&obj)?);
+        // The Node reports the Machine's version, as a kubelet of that version would.
+        let version = machine.str("/spec/version");
+        let version = if version.is_empty() {
+            String::new()
+        } else if version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "v.-+".contains(c))
+        {
+            format!(" --kubelet-version {version}")
+        } else {
+            return Err(ProviderError::InvalidSpec(format!(
+                "Machine {}: spec.version {version:?} is not a Kubernetes version (such as v1.33.0)",
+                machine.name()
+            )));
+        };
         run.push(daemon(
             "node-agent",
             &format!(
-                "capw node-agent --node-name {} --server https://{host}:{port} --ca-cert {PKI}/ca.crt --token-file {TOKEN}",
+                "capw node-agent --node-name {} --server https://{host}:{port} --ca-cert {PKI}/ca.crt --token-file {TOKEN}{version}",
                 machine.name()
             ),
         ));
@@ -346,6 +361,34 @@ mod tests {
         assert!(pos("echo pre") < pos("node-agent"), "{all:?}");
         assert!(pos("node-agent") < pos("echo post"), "{all:?}");
         assert!(pos("echo post") < pos(SENTINEL), "{all:?}");
+    }
+
+    #[test]
+    fn the_node_reports_the_machines_version() {
+        let run = |version: &str| {
+            let mut m = machine(false);
+            m["spec"] = json!({"version": version});
+            let ctx = with_secrets(
+                context(config(json!({})))
+                    .machine(m)
+                    .cluster(cluster(true, true)),
+            );
+            Bootstrap::reconcile_bootstrap(ctx)
+        };
+        let st = run("v1.34.0").unwrap_or_else(|e| panic!("{e:?}"));
+        let data = st.data.unwrap_or_else(|| panic!("no data"));
+        let cc = CloudConfig::parse(&data.value).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            cc.argvs()
+                .iter()
+                .any(|a| a.join(" ").contains("--kubelet-version v1.34.0")),
+            "{}",
+            data.value
+        );
+        match run("v1.34; rm -rf /") {
+            Err(ProviderError::InvalidSpec(m)) => assert!(m.contains("spec.version"), "{m}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
