@@ -824,7 +824,8 @@ fn healthy(m: &Machine) -> bool {
 /// (maxSurge 1: at most replicas + 1 Machines; maxSurge 0: at most replicas, and never fewer
 /// than replicas − 1 healthy), and `status.version` is the lowest version the Machines run:
 /// it never shows the new version while a Machine still runs the old one. The workload's Nodes
-/// report the version, and the replaced Machines' Nodes leave the workload cluster.
+/// report the version, and the replaced Machines' Nodes leave the workload cluster. Then the
+/// workers roll to the same version, as the upgrade flow goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_control_plane_version_change_rolls_its_machines_within_bounds() {
     let env = env().await;
@@ -967,4 +968,41 @@ async fn a_control_plane_version_change_rolls_its_machines_within_bounds() {
     );
     // The workers' Nodes kept running through the control plane's roll.
     env.settled("demo-md-0", 3).await;
+
+    // Then the workers, as the upgrade flow goes: their Nodes report the version too.
+    env.kubectl(
+        &[
+            "patch",
+            "md",
+            "demo-md-0",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"template":{"spec":{"version":"v1.35.0"}}}}"#,
+        ],
+        None,
+    );
+    env.eventually("the workers to roll to v1.35.0", 120, || async {
+        let ms = env.workers("demo-md-0").await;
+        (ms.len() == 3
+            && ms
+                .iter()
+                .all(|m| healthy(m) && m.spec.version.as_deref() == Some("v1.35.0")))
+        .then_some(())
+    })
+    .await;
+    env.settled("demo-md-0", 3).await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.workload("demo").await);
+    env.eventually("every workload Node to report v1.35.0", 60, || async {
+        let list = nodes.list(&ListParams::default()).await.ok()?.items;
+        (list.len() == 6
+            && list.iter().all(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.node_info.as_ref())
+                    .is_some_and(|i| i.kubelet_version == "v1.35.0")
+            }))
+        .then_some(())
+    })
+    .await;
 }
