@@ -11,6 +11,10 @@
 //! writes them out as stand-alone Machines instead (the figures from before MachineDeployment).
 //! `CAPW_BENCH_ROLLOUT=1` then points every MachineDeployment at a renamed template at once and
 //! reports the time until every cluster has rolled, next to the time to create them.
+//! `CAPW_BENCH_UPGRADE=1` gives each cluster three control-plane Machines, then patches every
+//! control plane's and every MachineDeployment's version at once (the workers wait for their
+//! control plane, as the skew preflight says) and reports the time until every cluster runs the
+//! new version, next to the time to create them.
 
 // Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -153,6 +157,8 @@ struct Outcome {
     wall: Duration,
     /// With `CAPW_BENCH_ROLLOUT`: from patching every MachineDeployment to all rolled.
     rollout: Option<Duration>,
+    /// With `CAPW_BENCH_UPGRADE`: from patching every version to every Machine upgraded.
+    upgrade: Option<Duration>,
     requests: u64,
     peak_rss_mib: f64,
     /// CPU seconds spent from the first create to convergence: this host, the API server.
@@ -259,6 +265,119 @@ fn standalone_workers() -> bool {
     std::env::var("CAPW_BENCH_WORKERS").as_deref() == Ok("standalone")
 }
 
+/// How many of `api`'s MachineDeployments have seen their latest generation and have
+/// `replicas` Machines, all up to date and available.
+async fn rolled(api: &Api<DynamicObject>, replicas: usize) -> usize {
+    let r = replicas as i64;
+    let list = api.list(&Default::default()).await.expect("list");
+    list.items
+        .iter()
+        .filter(|d| {
+            let s = &d.data["status"];
+            s["observedGeneration"].as_i64() == d.metadata.generation
+                && s["replicas"].as_i64() == Some(r)
+                && s["upToDateReplicas"].as_i64() == Some(r)
+                && s["availableReplicas"].as_i64() == Some(r)
+        })
+        .count()
+}
+
+fn control_planes() -> usize {
+    if std::env::var("CAPW_BENCH_UPGRADE").is_ok() {
+        3
+    } else {
+        1
+    }
+}
+
+/// Patches every control plane's version and every MachineDeployment's at once, and waits
+/// until every control plane reports the new version with all its Machines up to date, and
+/// every MachineDeployment has rolled.
+async fn upgrade(client: &kube::Client, clusters: usize, workers: usize) -> Duration {
+    let to = "v1.34.0";
+    let cps: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ar(
+            "controlplane.cluster.x-k8s.io",
+            "CapwControlPlane",
+            "capwcontrolplanes",
+        ),
+    );
+    let mds: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ar(
+            "cluster.x-k8s.io",
+            "MachineDeployment",
+            "machinedeployments",
+        ),
+    );
+    let start = Instant::now();
+    futures::stream::iter(0..clusters)
+        .map(|i| {
+            let (cps, mds) = (cps.clone(), mds.clone());
+            async move {
+                let cp = json!({"spec": {"version": to}});
+                cps.patch(
+                    &format!("c{i}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(&cp),
+                )
+                .await
+                .expect("patch control plane");
+                let md = json!({"spec": {"template": {"spec": {"version": to}}}});
+                mds.patch(
+                    &format!("c{i}-md"),
+                    &PatchParams::default(),
+                    &Patch::Merge(&md),
+                )
+                .await
+                .expect("patch md");
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+    let mut last_report = Instant::now();
+    loop {
+        // A control plane's status.version is the lowest its Machines run, so with all of them
+        // up to date and available it has rolled.
+        let n = control_planes() as i64;
+        let list = cps
+            .list(&Default::default())
+            .await
+            .expect("list control planes");
+        let upgraded = list
+            .items
+            .iter()
+            .filter(|c| {
+                let s = &c.data["status"];
+                s["version"] == to
+                    && s["replicas"].as_i64() == Some(n)
+                    && s["upToDateReplicas"].as_i64() == Some(n)
+                    && s["availableReplicas"].as_i64() == Some(n)
+            })
+            .count();
+        let md_rolled = rolled(&mds, workers).await;
+        if upgraded == clusters && md_rolled == clusters {
+            return start.elapsed();
+        }
+        if last_report.elapsed() > Duration::from_secs(10) {
+            eprintln!(
+                "  upgrade: {upgraded}/{clusters} control planes at {to}, {md_rolled}/{clusters} worker pools rolled after {:.0?}",
+                start.elapsed()
+            );
+            last_report = Instant::now();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(1800),
+            "upgrade: {upgraded}/{clusters} control planes, {md_rolled}/{clusters} worker pools after 30 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// Points every cluster's MachineDeployment at a renamed template at once, and waits until
 /// every one has rolled: all its Machines up to date and available, the old ones gone.
 async fn roll_out(client: &kube::Client, clusters: usize, workers: usize) -> Duration {
@@ -300,21 +419,8 @@ async fn roll_out(client: &kube::Client, clusters: usize, workers: usize) -> Dur
         .buffer_unordered(32)
         .collect::<Vec<()>>()
         .await;
-    let w = workers as i64;
     loop {
-        let list = mds.list(&Default::default()).await.expect("list mds");
-        let rolled = list
-            .items
-            .iter()
-            .filter(|d| {
-                let s = &d.data["status"];
-                let gen_seen = s["observedGeneration"].as_i64() == d.metadata.generation;
-                gen_seen
-                    && s["replicas"].as_i64() == Some(w)
-                    && s["upToDateReplicas"].as_i64() == Some(w)
-                    && s["availableReplicas"].as_i64() == Some(w)
-            })
-            .count();
+        let rolled = rolled(&mds, workers).await;
         if rolled == clusters {
             return start.elapsed();
         }
@@ -361,7 +467,7 @@ async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
     create(
         ar("controlplane.cluster.x-k8s.io", "CapwControlPlane", "capwcontrolplanes"),
         json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "CapwControlPlane", "metadata": {"name": name},
-            "spec": {"replicas": 1, "version": "v1.33.0",
+            "spec": {"replicas": control_planes(), "version": "v1.33.0",
                 "machineTemplate": {"spec": {"infrastructureRef": {"apiGroup": infra, "kind": "InMemoryMachineTemplate", "name": name}}}}}),
     )
     .await;
@@ -487,7 +593,7 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
                 .await;
         })
     };
-    let want = clusters * (1 + workers);
+    let want = clusters * (control_planes() + workers);
     let mut last_report = Instant::now();
     loop {
         let running = host
@@ -525,6 +631,11 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
     } else {
         None
     };
+    let upgrade = if std::env::var("CAPW_BENCH_UPGRADE").is_ok() && !standalone_workers() {
+        Some(upgrade(&client, clusters, workers).await)
+    } else {
+        None
+    };
     let by_method: Vec<String> = requests_by_method(&client)
         .await
         .into_iter()
@@ -554,6 +665,7 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
         peak_rss_mib: peak_rss_mib(),
         cpu,
         rollout,
+        upgrade,
         reconciles: ["cluster", "machine", "machineset", "machinedeployment"]
             .iter()
             .map(|c| host.metrics.reconcile_count(c))
@@ -661,6 +773,14 @@ fn print(mode: Mode, clusters: usize, o: &Outcome) {
         o.cpu.1,
         (o.cpu.0 + o.cpu.1) * 1000.0 / clusters as f64
     );
+    if let Some(u) = o.upgrade {
+        println!(
+            "{:<7} upgrade of every cluster at once ({} control-plane Machines, then 3 workers): {u:.1?}, {:.2}× the time to create the clusters",
+            format!("{mode:?}"),
+            control_planes(),
+            u.as_secs_f64() / o.wall.as_secs_f64()
+        );
+    }
     if let Some(r) = o.rollout {
         println!(
             "{:<7} rollout of every MachineDeployment at once: {r:.1?}, {:.2}× the time to create the clusters",
@@ -697,7 +817,8 @@ fn main() {
         return;
     }
     println!(
-        "clusters: {clusters} × (1 control-plane + {workers} workers {}), in-memory provider, {} cores",
+        "clusters: {clusters} × ({} control-plane + {workers} workers {}), in-memory provider, {} cores",
+        control_planes(),
         if standalone_workers() {
             "as stand-alone Machines"
         } else {
