@@ -265,6 +265,36 @@ fn standalone_workers() -> bool {
     std::env::var("CAPW_BENCH_WORKERS").as_deref() == Ok("standalone")
 }
 
+/// Polls `check` every `every` until it is done, printing its progress (the `Err`) every 10 s.
+/// A run not done 30 minutes after `start` fails with that progress and `detail()`.
+async fn converge<F, Fut>(
+    start: Instant,
+    every: Duration,
+    detail: impl Fn() -> String,
+    mut check: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let mut last_report = Instant::now();
+    loop {
+        let progress = match check().await {
+            Ok(()) => return,
+            Err(p) => p,
+        };
+        if last_report.elapsed() > Duration::from_secs(10) {
+            eprintln!("  {progress} after {:.0?}", start.elapsed());
+            last_report = Instant::now();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(1800),
+            "{progress} after 30 minutes{}",
+            detail()
+        );
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// How many of `api`'s MachineDeployments have seen their latest generation and have
 /// `replicas` Machines, all up to date and available.
 async fn rolled(api: &Api<DynamicObject>, replicas: usize) -> usize {
@@ -339,15 +369,11 @@ async fn upgrade(client: &kube::Client, clusters: usize, workers: usize) -> Dura
         .buffer_unordered(32)
         .collect::<Vec<()>>()
         .await;
-    let mut last_report = Instant::now();
-    loop {
-        // A control plane's status.version is the lowest its Machines run, so with all of them
-        // up to date and available it has rolled.
-        let n = control_planes() as i64;
-        let list = cps
-            .list(&Default::default())
-            .await
-            .expect("list control planes");
+    // A control plane's status.version is the lowest its Machines run, so with all of them up
+    // to date and available it has rolled.
+    let n = control_planes() as i64;
+    converge(start, Duration::from_millis(250), String::new, || async {
+        let list = cps.list(&Default::default()).await.expect("list control planes");
         let upgraded = list
             .items
             .iter()
@@ -361,21 +387,15 @@ async fn upgrade(client: &kube::Client, clusters: usize, workers: usize) -> Dura
             .count();
         let md_rolled = rolled(&mds, workers).await;
         if upgraded == clusters && md_rolled == clusters {
-            return start.elapsed();
+            Ok(())
+        } else {
+            Err(format!(
+                "upgrade: {upgraded}/{clusters} control planes at {to}, {md_rolled}/{clusters} worker pools rolled"
+            ))
         }
-        if last_report.elapsed() > Duration::from_secs(10) {
-            eprintln!(
-                "  upgrade: {upgraded}/{clusters} control planes at {to}, {md_rolled}/{clusters} worker pools rolled after {:.0?}",
-                start.elapsed()
-            );
-            last_report = Instant::now();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(1800),
-            "upgrade: {upgraded}/{clusters} control planes, {md_rolled}/{clusters} worker pools after 30 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    })
+    .await;
+    start.elapsed()
 }
 
 /// Points every cluster's MachineDeployment at a renamed template at once, and waits until
@@ -419,17 +439,16 @@ async fn roll_out(client: &kube::Client, clusters: usize, workers: usize) -> Dur
         .buffer_unordered(32)
         .collect::<Vec<()>>()
         .await;
-    loop {
+    converge(start, Duration::from_millis(250), String::new, || async {
         let rolled = rolled(&mds, workers).await;
         if rolled == clusters {
-            return start.elapsed();
+            Ok(())
+        } else {
+            Err(format!("rollout: {rolled}/{clusters} rolled"))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(1800),
-            "rollout: {rolled}/{clusters} rolled after 30 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    })
+    .await;
+    start.elapsed()
 }
 
 async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
@@ -594,31 +613,25 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
         })
     };
     let want = clusters * (control_planes() + workers);
-    let mut last_report = Instant::now();
-    loop {
-        let running = host
-            .machines
-            .state()
-            .iter()
-            .filter(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        if running >= want {
-            break;
-        }
-        if last_report.elapsed() > Duration::from_secs(10) {
-            eprintln!(
-                "  {mode:?}: {running}/{want} machines Running after {:.0?}",
-                start.elapsed()
-            );
-            last_report = Instant::now();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(1800),
-            "{mode:?}: not converged after 30 minutes: {}",
-            host.status_line()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    converge(
+        start,
+        Duration::from_millis(100),
+        || format!(": {}", host.status_line()),
+        || async {
+            let running = host
+                .machines
+                .state()
+                .iter()
+                .filter(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count();
+            if running >= want {
+                Ok(())
+            } else {
+                Err(format!("{mode:?}: {running}/{want} machines Running"))
+            }
+        },
+    )
+    .await;
     let wall = start.elapsed();
     let cpu = (
         cpu_seconds("self") - cpu_before.0,

@@ -97,7 +97,7 @@ fn is_format(c: char) -> bool {
 }
 
 /// The `files` template: one `write_files` entry per file.
-fn files(out: &mut String, files: &[File]) {
+fn files<'a>(out: &mut String, files: impl IntoIterator<Item = &'a File>) {
     out.push_str("write_files:");
     for f in files {
         let _ = write!(out, "\n-   path: {}\n    ", f.path);
@@ -279,12 +279,7 @@ pub fn user_data(
     let mut out = String::with_capacity(4096);
     out.push_str(HEADER);
     out.push('\n');
-    let all: Vec<File> = certificates
-        .iter()
-        .chain(extra_files.iter())
-        .cloned()
-        .collect();
-    files(&mut out, &all);
+    files(&mut out, certificates.iter().chain(extra_files));
     let verbosity = spec.verbosity.map_or(String::new(), |v| format!("--v {v}"));
     let kubeadm_line = match role {
         Role::Init {

@@ -243,7 +243,7 @@ fn resolves_to_other_type(s: &str) -> bool {
         return true;
     };
     match first {
-        '.' => go_float(s),
+        '.' => yaml_float(s),
         '+' | '-' | '0'..='9' => {
             let plain = s.replace('_', "");
             timestamp(s) || go_int(&plain) || yaml_float(&plain)
@@ -285,11 +285,6 @@ fn yaml_float(s: &str) -> bool {
     };
     let exponent_ok = exponent.is_none_or(|e| digits(e.strip_prefix(['+', '-']).unwrap_or(e)));
     mantissa_ok && exponent_ok
-}
-
-/// `strconv.ParseFloat` on text starting with `.`: decimals such as `.5` or `.5e3`.
-fn go_float(s: &str) -> bool {
-    yaml_float(&s.replace('_', ""))
 }
 
 /// go-yaml v2's `parseTimestamp` gate: four digits and a dash, then a date, optionally a time.

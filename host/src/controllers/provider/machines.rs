@@ -9,7 +9,8 @@ use super::context::Around;
 use super::{DriverError, KindCtx};
 use crate::api::common::ContractVersionedObjectReference;
 use crate::api::common::names::{
-    API_VERSION, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, CONTROL_PLANE_NAME_LABEL,
+    API_VERSION, CLONED_FROM_GROUPKIND_ANNOTATION, CLONED_FROM_NAME_ANNOTATION, CLUSTER_NAME_LABEL,
+    CONTROL_PLANE_LABEL, CONTROL_PLANE_NAME_LABEL,
 };
 use crate::api::machine::Machine;
 use crate::contract::fields;
@@ -93,6 +94,10 @@ pub(super) async fn create(
         CONTROL_PLANE_LABEL: "",
         CONTROL_PLANE_NAME_LABEL: cp_name,
     });
+    let cloned_from = json!({
+        CLONED_FROM_NAME_ANNOTATION: template_ref.name,
+        CLONED_FROM_GROUPKIND_ANNOTATION: format!("{}.{}", template_ref.kind, template_ref.api_group),
+    });
     let machines: Api<Machine> = Api::namespaced(kctx.driver.client.clone(), &ns);
     for req in requests {
         create_ignoring_conflict(
@@ -100,10 +105,7 @@ pub(super) async fn create(
             json!({
                 "apiVersion": infra.ar.api_version, "kind": infra.ar.kind,
                 "metadata": {"name": req.name, "namespace": ns, "labels": labels, "ownerReferences": owner,
-                    "annotations": {
-                        "cluster.x-k8s.io/cloned-from-name": template_ref.name,
-                        "cluster.x-k8s.io/cloned-from-groupkind": format!("{}.{}", template_ref.kind, template_ref.api_group),
-                    }},
+                    "annotations": cloned_from},
                 "spec": template.data.pointer(fields::TEMPLATE_SPEC).cloned().unwrap_or(json!({})),
             }),
         )
@@ -123,10 +125,7 @@ pub(super) async fn create(
         let machine = json!({
             "apiVersion": API_VERSION, "kind": "Machine",
             "metadata": {"name": req.name, "namespace": ns, "labels": labels, "ownerReferences": owner,
-                "annotations": {
-                    "cluster.x-k8s.io/cloned-from-name": template_ref.name,
-                    "cluster.x-k8s.io/cloned-from-groupkind": format!("{}.{}", template_ref.kind, template_ref.api_group),
-                }},
+                "annotations": cloned_from},
             "spec": {
                 "clusterName": cluster_name,
                 "version": req.version,

@@ -258,7 +258,7 @@ impl Provider for ControlPlane {
                 },
             ),
         ];
-        let stale = count - up_to_date.min(count);
+        let stale = count - up_to_date;
         conditions.push(condition(
             "RollingOut",
             stale > 0,
