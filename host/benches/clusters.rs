@@ -330,8 +330,8 @@ async fn upgrade(client: &kube::Client, clusters: usize, workers: usize) -> Dura
         "default",
         &ar(
             "controlplane.cluster.x-k8s.io",
-            "CapwControlPlane",
-            "capwcontrolplanes",
+            "KubeadmControlPlane",
+            "kubeadmcontrolplanes",
         ),
     );
     let mds: Api<DynamicObject> = Api::namespaced_with(
@@ -469,7 +469,7 @@ async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
         ar("cluster.x-k8s.io", "Cluster", "clusters"),
         json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": name},
             "spec": {"infrastructureRef": {"apiGroup": infra, "kind": "InMemoryCluster", "name": name},
-                     "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "CapwControlPlane", "name": name}}}),
+                     "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": name}}}),
     )
     .await;
     create(
@@ -484,8 +484,8 @@ async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
     )
     .await;
     create(
-        ar("controlplane.cluster.x-k8s.io", "CapwControlPlane", "capwcontrolplanes"),
-        json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "CapwControlPlane", "metadata": {"name": name},
+        ar("controlplane.cluster.x-k8s.io", "KubeadmControlPlane", "kubeadmcontrolplanes"),
+        json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane", "metadata": {"name": name},
             "spec": {"replicas": control_planes(), "version": "v1.33.0",
                 "machineTemplate": {"spec": {"infrastructureRef": {"apiGroup": infra, "kind": "InMemoryMachineTemplate", "name": name}}}}}),
     )
@@ -493,8 +493,8 @@ async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
     if !standalone_workers() {
         let t = format!("{name}-md");
         create(
-            ar("bootstrap.cluster.x-k8s.io", "CapwConfigTemplate", "capwconfigtemplates"),
-            json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "CapwConfigTemplate", "metadata": {"name": t},
+            ar("bootstrap.cluster.x-k8s.io", "KubeadmConfigTemplate", "kubeadmconfigtemplates"),
+            json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate", "metadata": {"name": t},
                 "spec": {"template": {"spec": {}}}}),
         )
         .await;
@@ -509,7 +509,7 @@ async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
             json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment", "metadata": {"name": t},
                 "spec": {"clusterName": name, "replicas": workers,
                     "template": {"spec": {"clusterName": name, "version": "v1.33.0",
-                        "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "CapwConfigTemplate", "name": t}},
+                        "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": t}},
                         "infrastructureRef": {"apiGroup": infra, "kind": "InMemoryMachineTemplate", "name": t}}}}}),
         )
         .await;
@@ -518,8 +518,8 @@ async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
     for w in 0..workers {
         let m = format!("{name}-w{w}");
         create(
-            ar("bootstrap.cluster.x-k8s.io", "CapwConfig", "capwconfigs"),
-            json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "CapwConfig", "metadata": {"name": m}, "spec": {}}),
+            ar("bootstrap.cluster.x-k8s.io", "KubeadmConfig", "kubeadmconfigs"),
+            json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig", "metadata": {"name": m}, "spec": {}}),
         )
         .await;
         create(
@@ -531,7 +531,7 @@ async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
             ar("cluster.x-k8s.io", "Machine", "machines"),
             json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": {"name": m},
                 "spec": {"clusterName": name, "version": "v1.33.0",
-                    "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "CapwConfig", "name": m}},
+                    "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": m}},
                     "infrastructureRef": {"apiGroup": infra, "kind": "InMemoryMachine", "name": m}}}),
         )
         .await;
@@ -727,15 +727,15 @@ async fn probe() {
             "labels": {"cluster.x-k8s.io/cluster-name": "c0"}, "finalizers": ["cluster.cluster.x-k8s.io"]},
         "spec": {"controlPlaneEndpoint": {"host": "127.0.0.1", "port": 40000},
             "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryCluster", "name": "c0"},
-            "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "CapwControlPlane", "name": "c0"}},
+            "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": "c0"}},
         "status": {"phase": "Provisioned", "initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true},
             "conditions": (0..8).map(|i| json!({"type": format!("Cond{i}"), "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"})).collect::<Vec<_>>()}});
     let machine = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
         "metadata": {"name": "c0-w0", "namespace": "default", "uid": "u2", "labels": {"cluster.x-k8s.io/cluster-name": "c0"}},
-        "spec": {"clusterName": "c0", "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "CapwConfig", "name": "c0-w0"}},
+        "spec": {"clusterName": "c0", "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": "c0-w0"}},
             "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryMachine", "name": "c0-w0"}}});
     let ctx = Context {
-        object: json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "CapwConfig",
+        object: json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
             "metadata": {"name": "c0-w0", "namespace": "default"}, "spec": {}})
         .to_string(),
         cluster: Some(cluster.to_string()),

@@ -587,7 +587,7 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
     env.eventually("every object of the cluster to be gone", 60, || {
         let (ok, out) = env.kubectl(&[
             "get",
-            "machinedeployments,machinesets,machines,dockermachines,dockerclusters,capwconfigs,capwcontrolplanes",
+            "machinedeployments,machinesets,machines,dockermachines,dockerclusters,kubeadmconfigs,kubeadmcontrolplanes",
             "-o",
             "name",
         ]);

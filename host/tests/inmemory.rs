@@ -130,15 +130,19 @@ impl Env {
                 ),
             ),
             (
-                "CapwConfig",
-                self.dynamic("bootstrap.cluster.x-k8s.io", "CapwConfig", "capwconfigs"),
+                "KubeadmConfig",
+                self.dynamic(
+                    "bootstrap.cluster.x-k8s.io",
+                    "KubeadmConfig",
+                    "kubeadmconfigs",
+                ),
             ),
             (
-                "CapwControlPlane",
+                "KubeadmControlPlane",
                 self.dynamic(
                     "controlplane.cluster.x-k8s.io",
-                    "CapwControlPlane",
-                    "capwcontrolplanes",
+                    "KubeadmControlPlane",
+                    "kubeadmcontrolplanes",
                 ),
             ),
         ]
@@ -304,7 +308,7 @@ async fn the_example_runs_and_is_deleted_in_contract_order() {
     ] {
         assert!(table.contains(want), "kubectl get lacks {want}:\n{table}");
     }
-    let cp = env.kubectl(&["get", "capwcontrolplanes"], None);
+    let cp = env.kubectl(&["get", "kubeadmcontrolplanes"], None);
     assert!(cp.contains("true") && cp.contains("demo"), "{cp}");
     let im = env.kubectl(&["get", "inmemorymachines"], None);
     assert!(
@@ -327,7 +331,7 @@ async fn the_example_runs_and_is_deleted_in_contract_order() {
     for want in [
         "Cluster/demo",
         "├─InMemoryCluster/demo",
-        "CapwControlPlane/demo-control-plane",
+        "KubeadmControlPlane/demo-control-plane",
         "│ └─Machine/demo-control-plane-2",
         "└─Workers",
         "Machine/demo-worker-0",
@@ -395,7 +399,7 @@ async fn the_example_runs_and_is_deleted_in_contract_order() {
         workers_gone < first(&is_cp_machine),
         "control-plane Machines went before the workers: {d:?}"
     );
-    let cp_gone = last(&|e| e.1 == "CapwControlPlane");
+    let cp_gone = last(&|e| e.1 == "KubeadmControlPlane");
     assert!(workers_gone < cp_gone, "{d:?}");
     let infra_gone = last(&|e| e.1 == "InMemoryCluster");
     assert!(

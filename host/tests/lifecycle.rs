@@ -97,7 +97,7 @@ impl Env {
                 &self.home,
                 &[
                     "get",
-                    "clusters,inmemoryclusters,capwcontrolplanes,md,ms",
+                    "clusters,inmemoryclusters,kubeadmcontrolplanes,md,ms",
                     "-o",
                     "yaml",
                 ],
@@ -419,8 +419,8 @@ async fn a_machine_deployment_scales_rolls_out_and_goes_with_its_cluster() {
         ("MachineSet", "machinesets", "cluster.x-k8s.io"),
         ("Machine", "machines", "cluster.x-k8s.io"),
         (
-            "CapwControlPlane",
-            "capwcontrolplanes",
+            "KubeadmControlPlane",
+            "kubeadmcontrolplanes",
             "controlplane.cluster.x-k8s.io",
         ),
         ("Cluster", "clusters", "cluster.x-k8s.io"),
@@ -483,7 +483,7 @@ async fn a_machine_deployment_scales_rolls_out_and_goes_with_its_cluster() {
         "{d:?}"
     );
     assert!(
-        last("MachineDeployment") < last("CapwControlPlane"),
+        last("MachineDeployment") < last("KubeadmControlPlane"),
         "{d:?}"
     );
     assert!(env.workers("demo-md-0").await.is_empty());
@@ -804,15 +804,13 @@ async fn lifecycle_finalizers_and_owners_are_rebuilt_without_duplicates_and_idle
     );
 }
 
-/// The Machines of the example's control plane.
+/// The control-plane Machines (each test runs one cluster).
 async fn control_plane_machines(client: &Client) -> Vec<Machine> {
     let api: Api<Machine> = Api::namespaced(client.clone(), "default");
-    api.list(
-        &ListParams::default().labels("cluster.x-k8s.io/control-plane-name=demo-control-plane"),
-    )
-    .await
-    .map(|l| l.items)
-    .unwrap_or_default()
+    api.list(&ListParams::default().labels("cluster.x-k8s.io/control-plane"))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
 }
 
 fn healthy(m: &Machine) -> bool {
@@ -835,8 +833,8 @@ async fn a_control_plane_version_change_rolls_its_machines_within_bounds() {
         group: "controlplane.cluster.x-k8s.io".into(),
         version: "v1beta2".into(),
         api_version: "controlplane.cluster.x-k8s.io/v1beta2".into(),
-        kind: "CapwControlPlane".into(),
-        plural: "capwcontrolplanes".into(),
+        kind: "KubeadmControlPlane".into(),
+        plural: "kubeadmcontrolplanes".into(),
     };
     let cps: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), "default", &cps);
     let status = |o: &DynamicObject, f: &str| o.data.pointer(&format!("/status/{f}")).cloned();
@@ -891,7 +889,7 @@ async fn a_control_plane_version_change_rolls_its_machines_within_bounds() {
         env.kubectl(
             &[
                 "patch",
-                "capwcontrolplane",
+                "kubeadmcontrolplane",
                 "demo-control-plane",
                 "--type",
                 "merge",
@@ -961,7 +959,7 @@ async fn a_control_plane_version_change_rolls_its_machines_within_bounds() {
             "maxSurge {surge}: no sample caught the roll ({samples} samples)"
         );
     }
-    let table = env.kubectl(&["get", "capwcontrolplane"], None);
+    let table = env.kubectl(&["get", "kubeadmcontrolplane"], None);
     assert!(
         table.contains("UP-TO-DATE") && table.contains("v1.35.0"),
         "{table}"
@@ -1003,6 +1001,269 @@ async fn a_control_plane_version_change_rolls_its_machines_within_bounds() {
                     .is_some_and(|i| i.kubelet_version == "v1.35.0")
             }))
         .then_some(())
+    })
+    .await;
+}
+
+/// A KubeadmControlPlane of `spec` (with a machine template unless it has one) for the
+/// admission checks below.
+fn kcp(name: &str, spec: serde_json::Value) -> String {
+    let mut spec = spec;
+    spec["machineTemplate"] =
+        spec.get("machineTemplate")
+            .cloned()
+            .unwrap_or(json!({"spec": {"infrastructureRef": {
+        "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryMachineTemplate",
+        "name": "e2e-control-plane"}}}));
+    json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
+        "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn upstream_kubeadm_kinds_apply_as_written_and_are_checked_as_upstream() {
+    let env = env().await;
+    let text =
+        std::fs::read_to_string(support::repo_root().join("host/tests/data/inmemory-e2e.yaml"))
+            .expect("fixture");
+    let out = env.kubectl(&["apply", "-f", "-"], Some(&text));
+    assert!(
+        out.contains("kubeadmcontrolplane.controlplane.cluster.x-k8s.io/e2e-control-plane created")
+            && out.contains("kubeadmconfigtemplate.bootstrap.cluster.x-k8s.io/e2e-md-0 created"),
+        "{out}"
+    );
+    env.settled("e2e-md-0", 2).await;
+
+    // Stored as written, with upstream's defaults; the short name and upstream's columns.
+    let get = |args: &[&str]| -> serde_json::Value {
+        serde_json::from_str(&env.kubectl(args, None)).expect("json")
+    };
+    let cp = get(&["get", "kcp", "e2e-control-plane", "-o", "json"]);
+    assert_eq!(
+        cp["spec"]["rollout"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}),
+        "{cp}"
+    );
+    assert_eq!(cp["spec"]["remediation"]["maxRetry"], 5, "{cp}");
+    assert_eq!(
+        cp["spec"]["machineNaming"]["template"],
+        "{{ .kubeadmControlPlane.name }}-{{ .random }}"
+    );
+    assert_eq!(
+        cp["spec"]["kubeadmConfigSpec"]["initConfiguration"]["nodeRegistration"]["kubeletExtraArgs"]
+            [0]["name"],
+        "eviction-hard"
+    );
+    env.eventually("the control plane's status", 60, || async {
+        let cp = get(&["get", "kcp", "e2e-control-plane", "-o", "json"]);
+        (cp["status"]["initialization"]["controlPlaneInitialized"] == true
+            && cp["status"]["version"] == "v1.30.4"
+            && cp["status"]["selector"]
+                .as_str()
+                .is_some_and(|s| s.contains("cluster.x-k8s.io/control-plane")))
+        .then_some(())
+    })
+    .await;
+    let table = env.kubectl(&["get", "kcp"], None);
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "CLUSTER",
+            "AVAILABLE",
+            "DESIRED",
+            "CURRENT",
+            "READY",
+            "AVAILABLE",
+            "UP-TO-DATE",
+            "INITIALIZED",
+            "AGE",
+            "VERSION"
+        ],
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("e2e-control-plane")
+                && l.contains("true")
+                && l.ends_with("v1.30.4")),
+        "{table}"
+    );
+    // The control plane's KubeadmConfig carries kubeadmConfigSpec; the workers' come from a
+    // template with no spec.
+    let configs = env.kubectl(&["get", "kubeadmconfigs"], None);
+    assert!(
+        configs
+            .lines()
+            .next()
+            .is_some_and(|h| h.split_whitespace().collect::<Vec<_>>()
+                == ["NAME", "CLUSTER", "DATA", "SECRET", "CREATED", "AGE"]),
+        "{configs}"
+    );
+    assert_eq!(
+        configs
+            .lines()
+            .filter(|l| l.contains(" e2e ") && l.contains("true"))
+            .count(),
+        3,
+        "{configs}"
+    );
+    let machines = control_plane_machines(&env.client).await;
+    let first = machines
+        .first()
+        .expect("a control-plane Machine")
+        .name_any();
+    let config = get(&["get", "kubeadmconfig", &first, "-o", "json"]);
+    assert_eq!(
+        config["spec"]["clusterConfiguration"]["apiServer"]["certSANs"],
+        json!(["localhost", "127.0.0.1", "0.0.0.0", "host.docker.internal"])
+    );
+
+    // Admission, as upstream's webhooks and CEL rules: each refusal names the field.
+    let refused = |manifest: String, says: &str| {
+        let (ok, out) = support::kubectl(
+            &env.kubeconfig,
+            &env.home,
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&manifest),
+        );
+        assert!(
+            !ok && out.contains(says),
+            "wanted a refusal saying {says:?}: {out}"
+        );
+    };
+    let fine = |manifest: String| {
+        let (ok, out) = support::kubectl(
+            &env.kubeconfig,
+            &env.home,
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&manifest),
+        );
+        assert!(ok, "{out}");
+    };
+    refused(
+        kcp("x", json!({"replicas": 2, "version": "v1.30.4"})),
+        "spec.replicas: Invalid value",
+    );
+    refused(
+        kcp("x", json!({"replicas": 2, "version": "v1.30.4"})),
+        "cannot be an even number when etcd is stacked",
+    );
+    fine(kcp(
+        "x",
+        json!({"replicas": 2, "version": "v1.30.4",
+        "kubeadmConfigSpec": {"clusterConfiguration": {"etcd": {"external": {"endpoints": ["https://e:2379"]}}}}}),
+    ));
+    refused(
+        kcp("x", json!({"version": "1.30.4"})),
+        "must be a Kubernetes version with its leading v",
+    );
+    refused(
+        kcp(
+            "x",
+            json!({"replicas": 1, "version": "v1.30.4", "rollout": {"strategy": {"rollingUpdate": {"maxSurge": 0}}}}),
+        ),
+        "maxSurge 0 needs at least 3 replicas",
+    );
+    refused(
+        kcp(
+            "x",
+            json!({"version": "v1.30.4", "rollout": {"strategy": {"rollingUpdate": {"maxSurge": 2}}}}),
+        ),
+        "value must be 1 or 0",
+    );
+    refused(
+        kcp(
+            "x",
+            json!({"version": "v1.30.4", "kubeadmConfigSpec": {"initConfiguration": {"nodeRegistration": {"kubeletExtraArgs": {"eviction-hard": "x"}}}}}),
+        ),
+        // v1beta1's map shape: refused, naming the field.
+        "spec.kubeadmConfigSpec.initConfiguration.nodeRegistration.kubeletExtraArgs",
+    );
+    refused(
+        kcp(
+            "x",
+            json!({"version": "v1.30.4", "kubeadmConfigSpec": {"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": [
+        {"name": "v", "value": "1"}, {"name": "v", "value": "2"}]}}}}),
+        ),
+        "kubeletExtraArgs name must be unique",
+    );
+    refused(
+        kcp(
+            "x",
+            json!({"version": "v1.30.4", "kubeadmConfigSpec": {"files": [
+        {"path": "/a", "content": "x", "contentFrom": {"secret": {"name": "s", "key": "k"}}}]}}),
+        ),
+        "only one of content or contentFrom",
+    );
+    refused(
+        kcp(
+            "x",
+            json!({"version": "v1.30.4", "kubeadmConfigSpec": {"files": [
+        {"path": "/a", "content": "x"}, {"path": "/a", "content": "y"}]}}),
+        ),
+        "files path must be unique",
+    );
+    refused(
+        kcp("x", json!({"version": "v1.30.4", "machineTemplate": {}})),
+        "spec.machineTemplate.spec: Required value",
+    );
+    refused(
+        kcp(
+            "x",
+            json!({"version": "v1.30.4", "machineTemplate": {"spec": {}}}),
+        ),
+        "spec.machineTemplate.spec.infrastructureRef: Required value",
+    );
+    // Updates: one minor version at a time, and the frozen fields stay frozen.
+    let patch = |p: serde_json::Value| {
+        support::kubectl(
+            &env.kubeconfig,
+            &env.home,
+            &[
+                "patch",
+                "kcp",
+                "e2e-control-plane",
+                "--type=merge",
+                "--dry-run=server",
+                "-p",
+                &p.to_string(),
+            ],
+            None,
+        )
+    };
+    let (ok, out) = patch(json!({"spec": {"version": "v1.32.0"}}));
+    assert!(
+        !ok && out.contains("cannot update Kubernetes version from v1.30.4 to v1.32.0"),
+        "{out}"
+    );
+    let (ok, out) = patch(json!({"spec": {"version": "v1.31.1"}}));
+    assert!(ok, "{out}");
+    let (ok, out) = patch(
+        json!({"spec": {"kubeadmConfigSpec": {"clusterConfiguration": {"certificatesDir": "/etc/other"}}}}),
+    );
+    assert!(!ok && out.contains("immutable"), "{out}");
+
+    // The scale subresource: odd replicas only, and the Machines follow.
+    let (ok, out) = support::kubectl(
+        &env.kubeconfig,
+        &env.home,
+        &["scale", "kcp", "e2e-control-plane", "--replicas=2"],
+        None,
+    );
+    assert!(!ok && out.contains("cannot be an even number"), "{out}");
+    env.kubectl(&["scale", "kcp", "e2e-control-plane", "--replicas=3"], None);
+    env.eventually("the control plane to scale to 3", 120, || async {
+        let ms = control_plane_machines(&env.client).await;
+        (ms.len() == 3 && ms.iter().all(healthy)).then_some(())
     })
     .await;
 }

@@ -341,7 +341,7 @@ async fn a_kubeconfig_secret_written_by_anyone_is_checked_the_same_way() {
     e.kubectl(
         &[
             "annotate",
-            "capwcontrolplane",
+            "kubeadmcontrolplane",
             "demo-control-plane",
             "cluster.x-k8s.io/paused=true",
         ],

@@ -15,6 +15,7 @@ pub mod cloudinit;
 pub mod documents;
 pub mod goyaml;
 pub mod pki;
+pub mod schema;
 pub mod spec;
 pub mod version;
 

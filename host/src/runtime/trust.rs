@@ -205,9 +205,9 @@ mod tests {
             ProviderType::ControlPlane => KindRole::ControlPlane(ControlPlaneMachines {
                 bootstrap_config: KindRef {
                     group: "bootstrap.cluster.x-k8s.io".into(),
-                    kind: "CapwConfig".into(),
+                    kind: "KubeadmConfig".into(),
                 },
-                spec_field: "capwConfigSpec".into(),
+                spec_field: "kubeadmConfigSpec".into(),
             }),
         }
     }

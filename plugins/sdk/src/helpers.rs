@@ -215,34 +215,100 @@ pub trait Provider {
 
 /// A CustomResourceDefinition for a provider kind in `group`/v1beta2, with the contract label,
 /// a status subresource, the `cluster-api` category and the given printer columns
-/// (`(name, type, jsonPath)`). The schema keeps `spec` and `status` open; the plugin validates
-/// the fields it reads and names them in `invalid-spec` errors.
+/// (`(name, type, jsonPath)`, then Age). The schema keeps `spec` and `status` open; the plugin
+/// validates the fields it reads and names them in `invalid-spec` errors.
 pub fn crd(group: &str, kind: &str, plural: &str, columns: &[(&str, &str, &str)]) -> String {
-    let mut cols: Vec<Value> = columns
-        .iter()
-        .map(|(n, t, p)| json!({"name": n, "type": t, "jsonPath": p}))
-        .collect();
-    cols.push(json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}));
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("{plural}.{group}"), "labels": {"cluster.x-k8s.io/v1beta2": "v1beta2"}},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural, "singular": kind.to_lowercase(), "categories": ["cluster-api"]},
-            "versions": [{
-                "name": "v1beta2", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": cols,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-                }}}
-            }]
+    let mut cols: Vec<Value> = columns.iter().map(|(n, t, p)| column(n, t, p, 0)).collect();
+    cols.push(column("Age", "date", ".metadata.creationTimestamp", 0));
+    CrdDef {
+        columns: cols,
+        ..CrdDef::new(group, kind, plural)
+    }
+    .render()
+}
+
+/// A printer column; `priority` 0 shows in `kubectl get`, higher only with `-o wide`.
+pub fn column(name: &str, type_: &str, json_path: &str, priority: u32) -> Value {
+    let mut c = json!({"name": name, "type": type_, "jsonPath": json_path});
+    if priority > 0 {
+        c["priority"] = json!(priority);
+    }
+    c
+}
+
+/// A CustomResourceDefinition with everything [`crd`] fixes open to the plugin: short names,
+/// the columns in their exact order, the `spec` schema (structural: the API server defaults
+/// and validates with it), the status subresource and the scale subresource.
+pub struct CrdDef {
+    /// API group.
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Plural resource name.
+    pub plural: String,
+    /// `spec.names.shortNames`.
+    pub short_names: Vec<String>,
+    /// Printer columns, in order (see [`column`]); Age is not added.
+    pub columns: Vec<Value>,
+    /// The OpenAPI v3 schema of `spec`.
+    pub spec: Value,
+    /// Whether the kind has a `status` (and so a status subresource).
+    pub status: bool,
+    /// The scale subresource as `(specReplicasPath, statusReplicasPath, labelSelectorPath)`.
+    pub scale: Option<(String, String, String)>,
+}
+
+impl CrdDef {
+    /// Open `spec` and `status`, a status subresource, no columns.
+    pub fn new(group: &str, kind: &str, plural: &str) -> Self {
+        CrdDef {
+            group: group.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+            short_names: vec![],
+            columns: vec![],
+            spec: json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+            status: true,
+            scale: None,
         }
-    })
-    .to_string()
+    }
+
+    /// The CRD as JSON text.
+    pub fn render(&self) -> String {
+        let mut properties = json!({"spec": self.spec});
+        let mut subresources = json!({});
+        if self.status {
+            properties["status"] =
+                json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+            subresources["status"] = json!({});
+        }
+        if let Some((spec, status, selector)) = &self.scale {
+            subresources["scale"] = json!({"specReplicasPath": spec,
+                "statusReplicasPath": status, "labelSelectorPath": selector});
+        }
+        let mut names = json!({"kind": self.kind, "listKind": format!("{}List", self.kind),
+            "plural": self.plural, "singular": self.kind.to_lowercase(), "categories": ["cluster-api"]});
+        if !self.short_names.is_empty() {
+            names["shortNames"] = json!(self.short_names);
+        }
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{}.{}", self.plural, self.group), "labels": {"cluster.x-k8s.io/v1beta2": "v1beta2"}},
+            "spec": {
+                "group": self.group,
+                "scope": "Namespaced",
+                "names": names,
+                "versions": [{
+                    "name": "v1beta2", "served": true, "storage": true,
+                    "subresources": subresources,
+                    "additionalPrinterColumns": self.columns,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": properties}}
+                }]
+            }
+        })
+        .to_string()
+    }
 }
 
 /// A served kind in `group`/v1beta2, with the contract role the host drives it by.

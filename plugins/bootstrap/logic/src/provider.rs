@@ -1,6 +1,7 @@
 //! The provider: metadata and the contract calls.
 
 use capw_cloud_config::{CloudConfig, Command, WriteFile};
+use capw_kubeadm::schema;
 use capw_sdk::*;
 
 const GROUP: &str = "bootstrap.cluster.x-k8s.io";
@@ -22,7 +23,8 @@ fn render(files: Vec<WriteFile>, commands: Vec<String>) -> String {
     .render()
 }
 
-/// `spec.files[]` and `spec.preCommands`/`spec.postCommands`, checked with field paths.
+/// `spec.files[]`, checked with field paths. The API server has checked the shape (the CRD
+/// schema); what is left is what this provider cannot do.
 fn user_files(obj: &View) -> Result<Vec<WriteFile>, ProviderError> {
     let Some(list) = obj.get("/spec/files") else {
         return Ok(vec![]);
@@ -43,6 +45,19 @@ fn user_files(obj: &View) -> Result<Vec<WriteFile>, ProviderError> {
                     obj.name()
                 ))
             })?;
+            if f.get("contentFrom").is_some() {
+                // The host hands this component only the cluster's own Secrets.
+                return Err(ProviderError::InvalidSpec(format!(
+                    "{}: spec.files[{i}].contentFrom is not supported by the capw bootstrap provider yet; put the file's content in spec.files[{i}].content",
+                    obj.name()
+                )));
+            }
+            if f.get("contentFormat").and_then(Value::as_str) == Some("Template") {
+                return Err(ProviderError::InvalidSpec(format!(
+                    "{}: spec.files[{i}].contentFormat Template is not supported by the capw bootstrap provider yet; use Raw",
+                    obj.name()
+                )));
+            }
             let text = |k: &str| f.get(k).and_then(Value::as_str).map(String::from);
             Ok(WriteFile {
                 path: path.into(),
@@ -80,18 +95,42 @@ fn commands(obj: &View, field: &str) -> Result<Vec<String>, ProviderError> {
 
 impl Provider for Bootstrap {
     fn metadata() -> Metadata {
-        let cols = [
-            (
+        // Upstream's columns, in upstream's order.
+        let config_columns = vec![
+            column(
                 "Cluster",
                 "string",
                 ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+                0,
             ),
-            (
-                "DataSecretCreated",
+            column(
+                "Paused",
+                "string",
+                ".status.conditions[?(@.type==\"Paused\")].status",
+                10,
+            ),
+            column(
+                "Data secret created",
                 "boolean",
                 ".status.initialization.dataSecretCreated",
+                0,
             ),
-            ("DataSecret", "string", ".status.dataSecretName"),
+            column("Age", "date", ".metadata.creationTimestamp", 0),
+        ];
+        let template_columns = vec![
+            column(
+                "ClusterClass",
+                "string",
+                ".metadata.ownerReferences[?(@.kind==\"ClusterClass\")].name",
+                0,
+            ),
+            column(
+                "Cluster",
+                "string",
+                ".metadata.ownerReferences[?(@.kind==\"Cluster\")].name",
+                0,
+            ),
+            column("Age", "date", ".metadata.creationTimestamp", 0),
         ];
         Metadata {
             name: "bootstrap".into(),
@@ -99,16 +138,27 @@ impl Provider for Bootstrap {
             provider_type: ProviderType::Bootstrap,
             contract_version: "v1beta2".into(),
             kinds: vec![
-                kind(GROUP, "CapwConfig", KindRole::BootstrapConfig),
+                kind(GROUP, "KubeadmConfig", KindRole::BootstrapConfig),
                 kind(
                     GROUP,
-                    "CapwConfigTemplate",
-                    KindRole::BootstrapConfigTemplate("CapwConfig".into()),
+                    "KubeadmConfigTemplate",
+                    KindRole::BootstrapConfigTemplate("KubeadmConfig".into()),
                 ),
             ],
             crds: vec![
-                crd(GROUP, "CapwConfig", "capwconfigs", &cols),
-                crd(GROUP, "CapwConfigTemplate", "capwconfigtemplates", &[]),
+                CrdDef {
+                    columns: config_columns,
+                    spec: schema::kubeadm_config_spec(),
+                    ..CrdDef::new(GROUP, "KubeadmConfig", "kubeadmconfigs")
+                }
+                .render(),
+                CrdDef {
+                    columns: template_columns,
+                    spec: schema::kubeadm_config_template_spec(),
+                    status: false,
+                    ..CrdDef::new(GROUP, "KubeadmConfigTemplate", "kubeadmconfigtemplates")
+                }
+                .render(),
             ],
         }
     }
@@ -155,8 +205,14 @@ impl Provider for Bootstrap {
                 2,
             ));
         };
+        if obj.str("/spec/format") == "ignition" {
+            return Err(ProviderError::InvalidSpec(format!(
+                "{}: spec.format ignition is not supported by the capw bootstrap provider; remove spec.format or set it to cloud-config",
+                obj.name()
+            )));
+        }
         let mut files = vec![WriteFile::new(TOKEN, token, "0600")];
-        let mut run = commands(&obj, "preCommands")?;
+        let mut run = commands(&obj, "preKubeadmCommands")?;
         run.push(format!("mkdir -p {PKI} {SENTINEL_DIR}"));
         if control_plane {
             files.push(WriteFile::new(format!("{PKI}/ca.crt"), ca, "0644"));
@@ -191,7 +247,7 @@ impl Provider for Bootstrap {
                 machine.name()
             ),
         ));
-        run.extend(commands(&obj, "postCommands")?);
+        run.extend(commands(&obj, "postKubeadmCommands")?);
         run.push(format!("touch {SENTINEL}"));
         Ok(BootstrapStatus {
             data: Some(BootstrapData {
@@ -348,8 +404,8 @@ mod tests {
             false,
             json!({
                 "files": [{"path": "/etc/x", "content": "  leading: spaces\n\tand a tab\n"}],
-                "preCommands": ["echo pre"],
-                "postCommands": ["echo post"],
+                "preKubeadmCommands": ["echo pre"],
+                "postKubeadmCommands": ["echo post"],
             }),
         );
         assert_eq!(
@@ -400,10 +456,18 @@ mod tests {
                 "spec.files[0].path",
             ),
             (
-                json!({"preCommands": "echo"}),
-                "spec.preCommands must be a list",
+                json!({"preKubeadmCommands": "echo"}),
+                "spec.preKubeadmCommands must be a list",
             ),
-            (json!({"postCommands": [1]}), "spec.postCommands[0]"),
+            (
+                json!({"postKubeadmCommands": [1]}),
+                "spec.postKubeadmCommands[0]",
+            ),
+            (
+                json!({"files": [{"path": "/x", "contentFrom": {"secret": {"name": "s", "key": "k"}}}]}),
+                "spec.files[0].contentFrom",
+            ),
+            (json!({"format": "ignition"}), "spec.format ignition"),
         ] {
             let ctx = with_secrets(
                 context(config(spec))

@@ -1,6 +1,7 @@
 //! The provider: metadata and the contract calls.
 
 use crate::rollout::{Desired, Member, Step, next_step, outdated};
+use capw_kubeadm::schema;
 use capw_sdk::*;
 
 const GROUP: &str = "controlplane.cluster.x-k8s.io";
@@ -36,11 +37,12 @@ fn replicas(obj: &View) -> Result<u32, ProviderError> {
         None => Ok(1),
         Some(v) => v
             .as_u64()
-            .filter(|n| (1..=7).contains(n))
+            // int32, as upstream's field; oddness is the API server's check (the CRD's rule).
+            .filter(|n| (1..=2_147_483_647).contains(n))
             .map(|n| n as u32)
             .ok_or_else(|| {
                 ProviderError::InvalidSpec(format!(
-                    "{}: spec.replicas must be an integer from 1 to 7",
+                    "{}: spec.replicas must be a positive integer",
                     obj.name()
                 ))
             }),
@@ -88,45 +90,89 @@ fn member(m: &Value) -> Member {
 
 impl Provider for ControlPlane {
     fn metadata() -> Metadata {
+        let cond = |t: &str| format!(".status.conditions[?(@.type==\"{t}\")].status");
+        // Upstream's columns, in upstream's order: "Available" twice (the condition, then
+        // the count) and Age before Version.
+        let columns = vec![
+            column(
+                "Cluster",
+                "string",
+                ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+                0,
+            ),
+            column("Available", "string", &cond("Available"), 0),
+            column("Desired", "integer", ".spec.replicas", 0),
+            column("Current", "integer", ".status.replicas", 0),
+            column("Ready", "integer", ".status.readyReplicas", 0),
+            column("Available", "integer", ".status.availableReplicas", 0),
+            column("Up-to-date", "integer", ".status.upToDateReplicas", 0),
+            column("Paused", "string", &cond("Paused"), 10),
+            column(
+                "Initialized",
+                "boolean",
+                ".status.initialization.controlPlaneInitialized",
+                0,
+            ),
+            column("Age", "date", ".metadata.creationTimestamp", 0),
+            column("Version", "string", ".spec.version", 0),
+        ];
         Metadata {
             name: "control-plane".into(),
             version: VERSION.into(),
             provider_type: ProviderType::ControlPlane,
             contract_version: "v1beta2".into(),
-            kinds: vec![kind(
-                GROUP,
-                "CapwControlPlane",
-                // Its Machines get a CapwConfig with the spec of spec.capwConfigSpec.
-                KindRole::ControlPlane(ControlPlaneMachines {
-                    bootstrap_config: KindRef {
-                        group: "bootstrap.cluster.x-k8s.io".into(),
-                        kind: "CapwConfig".into(),
-                    },
-                    spec_field: "capwConfigSpec".into(),
-                }),
-            )],
-            crds: vec![crd(
-                GROUP,
-                "CapwControlPlane",
-                "capwcontrolplanes",
-                &[
-                    (
-                        "Cluster",
-                        "string",
-                        ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
-                    ),
-                    (
-                        "Initialized",
-                        "boolean",
-                        ".status.initialization.controlPlaneInitialized",
-                    ),
-                    ("Desired", "integer", ".spec.replicas"),
-                    ("Replicas", "integer", ".status.replicas"),
-                    ("Available", "integer", ".status.availableReplicas"),
-                    ("Up-to-date", "integer", ".status.upToDateReplicas"),
-                    ("Version", "string", ".spec.version"),
-                ],
-            )],
+            kinds: vec![
+                kind(
+                    GROUP,
+                    "KubeadmControlPlane",
+                    // Its Machines get a KubeadmConfig with the spec of spec.kubeadmConfigSpec.
+                    KindRole::ControlPlane(ControlPlaneMachines {
+                        bootstrap_config: KindRef {
+                            group: "bootstrap.cluster.x-k8s.io".into(),
+                            kind: "KubeadmConfig".into(),
+                        },
+                        spec_field: "kubeadmConfigSpec".into(),
+                    }),
+                ),
+                kind(
+                    GROUP,
+                    "KubeadmControlPlaneTemplate",
+                    KindRole::ControlPlaneTemplate("KubeadmControlPlane".into()),
+                ),
+            ],
+            crds: vec![
+                CrdDef {
+                    short_names: vec!["kcp".into()],
+                    columns,
+                    spec: schema::kubeadm_control_plane_spec(),
+                    scale: Some((
+                        ".spec.replicas".into(),
+                        ".status.replicas".into(),
+                        ".status.selector".into(),
+                    )),
+                    ..CrdDef::new(GROUP, "KubeadmControlPlane", "kubeadmcontrolplanes")
+                }
+                .render(),
+                CrdDef {
+                    columns: vec![
+                        column(
+                            "ClusterClass",
+                            "string",
+                            ".metadata.ownerReferences[?(@.kind==\"ClusterClass\")].name",
+                            0,
+                        ),
+                        column("Age", "date", ".metadata.creationTimestamp", 0),
+                    ],
+                    spec: schema::kubeadm_control_plane_template_spec(),
+                    status: false,
+                    ..CrdDef::new(
+                        GROUP,
+                        "KubeadmControlPlaneTemplate",
+                        "kubeadmcontrolplanetemplates",
+                    )
+                }
+                .render(),
+            ],
         }
     }
 
@@ -564,7 +610,7 @@ mod tests {
         }
         for (replicas, field) in [
             (json!(0), "spec.replicas"),
-            (json!(8), "spec.replicas"),
+            (json!(-1), "spec.replicas"),
             (json!("3"), "spec.replicas"),
         ] {
             let ctx = context(cp(replicas)).cluster(cluster(&[]));
@@ -625,8 +671,8 @@ mod tests {
         assert_eq!(m.kinds.len(), m.crds.len());
         match &m.kinds[0].role {
             KindRole::ControlPlane(cpm) => {
-                assert_eq!(cpm.bootstrap_config.kind, "CapwConfig");
-                assert_eq!(cpm.spec_field, "capwConfigSpec");
+                assert_eq!(cpm.bootstrap_config.kind, "KubeadmConfig");
+                assert_eq!(cpm.spec_field, "kubeadmConfigSpec");
             }
             other => panic!("{other:?}"),
         }

@@ -51,9 +51,9 @@ impl Provider for Hostile {
                     KindRole::ControlPlane(ControlPlaneMachines {
                         bootstrap_config: KindRef {
                             group: BOOT_GROUP.into(),
-                            kind: "CapwConfig".into(),
+                            kind: "KubeadmConfig".into(),
                         },
-                        spec_field: "capwConfigSpec".into(),
+                        spec_field: "kubeadmConfigSpec".into(),
                     }),
                 )],
                 vec![crd(
@@ -78,9 +78,9 @@ impl Provider for Hostile {
                     KindRole::ControlPlane(ControlPlaneMachines {
                         bootstrap_config: KindRef {
                             group: BOOT_GROUP.into(),
-                            kind: "CapwConfig".into(),
+                            kind: "KubeadmConfig".into(),
                         },
-                        spec_field: "capwConfigSpec".into(),
+                        spec_field: "kubeadmConfigSpec".into(),
                     }),
                 )],
                 vec![crd("cluster.x-k8s.io", "Machine", "machines", &[])],

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 /// Kinds that own a Machine when they create it; the Machine becomes the controller of its
 /// bootstrap config and infrastructure machine instead.
-const ON_CREATE_OWNERS: &[&str] = &["MachineSet", "MachinePool", "CapwControlPlane"];
+const ON_CREATE_OWNERS: &[&str] = &["MachineSet", "MachinePool", "KubeadmControlPlane"];
 
 fn init(scope: &mut Scope) -> &mut MachineInitialization {
     scope
