@@ -537,49 +537,120 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
         "{table}"
     );
 
-    // A rollout to a renamed DockerMachineTemplate replaces both worker containers; none of
-    // the old ones is left on the engine.
-    let old_workers: Vec<String> = machines
+    // The seed's upgrade flow: the control plane first, then the workers, each Machine a new
+    // container; the workload cluster ends with only v1.29.10 Nodes and its API server Pod.
+    let old: Vec<String> = machines
         .iter()
-        .filter(|m| m["metadata"]["labels"]["cluster.x-k8s.io/deployment-name"].is_string())
         .map(|m| m["metadata"]["name"].as_str().expect("name").to_string())
         .collect();
-    assert_eq!(old_workers.len(), 2, "{old_workers:?}");
-    env.apply(&format!(
-        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: DockerMachineTemplate\nmetadata:\n  name: {cluster}-md-1\n  namespace: default\nspec:\n  template:\n    spec: {{}}\n"
-    ));
+    assert!(
+        machines.iter().all(|m| m["spec"]["version"] == "v1.28.13"),
+        "{machines:?}"
+    );
+    let kcp = format!("{cluster}-control-plane");
     env.must(&[
         "patch",
-        "md",
+        "kubeadmcontrolplane",
+        &kcp,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"version":"v1.29.10"}}"#,
+    ]);
+    // What `kubectl get kcp -w` shows, sampled: the roll is seen (a second Machine, then one
+    // of the new version), and VERSION in status never runs ahead of the Machines.
+    let mut seen_surge = false;
+    env.eventually("the control plane to roll to v1.29.10", 240, || {
+        let cp = env.json(&["get", "kcp", &kcp]);
+        let ms: Vec<Value> = env
+            .machines(cluster)
+            .into_iter()
+            .filter(|m| m["metadata"]["labels"]["cluster.x-k8s.io/control-plane"].is_string())
+            .collect();
+        seen_surge |= ms.len() == 2;
+        let old_left = ms.iter().any(|m| m["spec"]["version"] == "v1.28.13");
+        assert!(
+            !(old_left && cp["status"]["version"] == "v1.29.10"),
+            "status.version ran ahead of the Machines: {cp}"
+        );
+        (ms.len() == 1
+            && !old_left
+            && ms[0]["status"]["phase"] == "Running"
+            && cp["status"]["version"] == "v1.29.10"
+            && cp["status"]["upToDateReplicas"] == 1)
+            .then_some(())
+    });
+    assert!(
+        seen_surge,
+        "maxSurge 1: a second control-plane Machine first"
+    );
+    let table = env.must(&["get", "kcp", &kcp]);
+    assert!(table.contains("v1.29.10"), "{table}");
+    env.must(&[
+        "patch",
+        "machinedeployment",
         &format!("{cluster}-md-0"),
         "--type=merge",
         "-p",
-        &format!(r#"{{"spec":{{"template":{{"spec":{{"infrastructureRef":{{"name":"{cluster}-md-1"}}}}}}}}}}"#),
+        r#"{"spec":{"template":{"spec":{"version":"v1.29.10"}}}}"#,
     ]);
-    env.eventually("the rollout to replace both workers", 240, || {
+    env.eventually("the workers to roll to v1.29.10", 240, || {
         let ms = env.machines(cluster);
-        let running = ms
-            .iter()
-            .filter(|m| {
-                m["status"]["phase"] == "Running" && m["status"]["nodeRef"]["name"].is_string()
-            })
-            .count();
-        let fresh = ms.iter().all(|m| {
-            !old_workers.contains(
-                &m["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            )
+        let done = ms.iter().all(|m| {
+            m["spec"]["version"] == "v1.29.10"
+                && m["status"]["phase"] == "Running"
+                && m["status"]["nodeRef"]["name"].is_string()
+                && !old.contains(
+                    &m["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
         });
-        (ms.len() == 3 && running == 3 && fresh).then_some(())
+        (ms.len() == 3 && done).then_some(())
     });
-    env.eventually("the old worker containers to be gone", 60, || {
+    env.eventually(
+        "the workload cluster to list only v1.29.10 Nodes",
+        120,
+        || {
+            let (ok, out) = env.kubectl_with(&wl, &["get", "nodes", "-o", "json"], None);
+            let v: Value = serde_json::from_str(&out).ok().filter(|_| ok)?;
+            let items = v["items"].as_array()?.clone();
+            (items.len() == 3
+                && items
+                    .iter()
+                    .all(|n| n["status"]["nodeInfo"]["kubeletVersion"] == "v1.29.10"))
+            .then_some(())
+        },
+    );
+    let cp_node = env
+        .machines(cluster)
+        .iter()
+        .find(|m| m["metadata"]["labels"]["cluster.x-k8s.io/control-plane"].is_string())
+        .and_then(|m| m["status"]["nodeRef"]["name"].as_str().map(str::to_string))
+        .expect("the control plane's Node");
+    let pods = env.eventually(
+        "the API server's mirror Pod to be Running and Ready",
+        60,
+        || {
+            let (ok, out) = env.kubectl_with(&wl, &["get", "pods", "-n", "kube-system"], None);
+            (ok && out.lines().any(|l| {
+                l.starts_with(&format!("kube-apiserver-{cp_node} "))
+                    && l.contains("1/1")
+                    && l.contains("Running")
+            }) && out.lines().count() == 2)
+                .then_some(out)
+        },
+    );
+    assert!(
+        !pods.contains("etcd") && !pods.contains("scheduler"),
+        "{pods}"
+    );
+    env.eventually("the replaced containers to be gone", 60, || {
         let names: Vec<String> = containers(cluster).into_iter().map(|c| c.0).collect();
         (names.len() == 4
             && !names
                 .iter()
-                .any(|n| old_workers.iter().any(|w| n.ends_with(w.as_str()))))
+                .any(|n| old.iter().any(|o| n.ends_with(o.as_str()))))
         .then_some(())
     });
 

@@ -1,11 +1,13 @@
 //! The controllers kube-apiserver and kube-controller-manager would run, in-process: the CRD
-//! establisher, the garbage collector, the namespace controller and the Event TTL sweeper.
+//! establisher, the garbage collector, the namespace controller, the pod garbage collector (for
+//! Pods of deleted Nodes) and the Event TTL sweeper.
 //! Each reacts to store events and also sweeps periodically, so work interrupted by a restart
 //! converges.
 
 pub mod crd;
 pub mod gc;
 pub mod namespace;
+pub mod podgc;
 
 use crate::core::{Core, DeleteOptions, Op, Propagation, WriteOptions};
 use crate::registry::ResourceType;
@@ -103,6 +105,7 @@ pub fn spawn_all(core: Arc<Core>, config: ControllerConfig) -> Vec<tokio::task::
         tokio::spawn(gc::run(core.clone(), config.clone())),
         tokio::spawn(namespace::run(core.clone(), config.clone())),
         tokio::spawn(crd::run(core.clone(), config.clone())),
+        tokio::spawn(podgc::run(core.clone(), config.clone())),
         tokio::spawn(event_ttl(core, config)),
     ]
 }

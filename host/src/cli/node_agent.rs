@@ -1,6 +1,7 @@
 //! `capw node-agent`: registers this machine's Node in the workload cluster with its provider
 //! ID and keeps it Ready, as the kubelet would. Control-plane and worker machines start it from
-//! their bootstrap data.
+//! their bootstrap data. On a control-plane machine (`--control-plane`) it also posts the mirror
+//! Pod of the API server the machine runs, Ready as that server's `/readyz` answers.
 
 use anyhow::Context as _;
 use std::path::PathBuf;
@@ -31,6 +32,13 @@ pub struct Args {
     /// its own; it presents the version it was asked for.
     #[arg(long, default_value = capw::node::agent::DEFAULT_KUBELET_VERSION)]
     pub kubelet_version: String,
+    /// This machine is a control-plane machine: the Node gets the control-plane role label and
+    /// taint, and `kube-system/kube-apiserver-<node>` mirrors the API server it runs.
+    #[arg(long)]
+    pub control_plane: bool,
+    /// This machine's own API server, probed (`/readyz`) for its mirror Pod's readiness.
+    #[arg(long, default_value = "https://127.0.0.1:6443")]
+    pub local_api_server: String,
     /// Addresses to report as InternalIP.
     #[arg(long = "address")]
     pub addresses: Vec<String>,
@@ -60,20 +68,38 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", args.ca_cert.display()))?;
     let token = std::fs::read_to_string(&args.token_file)
         .with_context(|| format!("reading {}", args.token_file.display()))?;
-    let kubeconfig = capw_apiserver::kubeconfig::render(&args.server, &ca, token.trim());
-    let kc = kube::config::Kubeconfig::from_yaml(&kubeconfig).context("building a kubeconfig")?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
-        kube::Api::all(kube::Client::try_from(config)?);
+    let client = |server: &str| {
+        let kubeconfig = capw_apiserver::kubeconfig::render(server, &ca, token.trim());
+        async move {
+            let kc = kube::config::Kubeconfig::from_yaml(&kubeconfig)
+                .context("building a kubeconfig")?;
+            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+            anyhow::Ok(kube::Client::try_from(config)?)
+        }
+    };
+    let workload = client(&args.server).await?;
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(workload.clone());
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(workload, "kube-system");
+    let local = client(&args.local_api_server).await?;
     let registration = capw::node::agent::Registration {
         name: &args.node_name,
         provider_id: &provider_id,
         addresses: &args.addresses,
         kubelet_version: &args.kubelet_version,
+        control_plane: args.control_plane,
     };
     let mut registered = false;
     loop {
-        match capw::node::agent::register(&nodes, &registration).await {
+        let mut result = capw::node::agent::register(&nodes, &registration).await;
+        if args.control_plane && result.is_ok() {
+            let ready = local
+                .request_text(http::Request::get("/readyz").body(Vec::new())?)
+                .await
+                .is_ok_and(|body| body.trim() == "ok");
+            result = capw::node::agent::report_api_server(&pods, &registration, ready).await;
+        }
+        match result {
             Ok(()) => {
                 if !registered {
                     println!(

@@ -1,8 +1,13 @@
 //! What a node agent does for its machine: register the Node with the machine's provider ID
 //! (and the uninitialized taint core removes after its first sync), then keep it Ready. It
 //! keeps Node conditions it did not set (`capi-lifecycle.md` §4: MachineHealthChecks read them).
+//!
+//! On a control-plane machine it also does what kubeadm and the kubelet do there: the Node
+//! gets the control-plane role label and taint, and the API server the machine runs gets its
+//! mirror Pod, `kube-system/kube-apiserver-<node>`, Ready only while that server answers. It is
+//! the only one: no controller manager, scheduler or etcd runs on a capw node, so none is shown.
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -16,18 +21,86 @@ pub struct Registration<'a> {
     pub provider_id: &'a str,
     pub addresses: &'a [String],
     pub kubelet_version: &'a str,
+    /// A control-plane machine: it runs the workload API server.
+    pub control_plane: bool,
 }
+
+/// The label and taint kubeadm puts on a control-plane Node.
+pub const CONTROL_PLANE_ROLE: &str = "node-role.kubernetes.io/control-plane";
 
 /// The Node as it is first created: the provider ID and the uninitialized taint.
 pub fn object(r: &Registration<'_>) -> serde_json::Value {
-    json!({
+    let mut node = json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": r.name, "labels": {
             "kubernetes.io/hostname": r.name, "kubernetes.io/os": "linux",
             "kubernetes.io/arch": std::env::consts::ARCH}},
         "spec": {"providerID": r.provider_id,
             "taints": [{"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"}]},
+    });
+    if r.control_plane {
+        node["metadata"]["labels"][CONTROL_PLANE_ROLE] = json!("");
+        node["spec"]["taints"] = json!([{"key": CONTROL_PLANE_ROLE, "effect": "NoSchedule"}]);
+    }
+    node
+}
+
+/// The API server's mirror Pod as the kubelet creates it for a static Pod.
+pub fn api_server_pod(r: &Registration<'_>) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": format!("kube-apiserver-{}", r.name), "namespace": "kube-system",
+            "labels": {"component": "kube-apiserver", "tier": "control-plane"},
+            "annotations": {"kubernetes.io/config.mirror": "capw", "kubernetes.io/config.source": "file"},
+        },
+        "spec": {
+            "nodeName": r.name, "hostNetwork": true, "priorityClassName": "system-node-critical",
+            "containers": [{"name": "kube-apiserver", "image": super::image::DEFAULT_TAG,
+                "command": ["capw", "apiserver"]}],
+        },
     })
+}
+
+/// The mirror Pod's status: Running, and Ready as the server's `/readyz` answered.
+pub fn api_server_pod_status(ready: bool) -> serde_json::Value {
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let flag = if ready { "True" } else { "False" };
+    json!({"status": {
+        "phase": "Running",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": flag, "lastTransitionTime": now},
+            {"type": "Ready", "status": flag, "lastTransitionTime": now},
+        ],
+        "containerStatuses": [{"name": "kube-apiserver", "ready": ready, "started": true,
+            "restartCount": 0, "image": super::image::DEFAULT_TAG, "imageID": "",
+            "state": {"running": {"startedAt": now}}}],
+    }})
+}
+
+/// Creates the API server's mirror Pod if it is missing, then reports `ready`.
+pub async fn report_api_server(
+    pods: &Api<Pod>,
+    r: &Registration<'_>,
+    ready: bool,
+) -> Result<(), kube::Error> {
+    let pod: Pod = serde_json::from_value(api_server_pod(r)).map_err(kube::Error::SerdeError)?;
+    match pods.create(&PostParams::default(), &pod).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e),
+    }
+    pods.patch_status(
+        &format!("kube-apiserver-{}", r.name),
+        &PatchParams::default(),
+        &Patch::Merge(&api_server_pod_status(ready)),
+    )
+    .await?;
+    Ok(())
 }
 
 /// The status patch that reports the Node Ready (the heartbeat).

@@ -286,6 +286,7 @@ async fn boot(
                         provider_id: provider_id.clone(),
                         address: address.clone(),
                         version,
+                        control_plane: argv.iter().any(|a| a == "--control-plane"),
                     },
                 ));
             }
@@ -332,6 +333,9 @@ struct Registered {
     provider_id: String,
     address: String,
     version: String,
+    /// `--control-plane`: the machine's bootstrap data ran `capw apiserver`, which the
+    /// simulated cloud serves as the cluster's one workload API.
+    control_plane: bool,
 }
 
 /// Registers the Node once the workload API is up, as a kubelet would, and keeps it Ready.
@@ -365,6 +369,7 @@ async fn register(core: &Core, reg: &Registered) -> Result<(), capw_apiserver::s
         provider_id: &reg.provider_id,
         addresses: &addresses,
         kubelet_version: &reg.version,
+        control_plane: reg.control_plane,
     };
     let obj = crate::node::agent::object(&r);
     if let Err(e) = core.write(&rt, "", node, "", Op::Create(obj), &opts).await
@@ -384,5 +389,29 @@ async fn register(core: &Core, reg: &Registered) -> Result<(), capw_apiserver::s
         &opts,
     )
     .await?;
+    if reg.control_plane
+        && let Some(pods) = core.registry.get("", "v1", "pods")
+    {
+        let pod = crate::node::agent::api_server_pod(&r);
+        let name = format!("kube-apiserver-{node}");
+        if let Err(e) = core
+            .write(&pods, "kube-system", &name, "", Op::Create(pod), &opts)
+            .await
+            && e.code != 409
+        {
+            return Err(e);
+        }
+        // Ready: this write went through the server the Pod stands for.
+        let status = crate::node::agent::api_server_pod_status(true);
+        core.write(
+            &pods,
+            "kube-system",
+            &name,
+            "status",
+            Op::Patch(PatchBody::Merge(status)),
+            &opts,
+        )
+        .await?;
+    }
     Ok(())
 }

@@ -240,10 +240,16 @@ impl Provider for Bootstrap {
                 machine.name()
             )));
         };
+        // A control-plane node shows the API server it runs, as kubeadm's static Pod would.
+        let role = if control_plane {
+            " --control-plane"
+        } else {
+            ""
+        };
         run.push(daemon(
             "node-agent",
             &format!(
-                "capw node-agent --node-name {} --server https://{host}:{port} --ca-cert {PKI}/ca.crt --token-file {TOKEN}{version}",
+                "capw node-agent --node-name {} --server https://{host}:{port} --ca-cert {PKI}/ca.crt --token-file {TOKEN}{version}{role}",
                 machine.name()
             ),
         ));
@@ -375,7 +381,21 @@ mod tests {
                 .iter()
                 .any(|a| a.join(" ").contains("capw apiserver"))
         );
+        // The control-plane node agent posts the API server's mirror Pod; a worker's does not.
+        let agent = |cc: &CloudConfig| {
+            cc.argvs()
+                .iter()
+                .map(|a| a.join(" "))
+                .find(|a| a.contains("capw node-agent"))
+                .unwrap_or_default()
+        };
+        assert!(agent(&cp).contains("--control-plane"), "{}", agent(&cp));
         let worker = rendered(false, json!({}));
+        assert!(
+            !agent(&worker).contains("--control-plane"),
+            "{}",
+            agent(&worker)
+        );
         assert_eq!(worker.file("/etc/capw/pki/ca.key"), None);
         assert_eq!(worker.file("/etc/capw/pki/ca.crt"), Some(b"CA".to_vec()));
         assert!(
