@@ -559,6 +559,7 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
     // What `kubectl get kcp -w` shows, sampled: the roll is seen (a second Machine, then one
     // of the new version), and VERSION in status never runs ahead of the Machines.
     let mut seen_surge = false;
+    let mut last = String::new();
     env.eventually("the control plane to roll to v1.29.10", 240, || {
         let cp = env.json(&["get", "kcp", &kcp]);
         let ms: Vec<Value> = env
@@ -568,6 +569,25 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
             .collect();
         seen_surge |= ms.len() == 2;
         let old_left = ms.iter().any(|m| m["spec"]["version"] == "v1.28.13");
+        // What `kubectl get kcp -w` would print, each time it changes (shown on a failure).
+        let line = format!(
+            "kcp {} | {}",
+            cp["status"],
+            ms.iter()
+                .map(|m| format!(
+                    "{} {} {} node={}",
+                    m["metadata"]["name"].as_str().unwrap_or_default(),
+                    m["spec"]["version"],
+                    m["status"]["phase"],
+                    m["status"]["nodeRef"]["name"]
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if line != last {
+            eprintln!("{line}");
+            last = line;
+        }
         assert!(
             !(old_left && cp["status"]["version"] == "v1.29.10"),
             "status.version ran ahead of the Machines: {cp}"

@@ -1,6 +1,7 @@
-//! `capw lb` as a process: connections reach the healthy backends round-robin, a backend that
-//! stops answering is taken out, one added to the backends file is taken in, and the banner comes
-//! only once the socket is bound.
+//! `capw lb` as a process: every connection reaches one healthy backend, the primary, while it
+//! stays healthy (each capw control plane serves its own store); when it stops answering
+//! another takes over; one added to the backends file is taken in as a standby; and the banner
+//! comes only once the socket is bound.
 
 // Test code: a failed step fails the test where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -55,10 +56,10 @@ fn until(what: &str, f: impl Fn() -> bool) {
 }
 
 #[test]
-fn balances_over_healthy_backends_and_follows_the_file() {
+fn one_primary_serves_until_it_fails_and_the_file_is_followed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (a, stop_a) = backend("a");
-    let (b, _stop_b) = backend("b");
+    let (b, stop_b) = backend("b");
     let file = dir.path().join("backends");
     std::fs::write(&file, format!("{a}\n{b}\n")).expect("backends");
     // Port 0: the lb binds a free port itself and names it in its banner, so there is no window
@@ -93,15 +94,32 @@ fn balances_over_healthy_backends_and_follows_the_file() {
         "capw lb said it was listening on {listen} before it was"
     );
 
-    until("both backends to answer", || {
-        let seen: Vec<String> = (0..6).map(|_| ask(&listen)).collect();
-        seen.iter().any(|s| s == "a") && seen.iter().any(|s| s == "b")
+    // One primary: every connection reaches the same backend.
+    until("a backend to answer", || !ask(&listen).is_empty());
+    let primary = ask(&listen);
+    assert!(primary == "a" || primary == "b", "{primary:?}");
+    let seen: Vec<String> = (0..12).map(|_| ask(&listen)).collect();
+    assert!(seen.iter().all(|s| *s == primary), "{seen:?}");
+    // The primary stops: the other takes over.
+    let (other, stop_primary, stop_other) = if primary == "a" {
+        ("b", stop_a, stop_b)
+    } else {
+        ("a", stop_b, stop_a)
+    };
+    stop_primary.send(()).expect("stop the primary");
+    until("the other backend to take over", || {
+        (0..6).all(|_| ask(&listen) == other)
     });
-    // a stops: everything goes to b.
-    stop_a.send(()).expect("stop a");
-    until("a to be taken out", || (0..6).all(|_| ask(&listen) == "b"));
-    // c is added to the file: it is taken in.
+    // c is added to the file: it stands by while the primary is healthy, and takes over when
+    // that one stops too.
     let (c, _stop_c) = backend("c");
     std::fs::write(&file, format!("{a}\n{b}\n{c}\n")).expect("backends");
-    until("c to be taken in", || (0..6).any(|_| ask(&listen) == "c"));
+    std::thread::sleep(Duration::from_millis(600));
+    let seen: Vec<String> = (0..6).map(|_| ask(&listen)).collect();
+    assert!(
+        seen.iter().all(|s| s == other),
+        "c took traffic from a healthy primary: {seen:?}"
+    );
+    stop_other.send(()).expect("stop the second primary");
+    until("c to take over", || (0..6).all(|_| ask(&listen) == "c"));
 }

@@ -1126,6 +1126,34 @@ async fn upstream_kubeadm_kinds_apply_as_written_and_are_checked_as_upstream() {
         config["spec"]["clusterConfiguration"]["apiServer"]["certSANs"],
         json!(["localhost", "127.0.0.1", "0.0.0.0", "host.docker.internal"])
     );
+    // Status as upstream: the versions the Machines run and the generation it saw.
+    let cp = get(&["get", "kcp", "e2e-control-plane", "-o", "json"]);
+    assert_eq!(
+        cp["status"]["versions"],
+        json!([{"version": "v1.30.4", "replicas": 1}]),
+        "{cp}"
+    );
+    assert_eq!(
+        cp["status"]["observedGeneration"], cp["metadata"]["generation"],
+        "{cp}"
+    );
+    assert_eq!(
+        config["status"]["observedGeneration"], config["metadata"]["generation"],
+        "{config}"
+    );
+    // machineTemplate.metadata reaches the Machine, its infrastructure and its config.
+    for kind in ["machine", "inmemorymachine", "kubeadmconfig"] {
+        let o = get(&["get", kind, &first, "-o", "json"]);
+        assert_eq!(o["metadata"]["labels"]["team"], "platform", "{kind}: {o}");
+        assert_eq!(
+            o["metadata"]["annotations"]["example.com/owner"], "platform",
+            "{kind}: {o}"
+        );
+        assert_eq!(
+            o["metadata"]["labels"]["cluster.x-k8s.io/control-plane-name"], "e2e-control-plane",
+            "{kind}: {o}"
+        );
+    }
 
     // Admission, as upstream's webhooks and CEL rules: each refusal names the field.
     let refused = |manifest: String, says: &str| {

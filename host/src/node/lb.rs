@@ -2,10 +2,17 @@
 //! in front of the control-plane machines' API servers. Backends come from a file the
 //! infrastructure provider rewrites as control-plane machines come and go (one `host:port` per
 //! line); it is re-read every second. A backend takes connections while a TCP connect to it
-//! succeeds; connections go round-robin over the healthy ones.
+//! succeeds.
+//!
+//! Every connection goes to one backend, the primary, for as long as it stays healthy; the
+//! others stand by. Each capw control-plane machine serves its own store (there is no shared
+//! etcd), so spreading clients over several would split the workload cluster between them: a
+//! node agent registered in one, the management plane looking in another, a rollout waiting
+//! forever for a Node it cannot see. When the primary fails, the first healthy backend takes
+//! over and clients reconnect to it; node agents register their Nodes again within a
+//! heartbeat.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -28,8 +35,27 @@ pub struct Config {
 }
 
 struct State {
-    healthy: RwLock<Vec<String>>,
-    next: AtomicUsize,
+    /// The primary first, then the other healthy backends in order.
+    order: RwLock<Vec<String>>,
+}
+
+/// The order connections try backends in: the current primary while it is healthy, else the
+/// first healthy backend, then the others.
+fn order(primary: Option<&String>, healthy: &[String]) -> Vec<String> {
+    let primary = primary
+        .filter(|p| healthy.contains(p))
+        .or(healthy.first())
+        .cloned();
+    primary
+        .iter()
+        .cloned()
+        .chain(
+            healthy
+                .iter()
+                .filter(|b| Some(*b) != primary.as_ref())
+                .cloned(),
+        )
+        .collect()
 }
 
 fn configured(config: &Config) -> Vec<String> {
@@ -103,8 +129,7 @@ async fn serve(listener: TcpListener, config: Config) {
     let first = check(configured(&config)).await;
     tracing::info!(backends = ?first, "healthy backends");
     let state = Arc::new(State {
-        healthy: RwLock::new(first.clone()),
-        next: AtomicUsize::new(0),
+        order: RwLock::new(order(None, &first)),
     });
     {
         let state = state.clone();
@@ -117,7 +142,12 @@ async fn serve(listener: TcpListener, config: Config) {
                     tracing::info!(backends = ?healthy, "healthy backends changed");
                     last = healthy.clone();
                 }
-                *state.healthy.write().unwrap_or_else(|p| p.into_inner()) = healthy;
+                let mut current = state.order.write().unwrap_or_else(|p| p.into_inner());
+                let next = order(current.first(), &healthy);
+                if next.first() != current.first() {
+                    tracing::info!(primary = ?next.first(), "primary backend changed");
+                }
+                *current = next;
             }
         });
     }
@@ -127,18 +157,17 @@ async fn serve(listener: TcpListener, config: Config) {
         };
         let state = state.clone();
         tokio::spawn(async move {
-            let healthy = state
-                .healthy
+            let order = state
+                .order
                 .read()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone();
-            if healthy.is_empty() {
+            if order.is_empty() {
                 tracing::debug!(%peer, "no healthy backend; closing the connection");
                 return;
             }
-            let start = state.next.fetch_add(1, Ordering::Relaxed);
-            for i in 0..healthy.len() {
-                let backend = &healthy[(start + i) % healthy.len()];
+            // A primary that fails between checks: the next one serves this connection.
+            for backend in &order {
                 if let Ok(Ok(mut upstream)) =
                     tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(backend)).await
                 {
@@ -147,5 +176,21 @@ async fn serve(listener: TcpListener, config: Config) {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::order;
+
+    #[test]
+    fn the_primary_stays_while_healthy_and_the_first_healthy_takes_over() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        // A new backend that sorts first does not take over.
+        assert_eq!(order(Some(&"b".into()), &s(&["a", "b"])), s(&["b", "a"]));
+        // The primary gone: the first healthy one.
+        assert_eq!(order(Some(&"b".into()), &s(&["a", "c"])), s(&["a", "c"]));
+        assert_eq!(order(None, &s(&["c", "d"])), s(&["c", "d"]));
+        assert!(order(Some(&"a".into()), &[]).is_empty());
     }
 }

@@ -17,7 +17,7 @@ use crate::contract::fields;
 use crate::runtime::plugin::{KindRole, MachineRequest};
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 async fn create_ignoring_conflict(api: &Api<DynamicObject>, obj: Value) -> Result<(), DriverError> {
     let obj: DynamicObject =
@@ -89,15 +89,41 @@ pub(super) async fn create(
         "uid": cp.metadata.uid, "controller": true, "blockOwnerDeletion": true,
     }]);
     let cluster_name = cluster.name_any();
-    let labels = json!({
-        CLUSTER_NAME_LABEL: cluster_name,
-        CONTROL_PLANE_LABEL: "",
-        CONTROL_PLANE_NAME_LABEL: cp_name,
-    });
-    let cloned_from = json!({
-        CLONED_FROM_NAME_ANNOTATION: template_ref.name,
-        CLONED_FROM_GROUPKIND_ANNOTATION: format!("{}.{}", template_ref.kind, template_ref.api_group),
-    });
+    // `spec.machineTemplate.metadata` goes onto the Machine, the infrastructure machine and the
+    // bootstrap config, as upstream's KCP does; the labels the host relies on win over it.
+    let template_meta = |field: &str| -> Map<String, Value> {
+        cp.data
+            .pointer(&format!("/spec/machineTemplate/metadata/{field}"))
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, v)| v.is_string())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut labels = template_meta("labels");
+    labels.extend([
+        (CLUSTER_NAME_LABEL.to_string(), json!(cluster_name)),
+        (CONTROL_PLANE_LABEL.to_string(), json!("")),
+        (CONTROL_PLANE_NAME_LABEL.to_string(), json!(cp_name)),
+    ]);
+    let labels = Value::Object(labels);
+    let annotations = template_meta("annotations");
+    let mut cloned_from = annotations.clone();
+    cloned_from.extend([
+        (
+            CLONED_FROM_NAME_ANNOTATION.to_string(),
+            json!(template_ref.name),
+        ),
+        (
+            CLONED_FROM_GROUPKIND_ANNOTATION.to_string(),
+            json!(format!("{}.{}", template_ref.kind, template_ref.api_group)),
+        ),
+    ]);
+    let cloned_from = Value::Object(cloned_from);
+    let annotations = Value::Object(annotations);
     let machines: Api<Machine> = Api::namespaced(kctx.driver.client.clone(), &ns);
     for req in requests {
         create_ignoring_conflict(
@@ -114,7 +140,8 @@ pub(super) async fn create(
             &resolver.api(&ns, &boot),
             json!({
                 "apiVersion": boot.ar.api_version, "kind": boot.ar.kind,
-                "metadata": {"name": req.name, "namespace": ns, "labels": labels, "ownerReferences": owner},
+                "metadata": {"name": req.name, "namespace": ns, "labels": labels, "ownerReferences": owner,
+                    "annotations": annotations},
                 "spec": cp.data.pointer(&spec_field).cloned().unwrap_or(json!({})),
             }),
         )

@@ -133,9 +133,9 @@ fn set_initialization(status: &mut Value, field: &str, value: bool) {
     init[field] = json!(value);
 }
 
-/// The lowest Kubernetes version among the control plane's Machines, as upstream's
-/// KubeadmControlPlane reports it: what runs, not what the spec asks for.
-fn observed_version(machines: &[crate::api::machine::Machine]) -> Option<String> {
+/// The Kubernetes versions the control plane's Machines run, lowest first, with how many run
+/// each: upstream's `status.versions`. What runs, not what the spec asks for.
+fn observed_versions(machines: &[crate::api::machine::Machine]) -> Vec<(String, usize)> {
     let key = |v: &str| -> Vec<u64> {
         v.trim_start_matches('v')
             .split(['.', '-', '+'])
@@ -143,11 +143,11 @@ fn observed_version(machines: &[crate::api::machine::Machine]) -> Option<String>
             .map(|p| p.parse().unwrap_or(0))
             .collect()
     };
-    machines
-        .iter()
-        .filter_map(|m| m.spec.version.as_deref())
-        .min_by_key(|v| key(v))
-        .map(str::to_string)
+    let mut counts: BTreeMap<(Vec<u64>, String), usize> = BTreeMap::new();
+    for v in machines.iter().filter_map(|m| m.spec.version.as_deref()) {
+        *counts.entry((key(v), v.to_string())).or_default() += 1;
+    }
+    counts.into_iter().map(|((_, v), n)| (v, n)).collect()
 }
 
 fn sticky(status: &Value, field: &str, now: bool) -> bool {
@@ -311,6 +311,9 @@ pub(super) async fn write(
                 status["dataSecretName"] = json!(name);
                 set_initialization(&mut status, "dataSecretCreated", true);
             }
+            // Upstream's KubeadmConfig and KubeadmControlPlane report it; infrastructure kinds
+            // are left alone, as their CRDs may not declare it.
+            status["observedGeneration"] = json!(obj.metadata.generation);
             (status, requeue(&r.common))
         }
         Result::ControlPlane(r) => {
@@ -343,14 +346,24 @@ pub(super) async fn write(
             status["selector"] = json!(format!(
                 "{CLUSTER_NAME_LABEL}={cluster},{CONTROL_PLANE_LABEL}"
             ));
-            match observed_version(&around.owned_machines) {
-                Some(v) => status["version"] = json!(v),
+            let versions = observed_versions(&around.owned_machines);
+            match versions.first() {
+                // `version` is the deprecated field upstream fills from `versions[0]`.
+                Some((v, _)) => {
+                    status["version"] = json!(v);
+                    status["versions"] = versions
+                        .iter()
+                        .map(|(v, n)| json!({"version": v, "replicas": n}))
+                        .collect();
+                }
                 None => {
                     if let Some(s) = status.as_object_mut() {
                         s.remove("version");
+                        s.remove("versions");
                     }
                 }
             }
+            status["observedGeneration"] = json!(obj.metadata.generation);
             // Observed, not reported: every Machine the control plane owns, as upstream counts.
             status["replicas"] = json!(around.owned_machines.len());
             status["readyReplicas"] = json!(r.replicas.ready);
@@ -376,5 +389,23 @@ mod tests {
             &serde_json::json!({"a": null, "b": {"c": 5}, "e": [1]}),
         );
         assert_eq!(t, serde_json::json!({"b": {"c": 5, "d": 3}, "e": [1]}));
+    }
+
+    /// Versions sort as versions (v1.9 before v1.10), lowest first, with their counts.
+    #[test]
+    fn observed_versions_are_lowest_first_with_counts() {
+        let machine = |v: &str| -> crate::api::machine::Machine {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": v}, "spec": {"clusterName": "c", "version": v,
+                    "bootstrap": {}, "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "n"}}}))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let ms = ["v1.10.0", "v1.9.3", "v1.10.0"].map(machine);
+        assert_eq!(
+            super::observed_versions(&ms),
+            [("v1.9.3".to_string(), 1), ("v1.10.0".to_string(), 2)]
+        );
+        assert!(super::observed_versions(&[]).is_empty());
     }
 }
