@@ -261,6 +261,19 @@ fn ar(group: &str, kind: &str, plural: &str) -> ApiResource {
 
 /// `CAPW_BENCH_WORKERS=standalone` writes the workers out as stand-alone Machines (the
 /// figures before MachineDeployment); by default they come from a MachineDeployment.
+/// The benchmark's MachineDeployments, which the rollout and upgrade runs patch and watch.
+fn machine_deployments(client: &kube::Client) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ar(
+            "cluster.x-k8s.io",
+            "MachineDeployment",
+            "machinedeployments",
+        ),
+    )
+}
+
 fn standalone_workers() -> bool {
     std::env::var("CAPW_BENCH_WORKERS").as_deref() == Ok("standalone")
 }
@@ -334,15 +347,7 @@ async fn upgrade(client: &kube::Client, clusters: usize, workers: usize) -> Dura
             "kubeadmcontrolplanes",
         ),
     );
-    let mds: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        "default",
-        &ar(
-            "cluster.x-k8s.io",
-            "MachineDeployment",
-            "machinedeployments",
-        ),
-    );
+    let mds = machine_deployments(client);
     let start = Instant::now();
     futures::stream::iter(0..clusters)
         .map(|i| {
@@ -407,15 +412,7 @@ async fn roll_out(client: &kube::Client, clusters: usize, workers: usize) -> Dur
         "default",
         &ar(infra, "InMemoryMachineTemplate", "inmemorymachinetemplates"),
     );
-    let mds: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        "default",
-        &ar(
-            "cluster.x-k8s.io",
-            "MachineDeployment",
-            "machinedeployments",
-        ),
-    );
+    let mds = machine_deployments(client);
     for i in 0..clusters {
         let o: DynamicObject = serde_json::from_value(json!({"apiVersion": format!("{infra}/v1beta2"),
             "kind": "InMemoryMachineTemplate", "metadata": {"name": format!("c{i}-md-v2")}, "spec": {"template": {"spec": {}}}}))

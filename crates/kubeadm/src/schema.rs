@@ -90,32 +90,41 @@ fn file() -> Value {
     })
 }
 
+/// `ClusterConfiguration` as v1beta2's KubeadmConfigSpec holds it.
+fn cluster_configuration() -> Value {
+    open_with(json!({
+        "apiServer": open_with(json!({
+            "certSANs": strings(253, 100),
+            "extraArgs": args("extraArgs"),
+        })),
+        "controllerManager": component(),
+        "scheduler": component(),
+        "etcd": {
+            "type": "object", "x-kubernetes-preserve-unknown-fields": true,
+            "properties": {"local": open(), "external": open()},
+            "x-kubernetes-validations": [{
+                "rule": "!(has(self.local) && has(self.external))",
+                "message": "local and external etcd are mutually exclusive: set one of etcd.local and etcd.external",
+            }],
+        },
+        "controlPlaneEndpoint": {"type": "string", "maxLength": 512},
+        "certificatesDir": {"type": "string", "maxLength": 512},
+        "caCertificateValidityPeriodDays": {"type": "integer", "format": "int32", "minimum": 1},
+        "certificateValidityPeriodDays": {"type": "integer", "format": "int32", "minimum": 1},
+        "encryptionAlgorithm": {"type": "string",
+            "enum": ["ECDSA-P256", "ECDSA-P384", "RSA-2048", "RSA-3072", "RSA-4096"]},
+    }))
+}
+
 /// `KubeadmConfigSpec`, as KubeadmConfig's `spec`, a template's `spec.template.spec` and a
 /// KubeadmControlPlane's `spec.kubeadmConfigSpec` hold it.
 pub fn kubeadm_config_spec() -> Value {
+    kubeadm_config_spec_with(cluster_configuration())
+}
+
+fn kubeadm_config_spec_with(cluster_configuration: Value) -> Value {
     open_with(json!({
-        "clusterConfiguration": open_with(json!({
-            "apiServer": open_with(json!({
-                "certSANs": strings(253, 100),
-                "extraArgs": args("extraArgs"),
-            })),
-            "controllerManager": component(),
-            "scheduler": component(),
-            "etcd": {
-                "type": "object", "x-kubernetes-preserve-unknown-fields": true,
-                "properties": {"local": open(), "external": open()},
-                "x-kubernetes-validations": [{
-                    "rule": "!(has(self.local) && has(self.external))",
-                    "message": "local and external etcd are mutually exclusive: set one of etcd.local and etcd.external",
-                }],
-            },
-            "controlPlaneEndpoint": {"type": "string", "maxLength": 512},
-            "certificatesDir": {"type": "string", "maxLength": 512},
-            "caCertificateValidityPeriodDays": {"type": "integer", "format": "int32", "minimum": 1},
-            "certificateValidityPeriodDays": {"type": "integer", "format": "int32", "minimum": 1},
-            "encryptionAlgorithm": {"type": "string",
-                "enum": ["ECDSA-P256", "ECDSA-P384", "RSA-2048", "RSA-3072", "RSA-4096"]},
-        })),
+        "clusterConfiguration": cluster_configuration,
         "initConfiguration": open_with(json!({"nodeRegistration": node_registration()})),
         "joinConfiguration": open_with(json!({
             "nodeRegistration": node_registration(),
@@ -159,7 +168,7 @@ fn frozen_cluster_configuration() -> Value {
     ]
     .map(same)
     .join(" && ");
-    let mut cc = kubeadm_config_spec()["properties"]["clusterConfiguration"].clone();
+    let mut cc = cluster_configuration();
     cc["x-kubernetes-validations"] = json!([
         {"rule": rule,
          "message": "controlPlaneEndpoint, certificatesDir and caCertificateValidityPeriodDays are immutable: create a new KubeadmControlPlane to change them"},
@@ -255,8 +264,7 @@ fn version() -> Value {
 
 /// KubeadmControlPlane's `spec`.
 pub fn kubeadm_control_plane_spec() -> Value {
-    let mut kcs = kubeadm_config_spec();
-    kcs["properties"]["clusterConfiguration"] = frozen_cluster_configuration();
+    let kcs = kubeadm_config_spec_with(frozen_cluster_configuration());
     json!({
         "type": "object", "x-kubernetes-preserve-unknown-fields": true,
         "required": ["version", "machineTemplate"],

@@ -88,18 +88,32 @@ pub async fn report_api_server(
     r: &Registration<'_>,
     ready: bool,
 ) -> Result<(), kube::Error> {
-    let pod: Pod = serde_json::from_value(api_server_pod(r)).map_err(kube::Error::SerdeError)?;
-    match pods.create(&PostParams::default(), &pod).await {
+    let status = api_server_pod_status(ready);
+    ensure_with_status(pods, api_server_pod(r), &Patch::Merge(&status)).await
+}
+
+/// Creates `object` unless it exists, then patches its status: what the kubelet does for its
+/// Node and for each mirror Pod, on every heartbeat.
+async fn ensure_with_status<K>(
+    api: &Api<K>,
+    object: serde_json::Value,
+    status: &Patch<&serde_json::Value>,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let typed: K = serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
+    match api.create(&PostParams::default(), &typed).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(e),
     }
-    pods.patch_status(
-        &format!("kube-apiserver-{}", r.name),
-        &PatchParams::default(),
-        &Patch::Merge(&api_server_pod_status(ready)),
-    )
-    .await?;
+    api.patch_status(&name, &PatchParams::default(), status)
+        .await?;
     Ok(())
 }
 
@@ -128,20 +142,8 @@ pub fn ready_status(r: &Registration<'_>) -> serde_json::Value {
 
 /// Creates the Node if it is missing, then reports it Ready.
 pub async fn register(nodes: &Api<Node>, r: &Registration<'_>) -> Result<(), kube::Error> {
-    let node: Node = serde_json::from_value(object(r)).map_err(kube::Error::SerdeError)?;
-    match nodes.create(&PostParams::default(), &node).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => return Err(e),
-    }
-    nodes
-        .patch_status(
-            r.name,
-            &PatchParams::default(),
-            // Strategic: conditions merge by type, so conditions the agent did not set stay,
-            // as a kubelet leaves them.
-            &Patch::Strategic(&ready_status(r)),
-        )
-        .await?;
-    Ok(())
+    let status = ready_status(r);
+    // Strategic: conditions merge by type, so conditions the agent did not set stay, as a
+    // kubelet leaves them.
+    ensure_with_status(nodes, object(r), &Patch::Strategic(&status)).await
 }

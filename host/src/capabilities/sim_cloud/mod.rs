@@ -355,63 +355,55 @@ async fn node_agent(c: Arc<SimCluster>, delay: Duration, r: Registered) {
 }
 
 async fn register(core: &Core, reg: &Registered) -> Result<(), capw_apiserver::status::ApiError> {
-    let Some(rt) = core.registry.get("", "v1", "nodes") else {
+    let addresses = [reg.address.clone()];
+    let r = crate::node::agent::Registration {
+        name: &reg.node,
+        provider_id: &reg.provider_id,
+        addresses: &addresses,
+        kubelet_version: &reg.version,
+        control_plane: reg.control_plane,
+    };
+    // Strategic: conditions merge by type, so a condition the agent did not set (an
+    // operator's, or a test's standing in for a failing kubelet) stays, as with a kubelet.
+    let status = PatchBody::Strategic(crate::node::agent::ready_status(&r));
+    ensure_with_status(core, "nodes", "", crate::node::agent::object(&r), status).await?;
+    if reg.control_plane {
+        // Ready: this write goes through the server the Pod stands for.
+        let status = PatchBody::Merge(crate::node::agent::api_server_pod_status(true));
+        let pod = crate::node::agent::api_server_pod(&r);
+        ensure_with_status(core, "pods", "kube-system", pod, status).await?;
+    }
+    Ok(())
+}
+
+/// `crate::node::agent`'s create-unless-present then status patch of a core/v1 `resource`,
+/// written to the simulated cluster's store directly.
+async fn ensure_with_status(
+    core: &Core,
+    resource: &str,
+    ns: &str,
+    object: serde_json::Value,
+    status: PatchBody,
+) -> Result<(), capw_apiserver::status::ApiError> {
+    let Some(rt) = core.registry.get("", "v1", resource) else {
         return Ok(());
     };
     let opts = WriteOptions {
         field_manager: "capw-node-agent".into(),
         ..Default::default()
     };
-    let addresses = [reg.address.clone()];
-    let node = reg.node.as_str();
-    let r = crate::node::agent::Registration {
-        name: node,
-        provider_id: &reg.provider_id,
-        addresses: &addresses,
-        kubelet_version: &reg.version,
-        control_plane: reg.control_plane,
-    };
-    let obj = crate::node::agent::object(&r);
-    if let Err(e) = core.write(&rt, "", node, "", Op::Create(obj), &opts).await
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if let Err(e) = core
+        .write(&rt, ns, &name, "", Op::Create(object), &opts)
+        .await
         && e.code != 409
     {
         return Err(e);
     }
-    let status = crate::node::agent::ready_status(&r);
-    core.write(
-        &rt,
-        "",
-        node,
-        "status",
-        // Strategic: conditions merge by type, so a condition the agent did not set (an
-        // operator's, or a test's standing in for a failing kubelet) stays, as with a kubelet.
-        Op::Patch(PatchBody::Strategic(status)),
-        &opts,
-    )
-    .await?;
-    if reg.control_plane
-        && let Some(pods) = core.registry.get("", "v1", "pods")
-    {
-        let pod = crate::node::agent::api_server_pod(&r);
-        let name = format!("kube-apiserver-{node}");
-        if let Err(e) = core
-            .write(&pods, "kube-system", &name, "", Op::Create(pod), &opts)
-            .await
-            && e.code != 409
-        {
-            return Err(e);
-        }
-        // Ready: this write went through the server the Pod stands for.
-        let status = crate::node::agent::api_server_pod_status(true);
-        core.write(
-            &pods,
-            "kube-system",
-            &name,
-            "status",
-            Op::Patch(PatchBody::Merge(status)),
-            &opts,
-        )
+    core.write(&rt, ns, &name, "status", Op::Patch(status), &opts)
         .await?;
-    }
     Ok(())
 }
