@@ -39,6 +39,7 @@ use std::time::Duration;
 pub use crate::core::Core;
 pub use controllers::ControllerConfig;
 pub use http::HttpSettings;
+pub use http::discovery::{KubernetesVersion, KubernetesVersionError};
 pub use store::StoreConfig;
 
 /// Why the server could not start.
@@ -95,6 +96,9 @@ pub struct Config {
     pub http: HttpSettings,
     /// The built-in controllers' timing.
     pub controllers: ControllerConfig,
+    /// The Kubernetes version `/version` reports: a workload control plane's, as its machine
+    /// was asked for. capw's own API level when unset.
+    pub kubernetes_version: Option<http::discovery::KubernetesVersion>,
 }
 
 impl Config {
@@ -109,6 +113,7 @@ impl Config {
             store: StoreConfig::default(),
             http: HttpSettings::default(),
             controllers: ControllerConfig::default(),
+            kubernetes_version: None,
         }
     }
 }
@@ -157,7 +162,17 @@ async fn serve(
                         }
                         Err(_) => return,
                     };
+                    // rustls verified the chain to the CA during the handshake; a connection
+                    // that presented a certificate is authenticated by it.
+                    let certified = tls.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
                     let io = hyper_util::rt::TokioIo::new(tls);
+                    use hyper::service::Service as _;
+                    let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                        if certified {
+                            req.extensions_mut().insert(http::ClientCertificate);
+                        }
+                        service.call(req)
+                    });
                     if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
@@ -262,6 +277,9 @@ impl Server {
             host.to_string(),
             config.http.clone(),
         ));
+        if let Some(v) = config.kubernetes_version.clone() {
+            app.set_kubernetes_version(v);
+        }
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let router = http::router(app.clone());
         let mut tasks = controllers::spawn_all(core, config.controllers.clone());
@@ -352,6 +370,11 @@ pub struct InMemoryServer {
 }
 
 impl InMemoryServer {
+    /// Presents `v` at `/version`: the simulated control plane's machines were booted for it.
+    pub fn set_kubernetes_version(&self, v: http::discovery::KubernetesVersion) {
+        self.app.set_kubernetes_version(v);
+    }
+
     /// Serves on `listener` with a serving certificate signed by the caller's CA, requiring `token`.
     pub async fn start(
         listener: tokio::net::TcpListener,

@@ -199,7 +199,7 @@ impl ApiError {
         Self::new(
             401,
             "Unauthorized",
-            "Unauthorized: send the bearer token from the kubeconfig that `capw apiserver` wrote",
+            "Unauthorized: send the bearer token from the kubeconfig that `capw apiserver` wrote, or a client certificate signed by its CA",
         )
     }
 

@@ -2,14 +2,21 @@
 //! restarts) and a fresh serving certificate for the listen address at every start.
 //! kubectl and client-go never send a bearer token over plain HTTP, so the token-protected API
 //! has to be served over TLS.
-
+//!
+//! Clients may also present a certificate signed by the CA, as kube-apiserver's
+//! `--client-ca-file` allows: upstream's `<cluster>-kubeconfig` holds such an admin certificate
+//! (O=`system:masters`). A certificate is optional; one that does not chain to the CA, or is
+//! not for client authentication, ends the handshake, as Go's `VerifyClientCertIfGiven` does.
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
 };
+use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::server::WebPkiClientVerifier;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Why TLS material could not be made or loaded.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +38,9 @@ pub enum TlsError {
     /// rustls rejected the configuration.
     #[error("the TLS configuration was rejected")]
     Rustls(#[from] rustls::Error),
+    /// The CA certificate cannot verify client certificates.
+    #[error("the CA certificate cannot verify client certificates: {0}")]
+    ClientCa(String),
 }
 
 /// The CA (PEM, for kubeconfigs) and the server configuration.
@@ -79,7 +89,7 @@ pub fn load_or_create(dir: &Path, sans: Vec<String>) -> Result<TlsMaterial, TlsE
         crate::kubeconfig::write_private(&crt_path, &cert.pem()).map_err(io(&crt_path))?;
         (key, cert.pem())
     };
-    let server_config = serving_config(&ca_key, &sans)?;
+    let server_config = serving_config(&ca_pem, ca_key, &sans)?;
     Ok(TlsMaterial {
         ca_pem,
         server_config,
@@ -93,20 +103,75 @@ pub fn generate_ca() -> Result<(String, String), TlsError> {
     Ok((cert.pem(), key.serialize_pem()))
 }
 
+/// A new key pair as (public key PEM, private key PEM): the service-account signing keys.
+pub fn generate_key_pair() -> Result<(String, String), TlsError> {
+    let key = KeyPair::generate()?;
+    Ok((key.public_key_pem(), key.serialize_pem()))
+}
+
+/// How long a client certificate is valid: upstream's `certs.DefaultCertDuration`.
+pub const CLIENT_CERT_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A client certificate signed by the CA, as (certificate PEM, key PEM), valid from now for
+/// [`CLIENT_CERT_VALIDITY`]. The issuer is read from the CA certificate itself, so a CA the
+/// user brought (any subject) signs certificates that chain to it.
+pub fn client_certificate(
+    ca_pem: &str,
+    ca_key_pem: &str,
+    common_name: &str,
+    organizations: &[&str],
+) -> Result<(String, String), TlsError> {
+    let issuer = Issuer::from_ca_cert_pem(ca_pem, KeyPair::from_pem(ca_key_pem)?)?;
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    for o in organizations {
+        dn.push(DnType::OrganizationName, *o);
+    }
+    dn.push(DnType::CommonName, common_name);
+    params.distinguished_name = dn;
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now;
+    params.not_after = now + CLIENT_CERT_VALIDITY;
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// How long the client certificate `cert_pem` stays valid, or `None` when it is not a
+/// certificate signed by the CA `ca_pem` (another CA's, or not a certificate at all): such a
+/// credential must be replaced, whatever its dates say.
+pub fn remaining_validity(cert_pem: &str, ca_pem: &str) -> Option<Duration> {
+    let cert_der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).ok()?;
+    let ca_der = CertificateDer::from_pem_slice(ca_pem.as_bytes()).ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&cert_der).ok()?;
+    let (_, ca) = x509_parser::parse_x509_certificate(&ca_der).ok()?;
+    cert.verify_signature(Some(ca.public_key())).ok()?;
+    let left = cert.validity().time_to_expiration()?;
+    Some(Duration::from_secs(
+        u64::try_from(left.whole_seconds()).ok()?,
+    ))
+}
+
 /// Serving TLS for `sans`, signed by the CA given as PEM.
 pub fn from_ca(ca_pem: &str, ca_key_pem: &str, sans: &[String]) -> Result<TlsMaterial, TlsError> {
     let key = KeyPair::from_pem(ca_key_pem)?;
     Ok(TlsMaterial {
         ca_pem: ca_pem.to_string(),
-        server_config: serving_config(&key, sans)?,
+        server_config: serving_config(ca_pem, key, sans)?,
     })
 }
 
 fn serving_config(
-    ca_key: &KeyPair,
+    ca_pem: &str,
+    ca_key: KeyPair,
     sans: &[String],
 ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let issuer = Issuer::new(ca_params(), ca_key);
+    let issuer = Issuer::from_ca_cert_pem(ca_pem, ca_key)?;
     let server_key = KeyPair::generate()?;
     let mut params = CertificateParams::new(sans.to_vec())?;
     let mut dn = DistinguishedName::new();
@@ -117,9 +182,17 @@ fn serving_config(
     let chain = vec![CertificateDer::from(cert.der().to_vec())];
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(server_key.serialize_der()));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    let ca_der = CertificateDer::from_pem_slice(ca_pem.as_bytes())
+        .map_err(|e| TlsError::ClientCa(e.to_string()))?;
+    roots.add(ca_der)?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsError::ClientCa(e.to_string()))?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
+        .with_client_cert_verifier(verifier)
         .with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))

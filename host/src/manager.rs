@@ -556,10 +556,12 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     let (machine_health_checks, mhc_changes) =
         cached::<MachineHealthCheck>(&client, indexes.machine_health_checks.clone(), &mut tasks);
     let resolver = Resolver::new(client.clone());
+    // One client per workload cluster, shared by core and the provider driver.
+    let remotes = Arc::new(remote::Remotes::default());
     let ctx = Arc::new(CoreCtx {
         client: client.clone(),
         resolver: resolver.clone(),
-        remotes: remote::Remotes::default(),
+        remotes: remotes.clone(),
         recorder: Recorder::new(client.clone(), reporter("capw-core")),
         metrics: metrics.clone(),
         clusters: clusters.clone(),
@@ -630,6 +632,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             secrets,
             machine_changes,
             cluster_changes,
+            remotes,
         },
         Recorder::new(client.clone(), reporter("capw-driver")),
         metrics.clone(),

@@ -665,6 +665,38 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
         !pods.contains("etcd") && !pods.contains("scheduler"),
         "{pods}"
     );
+    // The API server presents the version its machine was made for, and kube-system holds
+    // the kubeadm configuration at that version, as kubeadm leaves it.
+    let (ok, out) = env.kubectl_with(&wl, &["version", "-o", "json"], None);
+    let v: Value = serde_json::from_str(&out).unwrap_or_default();
+    assert!(
+        ok && v["serverVersion"]["gitVersion"] == "v1.29.10",
+        "{out}"
+    );
+    assert_eq!(v["serverVersion"]["minor"], "29", "{out}");
+    let (ok, out) = env.kubectl_with(
+        &wl,
+        &[
+            "get",
+            "configmap",
+            "kubeadm-config",
+            "-n",
+            "kube-system",
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    let cm: Value = serde_json::from_str(&out).unwrap_or_default();
+    let cc = cm["data"]["ClusterConfiguration"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        ok && cc.contains("kind: ClusterConfiguration")
+            && cc.contains("kubernetesVersion: v1.29.10")
+            && cc.contains(&format!("clusterName: {cluster}")),
+        "{out}"
+    );
     env.eventually("the replaced containers to be gone", 60, || {
         let names: Vec<String> = containers(cluster).into_iter().map(|c| c.0).collect();
         (names.len() == 4

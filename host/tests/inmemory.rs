@@ -332,7 +332,7 @@ async fn the_example_runs_and_is_deleted_in_contract_order() {
         "Cluster/demo",
         "├─InMemoryCluster/demo",
         "KubeadmControlPlane/demo-control-plane",
-        "│ └─Machine/demo-control-plane-2",
+        "│ └─Machine/demo-control-plane-",
         "└─Workers",
         "Machine/demo-worker-0",
         "inmemory/0.1.0",

@@ -818,6 +818,117 @@ fn healthy(m: &Machine) -> bool {
         && m.status.as_ref().is_some_and(|s| s.node_ref.is_some())
 }
 
+const CONTROL_PLANE_HEALTH_CHECK: &str = r#"apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineHealthCheck
+metadata:
+  name: demo-control-plane
+  namespace: default
+spec:
+  clusterName: demo
+  selector:
+    matchLabels:
+      cluster.x-k8s.io/control-plane: ""
+  checks:
+    unhealthyNodeConditions:
+    - type: e2e.remediation.condition
+      status: "False"
+      timeoutSeconds: 3
+"#;
+
+/// KubeadmControlPlane remediation (`capi-lifecycle.md` §5.7): a control-plane Machine a
+/// MachineHealthCheck marks is replaced, one at a time; a replacement that fails within
+/// `minHealthyPeriodSeconds` is a retry, and past `maxRetry` the control plane stops and says
+/// why instead of replacing Machines forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_control_plane_replaces_an_unhealthy_machine_and_stops_at_max_retry() {
+    let env = env().await;
+    env.kubectl(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}\n---\n{CONTROL_PLANE_HEALTH_CHECK}",
+            manifest()
+        )),
+    );
+    env.settled("demo-md-0", 3).await;
+    env.kubectl(
+        &["patch", "kcp", "demo-control-plane", "--type=merge", "-p",
+          r#"{"spec":{"remediation":{"maxRetry":1,"retryPeriodSeconds":0,"minHealthyPeriodSeconds":3600}}}"#],
+        None,
+    );
+    let get_cp = || -> serde_json::Value {
+        serde_json::from_str(
+            &env.kubectl(&["get", "kcp", "demo-control-plane", "-o", "json"], None),
+        )
+        .expect("json")
+    };
+    let three_healthy = || async {
+        let ms = control_plane_machines(&env.client).await;
+        (ms.len() == 3 && ms.iter().all(healthy)).then_some(ms)
+    };
+    let mut machines = env
+        .eventually("3 healthy control-plane Machines", 120, three_healthy)
+        .await;
+    // The first failure, then the replacement failing within minHealthyPeriod (retry 1).
+    for retry in [0, 1] {
+        // The newest: after the first round, the replacement.
+        machines.sort_by_key(|m| m.metadata.creation_timestamp.clone().map(|t| t.0));
+        let victim = machines.last().expect("a Machine").name_any();
+        let node = machines.last().expect("a Machine").clone();
+        env.break_node(&node).await;
+        machines = env
+            .eventually(
+                &format!("{victim} to be replaced (retry {retry})"),
+                120,
+                || async {
+                    let ms = three_healthy().await?;
+                    ms.iter().all(|m| m.name_any() != victim).then_some(ms)
+                },
+            )
+            .await;
+        let cp = get_cp();
+        assert_eq!(
+            (
+                &cp["status"]["lastRemediation"]["machine"],
+                &cp["status"]["lastRemediation"]["retryCount"]
+            ),
+            (&json!(victim), &json!(retry)),
+            "{cp}"
+        );
+    }
+    // A third failure would be retry 2, past maxRetry 1: nothing is deleted, and the control
+    // plane says why.
+    machines.sort_by_key(|m| m.metadata.creation_timestamp.clone().map(|t| t.0));
+    let last = machines.last().expect("a Machine").clone();
+    env.break_node(&last).await;
+    env.eventually(
+        "the control plane to refuse a third remediation",
+        60,
+        || async {
+            let cp = get_cp();
+            let c = cp["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Remediating")?
+                .clone();
+            (c["status"] == "True"
+                && c["reason"] == "CannotBeRemediated"
+                && c["message"]
+                    .as_str()?
+                    .contains("spec.remediation.maxRetry 1"))
+            .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let ms = control_plane_machines(&env.client).await;
+    assert!(
+        ms.iter()
+            .any(|m| m.name_any() == last.name_any() && m.metadata.deletion_timestamp.is_none()),
+        "a Machine was remediated past maxRetry"
+    );
+    assert_eq!(ms.len(), 3);
+}
+
 /// A control-plane version change rolls the Machines one at a time within upstream's bounds
 /// (maxSurge 1: at most replicas + 1 Machines; maxSurge 0: at most replicas, and never fewer
 /// than replicas − 1 healthy), and `status.version` is the lowest version the Machines run:
@@ -949,6 +1060,14 @@ async fn a_control_plane_version_change_rolls_its_machines_within_bounds() {
             (want == have && versions_ok).then_some(())
         })
         .await;
+        // The API server presents the version the control plane rolled to.
+        let version = env
+            .workload("demo")
+            .await
+            .apiserver_version()
+            .await
+            .expect("/version");
+        assert_eq!(version.git_version, to);
         let (bad, samples, rolling) = sampler.await.expect("sampler");
         assert!(
             bad.is_empty(),
@@ -1155,6 +1274,95 @@ async fn upstream_kubeadm_kinds_apply_as_written_and_are_checked_as_upstream() {
         );
     }
 
+    // Secrets as upstream: typed, labelled with the cluster and controlled by the control
+    // plane; the kubeconfig holds an admin client certificate, and no token.
+    for suffix in ["ca", "etcd", "proxy", "sa", "kubeconfig"] {
+        let s = get(&["get", "secret", &format!("e2e-{suffix}"), "-o", "json"]);
+        assert_eq!(s["type"], "cluster.x-k8s.io/secret", "{s}");
+        assert_eq!(
+            s["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"], "e2e",
+            "{s}"
+        );
+        let controller = s["metadata"]["ownerReferences"]
+            .as_array()
+            .and_then(|refs| refs.iter().find(|o| o["controller"] == true))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            (&controller["kind"], &controller["uid"]),
+            (&json!("KubeadmControlPlane"), &cp["metadata"]["uid"]),
+            "{s}"
+        );
+        if suffix != "kubeconfig" {
+            for key in ["tls.crt", "tls.key"] {
+                assert!(
+                    s["data"][key].as_str().is_some_and(|v| !v.is_empty()),
+                    "{suffix} {key}: {s}"
+                );
+            }
+        }
+    }
+    let kubeconfig_secret = get(&["get", "secret", "e2e-kubeconfig", "-o", "json"]);
+    let user = {
+        use base64::Engine as _;
+        let b64 = |v: &serde_json::Value| {
+            base64::engine::general_purpose::STANDARD
+                .decode(v.as_str().expect("base64 text"))
+                .expect("base64")
+        };
+        let kc: serde_json::Value =
+            serde_yaml::from_slice(&b64(&kubeconfig_secret["data"]["value"])).expect("kubeconfig");
+        assert_eq!(kc["current-context"], "e2e-admin@e2e", "{kc}");
+        let user = kc["users"][0]["user"].clone();
+        assert!(user.get("token").is_none(), "{user}");
+        let pem = String::from_utf8(b64(&user["client-certificate-data"])).expect("pem");
+        let der = pem_der(&pem);
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).expect("certificate");
+        let subject = cert.subject().to_string();
+        assert!(
+            subject.contains("O=system:masters") && subject.contains("CN=kubernetes-admin"),
+            "{subject}"
+        );
+        user
+    };
+    // The host's clients use it: the workload cluster answers with the control plane's Node.
+    let workload = env.workload("e2e").await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(workload.clone());
+    assert!(
+        !nodes
+            .list(&Default::default())
+            .await
+            .expect("workload nodes")
+            .items
+            .is_empty(),
+        "{user}"
+    );
+    // As kubeadm init leaves a cluster: /version at the Machine's version, and the
+    // ClusterConfiguration in kube-system/kubeadm-config, filled from the Cluster.
+    let version = workload.apiserver_version().await.expect("/version");
+    assert_eq!(
+        (version.git_version.as_str(), version.minor.as_str()),
+        ("v1.30.4", "30")
+    );
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(workload, "kube-system");
+    let cm = config_maps
+        .get("kubeadm-config")
+        .await
+        .expect("kubeadm-config");
+    let cc = cm
+        .data
+        .and_then(|d| d.get("ClusterConfiguration").cloned())
+        .unwrap_or_default();
+    for line in [
+        "kind: ClusterConfiguration",
+        "clusterName: e2e",
+        "kubernetesVersion: v1.30.4",
+        "apiVersion: kubeadm.k8s.io/v1beta3",
+    ] {
+        assert!(cc.lines().any(|l| l == line), "{line}: {cc}");
+    }
+
     // Admission, as upstream's webhooks and CEL rules: each refusal names the field.
     let refused = |manifest: String, says: &str| {
         let (ok, out) = support::kubectl(
@@ -1294,4 +1502,55 @@ async fn upstream_kubeadm_kinds_apply_as_written_and_are_checked_as_upstream() {
         (ms.len() == 3 && ms.iter().all(healthy)).then_some(())
     })
     .await;
+    // Many reconciles later the admin certificate was kept, not made anew each time.
+    let again = get(&["get", "secret", "e2e-kubeconfig", "-o", "json"]);
+    assert_eq!(
+        again["metadata"]["resourceVersion"], kubeconfig_secret["metadata"]["resourceVersion"],
+        "the kubeconfig Secret was rewritten"
+    );
+
+    // rollout.after (what `clusterctl alpha rollout restart` sets): every Machine created
+    // before it is replaced, one at a time.
+    let before: Vec<String> = control_plane_machines(&env.client)
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    let after = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    env.kubectl(
+        &[
+            "patch",
+            "kcp",
+            "e2e-control-plane",
+            "--type=merge",
+            "-p",
+            &json!({"spec": {"rollout": {"after": after}}}).to_string(),
+        ],
+        None,
+    );
+    env.eventually("a restart of every control-plane Machine", 180, || async {
+        let ms = control_plane_machines(&env.client).await;
+        (ms.len() == 3
+            && ms.iter().all(healthy)
+            && ms.iter().all(|m| !before.contains(&m.name_any())))
+        .then_some(())
+    })
+    .await;
+}
+
+/// The DER of the first PEM block.
+fn pem_der(pem: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    let body: String = pem
+        .lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .expect("pem body")
 }

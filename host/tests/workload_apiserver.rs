@@ -1,6 +1,7 @@
 //! `capw apiserver` as a workload cluster's control plane runs it from bootstrap data: with the
 //! cluster's CA and token from files. Clients that trust that CA and carry that token get in;
-//! a wrong token gets 401.
+//! a wrong token gets 401. So do clients with a certificate signed by that CA, as upstream's
+//! `<cluster>-kubeconfig` carries one; another CA's certificate ends the handshake.
 
 // Test code: a failed step fails the test where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -125,4 +126,126 @@ fn a_missing_ca_key_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--ca-key"), "{err}");
+}
+
+/// A kubeconfig with a client certificate and no token, as upstream's `<cluster>-kubeconfig`.
+fn cert_kubeconfig(server: &str, ca: &str, cert: &str, key: &str) -> String {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "w", "cluster": {"server": server, "certificate-authority-data": b64(ca)}}],
+        "users": [{"name": "w-admin", "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
+        "contexts": [{"name": "w-admin@w", "context": {"cluster": "w", "user": "w-admin"}}],
+        "current-context": "w-admin@w",
+    })
+    .to_string()
+}
+
+#[test]
+fn kubectl_gets_in_with_a_client_certificate_signed_by_the_cluster_ca_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (crt, key) = capw_apiserver::tls::generate_ca().expect("ca");
+    let files = dir.path().join("pki");
+    std::fs::create_dir_all(&files).expect("pki");
+    std::fs::write(files.join("ca.crt"), &crt).expect("crt");
+    std::fs::write(files.join("ca.key"), &key).expect("key");
+    std::fs::write(files.join("token"), "workload-token-123\n").expect("token");
+    let arg = |n: &str| files.join(n).to_str().expect("path").to_string();
+    let api = support::ApiServer::start_with(
+        &dir.path().join("data"),
+        &[
+            "--ca-cert",
+            &arg("ca.crt"),
+            "--ca-key",
+            &arg("ca.key"),
+            "--token-file",
+            &arg("token"),
+        ],
+    );
+    let get_ns = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("kubeconfig");
+        support::kubectl(
+            &path,
+            dir.path(),
+            &["get", "namespace", "kube-system", "-o", "name"],
+            None,
+        )
+    };
+
+    let (cert, cert_key) = capw_apiserver::tls::client_certificate(
+        &crt,
+        &key,
+        "kubernetes-admin",
+        &["system:masters"],
+    )
+    .expect("client certificate");
+    let (ok, out) = get_ns("admin", cert_kubeconfig(&api.url, &crt, &cert, &cert_key));
+    assert!(
+        ok,
+        "a certificate signed by the cluster CA was refused: {out}"
+    );
+    assert_eq!(out.trim(), "namespace/kube-system");
+
+    let (other_crt, other_key) = capw_apiserver::tls::generate_ca().expect("other ca");
+    let (forged, forged_key) = capw_apiserver::tls::client_certificate(
+        &other_crt,
+        &other_key,
+        "kubernetes-admin",
+        &["system:masters"],
+    )
+    .expect("other client certificate");
+    // Same subject, other key (every capw CA is named alike): the handshake fails on the
+    // signature.
+    let (ok, out) = get_ns(
+        "forged",
+        cert_kubeconfig(&api.url, &crt, &forged, &forged_key),
+    );
+    assert!(!ok, "another CA's certificate got in: {out}");
+    assert!(
+        !out.contains("namespace/kube-system") && out.contains("remote error: tls:"),
+        "{out}"
+    );
+
+    // Without a certificate or a token: 401, naming both ways in.
+    let ca_data = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(&crt)
+    };
+    let bare = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "w", "cluster": {"server": api.url, "certificate-authority-data": ca_data}}],
+        "users": [{"name": "nobody", "user": {}}],
+        "contexts": [{"name": "c", "context": {"cluster": "w", "user": "nobody"}}],
+        "current-context": "c",
+    });
+    let kc = kube::config::Kubeconfig::from_yaml(&bare.to_string()).expect("kubeconfig");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let refused = runtime.block_on(async {
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("config");
+        let api: Api<Namespace> = Api::all(kube::Client::try_from(cfg).expect("client"));
+        api.list(&ListParams::default()).await
+    });
+    match refused {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 401);
+            assert!(s.message.contains("client certificate"), "{}", s.message);
+        }
+        other => panic!("a client without credentials got in: {other:?}"),
+    }
+
+    // The host decides from the dates and the signature whether to keep a certificate.
+    let left = capw_apiserver::tls::remaining_validity(&cert, &crt).expect("valid");
+    assert!(
+        left > capw_apiserver::tls::CLIENT_CERT_VALIDITY - std::time::Duration::from_secs(3600),
+        "{left:?}"
+    );
+    assert_eq!(capw_apiserver::tls::remaining_validity(&forged, &crt), None);
+    assert_eq!(
+        capw_apiserver::tls::remaining_validity("not a certificate", &crt),
+        None
+    );
 }

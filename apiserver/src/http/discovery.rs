@@ -3,11 +3,58 @@
 use crate::registry::{Registry, ResourceType};
 use serde_json::{Value, json};
 
-pub fn version() -> Value {
+/// Why a Kubernetes version cannot be presented.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a Kubernetes release version such as v1.30.4 (v, major, minor, patch)")]
+pub struct KubernetesVersionError(pub String);
+
+/// The Kubernetes version a server presents at `/version`: the one a workload control plane
+/// was started for, or capw's own API level.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubernetesVersion {
+    major: u32,
+    minor: u32,
+    git_version: String,
+}
+
+impl KubernetesVersion {
+    /// `vMAJOR.MINOR.PATCH`, optionally with a pre-release or build suffix (`v1.31.0-rc.1`).
+    pub fn parse(v: &str) -> Result<KubernetesVersion, KubernetesVersionError> {
+        let bad = || KubernetesVersionError(v.to_string());
+        let rest = v.strip_prefix('v').ok_or_else(bad)?;
+        let core = rest.split(['-', '+']).next().unwrap_or_default();
+        let mut parts = core.split('.').map(|p| p.parse::<u32>());
+        match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(Ok(major)), Some(Ok(minor)), Some(Ok(_)), None)
+                if v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "v.-+".contains(c)) =>
+            {
+                Ok(KubernetesVersion {
+                    major,
+                    minor,
+                    git_version: v.to_string(),
+                })
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl Default for KubernetesVersion {
+    fn default() -> Self {
+        KubernetesVersion {
+            major: 1,
+            minor: 33,
+            git_version: "v1.33.0-capw".into(),
+        }
+    }
+}
+
+pub fn version(v: &KubernetesVersion) -> Value {
     json!({
-        "major": "1",
-        "minor": "33",
-        "gitVersion": "v1.33.0-capw",
+        "major": v.major.to_string(),
+        "minor": v.minor.to_string(),
+        "gitVersion": v.git_version,
         "gitCommit": env!("CARGO_PKG_VERSION"),
         "gitTreeState": "clean",
         "buildDate": "2026-11-01T00:00:00Z",

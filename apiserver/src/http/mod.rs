@@ -1,7 +1,7 @@
 //! The HTTP front end: authentication, body limits, routing and verb dispatch. Paths are
 //! dynamic (CRDs come and go), so one fallback handler parses them the way kube-apiserver does.
 
-mod discovery;
+pub mod discovery;
 mod list;
 mod openapi;
 pub mod request;
@@ -64,6 +64,8 @@ pub struct App {
     /// Set when the server stops, so open watches end and release the store.
     pub closing: tokio::sync::watch::Sender<bool>,
     writes: Semaphore,
+    /// What `/version` reports.
+    kubernetes_version: std::sync::RwLock<discovery::KubernetesVersion>,
 }
 
 impl App {
@@ -79,6 +81,7 @@ impl App {
             requests: Default::default(),
             closing,
             writes,
+            kubernetes_version: Default::default(),
         }
     }
 }
@@ -95,6 +98,20 @@ const METHODS: [axum::http::Method; 5] = [
 ];
 
 impl App {
+    /// Presents `v` at `/version` from now on.
+    pub fn set_kubernetes_version(&self, v: discovery::KubernetesVersion) {
+        if let Ok(mut cur) = self.kubernetes_version.write() {
+            *cur = v;
+        }
+    }
+
+    fn kubernetes_version(&self) -> discovery::KubernetesVersion {
+        self.kubernetes_version
+            .read()
+            .map(|v| v.clone())
+            .unwrap_or_default()
+    }
+
     /// Requests served so far, all methods.
     pub fn request_count(&self) -> u64 {
         self.requests
@@ -168,7 +185,17 @@ pub(crate) fn error_response(e: &ApiError) -> Response {
     r
 }
 
-fn authorized(headers: &HeaderMap, token: &str) -> bool {
+/// Marks a request that came over a connection whose client certificate chains to the CA.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientCertificate;
+
+/// A client certificate signed by the CA, or the bearer token. There is no authorization
+/// beyond this: every authenticated client is an administrator, as `system:masters` is.
+fn authenticated(parts: &http::request::Parts, token: &str) -> bool {
+    parts.extensions.get::<ClientCertificate>().is_some() || bearer_matches(&parts.headers, token)
+}
+
+fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
     let Some(h) = headers
         .get(header::AUTHORIZATION)
         .and_then(|h| h.to_str().ok())
@@ -194,7 +221,7 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
 
 async fn serve_request(app: Arc<App>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    if !authorized(&parts.headers, &app.token) {
+    if !authenticated(&parts, &app.token) {
         return error_response(&ApiError::unauthorized());
     }
     let method_index = METHODS
@@ -219,7 +246,7 @@ async fn serve_request(app: Arc<App>, req: Request) -> Response {
     let route = request::route(parts.uri.path());
     let plain = |v: Value| respond(200, &v, Want::Json);
     match route {
-        Route::Version => plain(discovery::version()),
+        Route::Version => plain(discovery::version(&app.kubernetes_version())),
         Route::Health => {
             (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response()
         }

@@ -100,32 +100,15 @@ pub fn render(
     let cc = &spec.cluster_configuration;
     match bootstrap {
         Bootstrap::Init => {
-            let mut cc = cc.clone();
-            if cc.control_plane_endpoint.is_empty()
-                && let Some(e) = cluster.endpoint_address()
-            {
-                cc.control_plane_endpoint = e;
-            }
-            let joined = |v: &[String]| (!v.is_empty()).then(|| v.join(","));
-            let data = ClusterData {
-                cluster_name: Some(cluster.name.clone()),
-                dns_domain: (!cluster.service_domain.is_empty())
-                    .then(|| cluster.service_domain.clone()),
-                service_subnet: joined(&cluster.services),
-                pod_subnet: joined(&cluster.pods),
-                kubernetes_version: (!version.is_empty()).then(|| version.to_string()),
-                control_plane_component_health_check_seconds: spec
-                    .init_configuration
-                    .timeouts
-                    .control_plane_component_health_check_seconds,
-            };
+            let (cluster_configuration, init_configuration) =
+                init_documents(spec, cluster, version, api);
             let role = Role::Init {
-                cluster_configuration: documents::cluster_configuration(&cc, api, &data),
-                init_configuration: documents::init_configuration(&spec.init_configuration, api),
+                cluster_configuration,
+                init_configuration,
             };
             Ok(cloudinit::user_data(
                 &role,
-                &certificates.files(&cc),
+                &certificates.files(cc),
                 files,
                 spec,
             ))
@@ -163,6 +146,60 @@ pub fn render(
             Ok(cloudinit::user_data(&role, &[], files, spec))
         }
     }
+}
+
+/// The ClusterConfiguration and InitConfiguration documents of `kubeadm init`: the spec's,
+/// with the endpoint, cluster name, networking and version filled from the Cluster and the
+/// Machine as CABPK fills them.
+fn init_documents(
+    spec: &KubeadmConfigSpec,
+    cluster: &ClusterFacts,
+    version: &str,
+    api: KubeadmApi,
+) -> (String, String) {
+    let mut cc = spec.cluster_configuration.clone();
+    if cc.control_plane_endpoint.is_empty()
+        && let Some(e) = cluster.endpoint_address()
+    {
+        cc.control_plane_endpoint = e;
+    }
+    let joined = |v: &[String]| (!v.is_empty()).then(|| v.join(","));
+    let data = ClusterData {
+        cluster_name: Some(cluster.name.clone()),
+        dns_domain: (!cluster.service_domain.is_empty()).then(|| cluster.service_domain.clone()),
+        service_subnet: joined(&cluster.services),
+        pod_subnet: joined(&cluster.pods),
+        kubernetes_version: (!version.is_empty()).then(|| version.to_string()),
+        control_plane_component_health_check_seconds: spec
+            .init_configuration
+            .timeouts
+            .control_plane_component_health_check_seconds,
+    };
+    (
+        documents::cluster_configuration(&cc, api, &data),
+        documents::init_configuration(&spec.init_configuration, api),
+    )
+}
+
+/// The content of `/run/kubeadm/kubeadm.yaml` as the init user data writes it.
+pub fn init_config_file(
+    spec: &KubeadmConfigSpec,
+    cluster: &ClusterFacts,
+    version: &str,
+) -> Result<String, RenderError> {
+    let api = KubeadmApi::for_version(version)?;
+    let (cc, ic) = init_documents(spec, cluster, version, api);
+    // As cloud-init reads the literal block: one final newline (YAML's clip chomping).
+    Ok(format!("---\n{cc}\n---\n{}\n", ic.trim_end_matches('\n')))
+}
+
+/// The ClusterConfiguration document of a kubeadm config file: what `kubeadm init` uploads to
+/// the `kube-system/kubeadm-config` ConfigMap.
+pub fn cluster_configuration_document(file: &str) -> Option<String> {
+    file.split("\n---")
+        .map(|d| d.trim_start_matches("---").trim_matches('\n'))
+        .find(|d| d.lines().any(|l| l == "kind: ClusterConfiguration"))
+        .map(|d| format!("{d}\n"))
 }
 
 /// CABPK's `reconcileDiscovery`, for a join: unless the user gave a discovery kubeconfig file,

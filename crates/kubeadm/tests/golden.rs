@@ -185,6 +185,23 @@ fn user_data_matches_the_golden_files() {
         };
         let kubeadm = String::from_utf8(parsed.file(kubeadm_file).unwrap()).unwrap();
         golden(&format!("{}-{minor}.kubeadm.yaml", c.name), &kubeadm);
+        if c.bootstrap == Bootstrap::Init {
+            // What capw's control-plane machines write, byte for byte the init user data's.
+            let file = capw_kubeadm::init_config_file(&control_plane_spec(), &cluster(), c.version)
+                .unwrap();
+            assert_eq!(file, kubeadm, "{}", c.version);
+            let doc = capw_kubeadm::cluster_configuration_document(&file).unwrap();
+            assert!(doc.starts_with("apiServer:\n"), "{doc}");
+            assert!(doc.contains("\nkind: ClusterConfiguration\n"), "{doc}");
+            assert!(
+                doc.contains(&format!("\nkubernetesVersion: {}\n", c.version)),
+                "{doc}"
+            );
+            assert!(
+                !doc.contains("InitConfiguration") && !doc.contains("---"),
+                "{doc}"
+            );
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! `capw apiserver`.
 
 use anyhow::Context;
-use capw_apiserver::{Config, Server};
+use capw_apiserver::{Config, KubernetesVersion, Server};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -33,6 +33,15 @@ pub struct Args {
     /// Require the bearer token in this file instead of the data directory's own token.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+
+    /// The Kubernetes version `/version` reports (such as v1.30.4): a workload control-plane
+    /// machine presents the version its Machine asks for. capw's own API level when unset.
+    #[arg(long, value_parser = kubernetes_version)]
+    pub kubernetes_version: Option<KubernetesVersion>,
+}
+
+fn kubernetes_version(v: &str) -> Result<KubernetesVersion, String> {
+    KubernetesVersion::parse(v).map_err(|e| e.to_string())
 }
 
 fn read(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
@@ -54,6 +63,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         anyhow::ensure!(!token.is_empty(), "the token file {} is empty", t.display());
         config.token = Some(token);
     }
+    config.kubernetes_version = args.kubernetes_version;
     let server = Server::start(config).await.with_context(|| {
         format!(
             "starting the API server with data in {}",

@@ -36,6 +36,12 @@ pub struct Args {
     /// taint, and `kube-system/kube-apiserver-<node>` mirrors the API server it runs.
     #[arg(long)]
     pub control_plane: bool,
+    /// With --control-plane: the kubeadm configuration the bootstrap data wrote
+    /// (`/run/kubeadm/kubeadm.yaml`); its ClusterConfiguration is uploaded to this machine's
+    /// API server (--local-api-server) as `kube-system/kubeadm-config` once the Node is
+    /// registered, as `kubeadm init` does.
+    #[arg(long, requires = "control_plane")]
+    pub kubeadm_config: Option<PathBuf>,
     /// This machine's own API server, probed (`/readyz`) for its mirror Pod's readiness.
     #[arg(long, default_value = "https://127.0.0.1:6443")]
     pub local_api_server: String,
@@ -77,11 +83,27 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             anyhow::Ok(kube::Client::try_from(config)?)
         }
     };
+    let cluster_configuration = match &args.kubeadm_config {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Some(
+                capw_kubeadm::cluster_configuration_document(&text).with_context(|| {
+                    format!("{} holds no ClusterConfiguration document", path.display())
+                })?,
+            )
+        }
+    };
     let workload = client(&args.server).await?;
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(workload.clone());
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
         kube::Api::namespaced(workload, "kube-system");
     let local = client(&args.local_api_server).await?;
+    // To this machine's own API server: each capw control-plane machine keeps its own store,
+    // and the one behind the endpoint must hold the cluster's configuration whichever it is.
+    let config_maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(local.clone(), "kube-system");
     let registration = capw::node::agent::Registration {
         name: &args.node_name,
         provider_id: &provider_id,
@@ -90,8 +112,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         control_plane: args.control_plane,
     };
     let mut registered = false;
+    let mut uploaded = cluster_configuration.is_none();
     loop {
         let mut result = capw::node::agent::register(&nodes, &registration).await;
+        if !uploaded
+            && result.is_ok()
+            && let Some(cc) = &cluster_configuration
+        {
+            result = capw::node::agent::upload_kubeadm_config(&config_maps, cc).await;
+            uploaded = result.is_ok();
+        }
         if args.control_plane && result.is_ok() {
             let ready = local
                 .request_text(http::Request::get("/readyz").body(Vec::new())?)

@@ -6,8 +6,10 @@
 //! gets the control-plane role label and taint, and the API server the machine runs gets its
 //! mirror Pod, `kube-system/kube-apiserver-<node>`, Ready only while that server answers. It is
 //! the only one: no controller manager, scheduler or etcd runs on a capw node, so none is shown.
+//! It uploads the ClusterConfiguration the bootstrap data wrote as `kube-system/kubeadm-config`,
+//! as `kubeadm init` does: Cluster API's KubeadmControlPlane reads that ConfigMap.
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -146,4 +148,41 @@ pub async fn register(nodes: &Api<Node>, r: &Registration<'_>) -> Result<(), kub
     // Strategic: conditions merge by type, so conditions the agent did not set stay, as a
     // kubelet leaves them.
     ensure_with_status(nodes, object(r), &Patch::Strategic(&status)).await
+}
+
+/// The ConfigMap `kubeadm init` uploads: the ClusterConfiguration document, as kubeadm reads
+/// it back on join and upgrade.
+pub fn kubeadm_config_map(cluster_configuration: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "kubeadm-config", "namespace": "kube-system"},
+        "data": {"ClusterConfiguration": cluster_configuration},
+    })
+}
+
+/// Creates `kube-system/kubeadm-config`, or replaces its ClusterConfiguration: the machine that
+/// starts last presents its version, as kubeadm upgrade leaves the ConfigMap. The node agent
+/// writes it to its machine's own API server.
+pub async fn upload_kubeadm_config(
+    config_maps: &Api<ConfigMap>,
+    cluster_configuration: &str,
+) -> Result<(), kube::Error> {
+    let object = kubeadm_config_map(cluster_configuration);
+    let typed: ConfigMap =
+        serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
+    match config_maps.create(&PostParams::default(), &typed).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let patch = json!({"data": object["data"]});
+            config_maps
+                .patch(
+                    "kubeadm-config",
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
 }

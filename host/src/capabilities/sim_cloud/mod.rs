@@ -268,9 +268,20 @@ async fn boot(
                     tracing::warn!(vm = %name, "capw apiserver needs --ca-cert, --ca-key and --token-file naming written files; the workload API stays down");
                     return;
                 };
-                if let Err(e) = c.start_server(&ca, &key, token.trim()).await {
-                    tracing::warn!(vm = %name, error = %e, "the workload API did not start");
-                    return;
+                match c.start_server(&ca, &key, token.trim()).await {
+                    // The one in-process server stands for every control-plane VM: it presents
+                    // the version of the one that booted last, as a rolled control plane does.
+                    Ok(server) => {
+                        if let Some(v) = flag(&argv, "kubernetes-version")
+                            .and_then(|v| capw_apiserver::KubernetesVersion::parse(v).ok())
+                        {
+                            server.set_kubernetes_version(v);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(vm = %name, error = %e, "the workload API did not start");
+                        return;
+                    }
                 }
             }
             ["capw", "node-agent", ..] => {
@@ -287,6 +298,13 @@ async fn boot(
                         address: address.clone(),
                         version,
                         control_plane: argv.iter().any(|a| a == "--control-plane"),
+                        cluster_configuration: flag(&argv, "kubeadm-config")
+                            .and_then(|p| cc.file(p))
+                            .and_then(|bytes| {
+                                capw_kubeadm::cluster_configuration_document(
+                                    &String::from_utf8_lossy(&bytes),
+                                )
+                            }),
                     },
                 ));
             }
@@ -336,6 +354,8 @@ struct Registered {
     /// `--control-plane`: the machine's bootstrap data ran `capw apiserver`, which the
     /// simulated cloud serves as the cluster's one workload API.
     control_plane: bool,
+    /// `--kubeadm-config`'s ClusterConfiguration, uploaded as `kube-system/kubeadm-config`.
+    cluster_configuration: Option<String>,
 }
 
 /// Registers the Node once the workload API is up, as a kubelet would, and keeps it Ready.
@@ -373,7 +393,51 @@ async fn register(core: &Core, reg: &Registered) -> Result<(), capw_apiserver::s
         let pod = crate::node::agent::api_server_pod(&r);
         ensure_with_status(core, "pods", "kube-system", pod, status).await?;
     }
+    if let Some(cc) = &reg.cluster_configuration {
+        upload_kubeadm_config(core, cc).await?;
+    }
     Ok(())
+}
+
+/// `crate::node::agent::upload_kubeadm_config`, written to the simulated cluster's store.
+async fn upload_kubeadm_config(
+    core: &Core,
+    cluster_configuration: &str,
+) -> Result<(), capw_apiserver::status::ApiError> {
+    let Some(rt) = core.registry.get("", "v1", "configmaps") else {
+        return Ok(());
+    };
+    let opts = WriteOptions {
+        field_manager: "capw-node-agent".into(),
+        ..Default::default()
+    };
+    let object = crate::node::agent::kubeadm_config_map(cluster_configuration);
+    let data = serde_json::json!({"data": object["data"]});
+    match core
+        .write(
+            &rt,
+            "kube-system",
+            "kubeadm-config",
+            "",
+            Op::Create(object),
+            &opts,
+        )
+        .await
+    {
+        Err(e) if e.code == 409 => {
+            core.write(
+                &rt,
+                "kube-system",
+                "kubeadm-config",
+                "",
+                Op::Patch(PatchBody::Merge(data)),
+                &opts,
+            )
+            .await?;
+            Ok(())
+        }
+        r => r.map(|_| ()),
+    }
 }
 
 /// `crate::node::agent`'s create-unless-present then status patch of a core/v1 `resource`,

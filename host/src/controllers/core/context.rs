@@ -92,7 +92,7 @@ pub async fn run<K>(
 pub struct CoreCtx {
     pub client: Client,
     pub resolver: Arc<Resolver>,
-    pub remotes: Remotes,
+    pub remotes: std::sync::Arc<Remotes>,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub clusters: Store<Cluster>,

@@ -1,6 +1,6 @@
 //! Gathering what a call needs: the owning Machine and Cluster, the Cluster's infrastructure
-//! cluster, the Machine's bootstrap data, the cluster's CA and token (made here on first use),
-//! and a control plane's Machines.
+//! cluster, the Machine's bootstrap data, the cluster's Secrets (`secrets.rs`), and a control
+//! plane's Machines.
 
 use super::{DriverError, KindCtx, Role};
 use crate::api::cluster::Cluster;
@@ -9,13 +9,11 @@ use crate::api::common::names::{
 };
 use crate::api::machine::Machine;
 use crate::runtime::Context;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use std::collections::BTreeMap;
 
 /// The context of one call and what the write-back needs of it.
 pub(super) struct Around {
@@ -131,7 +129,7 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
         && c.metadata.deletion_timestamp.is_none()
         && obj.metadata.deletion_timestamp.is_none()
     {
-        context.secrets = cluster_secrets(kctx, c).await?;
+        context.secrets = super::secrets::cluster_secrets(kctx, obj, c).await?;
     }
     if kctx.role == Role::ControlPlane
         && let Some(c) = &cluster
@@ -184,91 +182,4 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
     }
     around.context = context;
     Ok(around)
-}
-
-/// `<cluster>-ca` and `<cluster>-token`, made on first use and owned by the Cluster so they go
-/// with it.
-async fn cluster_secrets(
-    kctx: &KindCtx,
-    cluster: &Cluster,
-) -> Result<Vec<(String, String)>, DriverError> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let name = cluster.name_any();
-    let api: Api<Secret> = Api::namespaced(kctx.driver.client.clone(), &ns);
-    let owner = cluster.controller_owner_ref(&()).map(|mut o| {
-        o.controller = None;
-        o
-    });
-    let ensure = async |suffix: &str,
-                        make: fn() -> Result<BTreeMap<String, String>, DriverError>|
-           -> Result<BTreeMap<String, String>, DriverError> {
-        let secret_name = format!("{name}-{suffix}");
-        let cached = kctx
-            .driver
-            .caches
-            .secrets
-            .get(&ObjectRef::new(&secret_name).within(&ns))
-            .map(|s| (*s).clone());
-        let existing = match cached {
-            Some(s) => Some(s),
-            None => {
-                let data = make()?;
-                let mut s = Secret {
-                    data: Some(
-                        data.iter()
-                            .map(|(k, v)| (k.clone(), ByteString(v.clone().into_bytes())))
-                            .collect(),
-                    ),
-                    type_: Some("cluster.x-k8s.io/secret".into()),
-                    ..Default::default()
-                };
-                s.metadata.name = Some(secret_name.clone());
-                s.metadata.labels = Some(BTreeMap::from([(
-                    CLUSTER_NAME_LABEL.to_string(),
-                    name.clone(),
-                )]));
-                s.metadata.owner_references = owner.clone().map(|o| vec![o]);
-                match api.create(&PostParams::default(), &s).await {
-                    Ok(s) => Some(s),
-                    Err(kube::Error::Api(e)) if e.code == 409 => api.get_opt(&secret_name).await?,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        };
-        Ok(existing
-            .and_then(|s| s.data)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-            .collect())
-    };
-    let ca = ensure("ca", || {
-        let (crt, key) = capw_apiserver::tls::generate_ca()
-            .map_err(|e| DriverError::Invalid(format!("generating the cluster CA failed: {e}")))?;
-        Ok(BTreeMap::from([
-            ("tls.crt".to_string(), crt),
-            ("tls.key".to_string(), key),
-        ]))
-    })
-    .await?;
-    let token = ensure("token", || {
-        Ok(BTreeMap::from([(
-            "value".to_string(),
-            format!(
-                "{}{}",
-                uuid::Uuid::new_v4().simple(),
-                uuid::Uuid::new_v4().simple()
-            ),
-        )]))
-    })
-    .await?;
-    let mut out = vec![];
-    if let (Some(crt), Some(key)) = (ca.get("tls.crt"), ca.get("tls.key")) {
-        out.push(("ca.crt".to_string(), crt.clone()));
-        out.push(("ca.key".to_string(), key.clone()));
-    }
-    if let Some(t) = token.get("value") {
-        out.push(("token".to_string(), t.clone()));
-    }
-    Ok(out)
 }

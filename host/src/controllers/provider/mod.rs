@@ -8,6 +8,7 @@
 mod context;
 mod machines;
 mod policy;
+mod secrets;
 mod writeback;
 
 use crate::api::cluster::Cluster;
@@ -107,6 +108,8 @@ pub struct Caches {
     /// Machine and Cluster changes, after the stores above have them.
     pub machine_changes: Arc<Fanout<Machine>>,
     pub cluster_changes: Arc<Fanout<Cluster>>,
+    /// Workload cluster clients: what a control plane claims about its cluster is checked there.
+    pub remotes: Arc<crate::controllers::core::remote::Remotes>,
 }
 
 pub struct Driver {

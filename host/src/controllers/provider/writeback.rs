@@ -157,6 +157,38 @@ fn sticky(status: &Value, field: &str, now: bool) -> bool {
         == Some(true)
 }
 
+/// Upstream's KubeadmControlPlane is initialized once `kube-system/kubeadm-config` exists in
+/// the workload cluster, which `kubeadm init` uploads: the host looks there before it records
+/// a KubeadmControlPlane's claim. Other control-plane kinds are taken at their word (a hosted
+/// control plane runs no kubeadm).
+async fn kubeadm_initialized(kctx: &KindCtx, obj: &DynamicObject, cluster: &str) -> bool {
+    if kctx.ar.kind != "KubeadmControlPlane" || kctx.ar.group != "controlplane.cluster.x-k8s.io" {
+        return true;
+    }
+    let ns = obj.namespace().unwrap_or_default();
+    let caches = &kctx.driver.caches;
+    let client = match caches
+        .remotes
+        .client(&caches.secrets, &caches.clusters, &ns, cluster)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(error = %e, "no workload client yet");
+            return false;
+        }
+    };
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client, "kube-system");
+    match config_maps.get_opt("kubeadm-config").await {
+        Ok(found) => found.is_some(),
+        Err(e) => {
+            tracing::debug!(error = %e, "reading kube-system/kubeadm-config failed");
+            false
+        }
+    }
+}
+
 fn requeue(c: &crate::runtime::plugin::Common) -> Action {
     match c.requeue_after_seconds {
         Some(s) => Action::requeue(Duration::from_secs(u64::from(s.max(1)))),
@@ -164,7 +196,7 @@ fn requeue(c: &crate::runtime::plugin::Common) -> Action {
     }
 }
 
-fn controller_ref(kctx: &KindCtx, obj: &DynamicObject) -> OwnerReference {
+pub(super) fn controller_ref(kctx: &KindCtx, obj: &DynamicObject) -> OwnerReference {
     OwnerReference {
         api_version: kctx.ar.api_version.clone(),
         kind: kctx.ar.kind.clone(),
@@ -339,8 +371,12 @@ pub(super) async fn write(
                 )
                 .await?;
             }
-            let initialized = sticky(&old, "controlPlaneInitialized", r.initialized);
+            let was = sticky(&old, "controlPlaneInitialized", false);
+            let initialized =
+                was || (r.initialized && kubeadm_initialized(kctx, obj, &cluster).await);
             set_initialization(&mut status, "controlPlaneInitialized", initialized);
+            // The workload cluster is not watched: look again soon.
+            let recheck = r.initialized && !initialized;
             // The host knows both: the labels it puts on the Machines it creates, and the
             // versions they run. A plugin's word on either would be a claim, not an observation.
             status["selector"] = json!(format!(
@@ -371,7 +407,12 @@ pub(super) async fn write(
             status["upToDateReplicas"] = json!(r.replicas.up_to_date);
             super::machines::create(kctx, obj, around, &r.machines_to_create).await?;
             super::machines::delete(kctx, obj, around, &r.machines_to_delete).await?;
-            (status, requeue(&r.common))
+            let action = if recheck {
+                Action::requeue(Duration::from_secs(2))
+            } else {
+                requeue(&r.common)
+            };
+            (status, action)
         }
     };
     kctx.succeeded(obj, &mut status);

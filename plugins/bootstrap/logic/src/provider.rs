@@ -10,6 +10,9 @@ const PKI: &str = "/etc/capw/pki";
 const TOKEN: &str = "/etc/capw/token";
 const SENTINEL_DIR: &str = "/run/cluster-api";
 const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
+/// Where kubeadm init reads its configuration; capw's control-plane machines write it too, and
+/// their node agent uploads its ClusterConfiguration as `kube-system/kubeadm-config`.
+const KUBEADM_CONFIG: &str = capw_kubeadm::cloudinit::INIT_CONFIG;
 
 pub struct Bootstrap;
 
@@ -211,6 +214,23 @@ impl Provider for Bootstrap {
                 obj.name()
             )));
         }
+        // The Node reports the Machine's version, as a kubelet of that version would.
+        let version = machine.str("/spec/version");
+        let version_flag = |flag: &str| {
+            if version.is_empty() {
+                Ok(String::new())
+            } else if version
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "v.-+".contains(c))
+            {
+                Ok(format!(" --{flag} {version}"))
+            } else {
+                Err(ProviderError::InvalidSpec(format!(
+                    "Machine {}: spec.version {version:?} is not a Kubernetes version (such as v1.33.0)",
+                    machine.name()
+                )))
+            }
+        };
         let mut files = vec![WriteFile::new(TOKEN, token, "0600")];
         let mut run = commands(&obj, "preKubeadmCommands")?;
         run.push(format!("mkdir -p {PKI} {SENTINEL_DIR}"));
@@ -219,37 +239,34 @@ impl Provider for Bootstrap {
             files.push(WriteFile::new(format!("{PKI}/ca.key"), ca_key, "0600"));
             run.push(daemon(
                 "apiserver",
-                &format!("capw apiserver --listen 0.0.0.0:6443 --ca-cert {PKI}/ca.crt --ca-key {PKI}/ca.key --token-file {TOKEN}"),
+                &format!(
+                    "capw apiserver --listen 0.0.0.0:6443 --ca-cert {PKI}/ca.crt --ca-key {PKI}/ca.key --token-file {TOKEN}{}",
+                    version_flag("kubernetes-version")?
+                ),
             ));
         } else {
             files.push(WriteFile::new(format!("{PKI}/ca.crt"), ca, "0644"));
         }
         files.extend(user_files(&obj)?);
-        // The Node reports the Machine's version, as a kubelet of that version would.
-        let version = machine.str("/spec/version");
-        let version = if version.is_empty() {
-            String::new()
-        } else if version
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "v.-+".contains(c))
-        {
-            format!(" --kubelet-version {version}")
-        } else {
-            return Err(ProviderError::InvalidSpec(format!(
-                "Machine {}: spec.version {version:?} is not a Kubernetes version (such as v1.33.0)",
-                machine.name()
-            )));
-        };
-        // A control-plane node shows the API server it runs, as kubeadm's static Pod would.
-        let role = if control_plane {
-            " --control-plane"
-        } else {
-            ""
-        };
+        let kubelet_version = version_flag("kubelet-version")?;
+        // A control-plane node shows the API server it runs, as kubeadm's static Pod would,
+        // and uploads the cluster's kubeadm configuration, as kubeadm init does.
+        let mut role = String::new();
+        if control_plane {
+            role.push_str(" --control-plane");
+            if !version.is_empty() {
+                files.push(WriteFile::new(
+                    KUBEADM_CONFIG,
+                    kubeadm_config(&obj, &cluster, &machine, version)?,
+                    "0640",
+                ));
+                role.push_str(&format!(" --kubeadm-config {KUBEADM_CONFIG}"));
+            }
+        }
         run.push(daemon(
             "node-agent",
             &format!(
-                "capw node-agent --node-name {} --server https://{host}:{port} --ca-cert {PKI}/ca.crt --token-file {TOKEN}{version}{role}",
+                "capw node-agent --node-name {} --server https://{host}:{port} --ca-cert {PKI}/ca.crt --token-file {TOKEN}{kubelet_version}{role}",
                 machine.name()
             ),
         ));
@@ -266,6 +283,49 @@ impl Provider for Bootstrap {
             ),
         })
     }
+}
+
+/// `/run/kubeadm/kubeadm.yaml` as CABPK's init user data writes it: the spec's
+/// ClusterConfiguration and InitConfiguration, filled from the Cluster and the Machine.
+fn kubeadm_config(
+    obj: &View,
+    cluster: &View,
+    machine: &View,
+    version: &str,
+) -> Result<String, ProviderError> {
+    let spec: capw_kubeadm::KubeadmConfigSpec =
+        serde_json::from_value(obj.get("/spec").cloned().unwrap_or_else(|| json!({})))
+            .map_err(|e| ProviderError::InvalidSpec(format!("{}: spec: {e}", obj.name())))?;
+    let cidrs = |pointer: &str| -> Vec<String> {
+        cluster
+            .get(pointer)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let port = cluster
+        .get("/spec/controlPlaneEndpoint/port")
+        .and_then(Value::as_u64)
+        .and_then(|p| u16::try_from(p).ok());
+    let host = cluster.str("/spec/controlPlaneEndpoint/host");
+    let facts = capw_kubeadm::ClusterFacts {
+        name: cluster.name().to_string(),
+        endpoint: port
+            .filter(|_| !host.is_empty())
+            .map(|p| (host.to_string(), p)),
+        service_domain: cluster
+            .str("/spec/clusterNetwork/serviceDomain")
+            .to_string(),
+        services: cidrs("/spec/clusterNetwork/services/cidrBlocks"),
+        pods: cidrs("/spec/clusterNetwork/pods/cidrBlocks"),
+    };
+    capw_kubeadm::init_config_file(&spec, &facts, version)
+        .map_err(|e| ProviderError::InvalidSpec(format!("{e} (Machine {})", machine.name())))
 }
 
 /// A long-running service as a shell line: runcmd entries run one after the other and must
@@ -370,6 +430,73 @@ mod tests {
         let data = st.data.unwrap_or_else(|| panic!("no data"));
         assert_eq!(data.format, BootstrapFormat::CloudConfig);
         CloudConfig::parse(&data.value).unwrap_or_else(|e| panic!("{e}\n{}", data.value))
+    }
+
+    fn versioned(cp: bool, version: &str) -> Result<BootstrapStatus, ProviderError> {
+        let mut m = machine(cp);
+        m["spec"] = json!({"version": version});
+        let mut c = cluster(true, true);
+        c["spec"]["clusterNetwork"] = json!({"serviceDomain": "cluster.local",
+            "pods": {"cidrBlocks": ["192.168.0.0/16"]}});
+        Bootstrap::reconcile_bootstrap(with_secrets(
+            context(config(
+                json!({"clusterConfiguration": {"apiServer": {"certSANs": ["localhost"]}}}),
+            ))
+            .machine(m)
+            .cluster(c),
+        ))
+    }
+
+    /// A control plane writes kubeadm init's configuration, presents the Machine's version at
+    /// its API's /version, and uploads the ClusterConfiguration; a worker does neither.
+    #[test]
+    fn control_planes_present_their_version_and_kubeadm_configuration() {
+        let parse = |st: Result<BootstrapStatus, ProviderError>| {
+            let data = st
+                .unwrap_or_else(|e| panic!("{e:?}"))
+                .data
+                .unwrap_or_else(|| panic!("no data"));
+            CloudConfig::parse(&data.value).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let cp = parse(versioned(true, "v1.30.4"));
+        let file =
+            String::from_utf8(cp.file(KUBEADM_CONFIG).unwrap_or_default()).unwrap_or_default();
+        for line in [
+            "kind: ClusterConfiguration",
+            "kind: InitConfiguration",
+            "clusterName: c",
+            "controlPlaneEndpoint: 10.0.0.1:6443",
+            "kubernetesVersion: v1.30.4",
+            "  podSubnet: 192.168.0.0/16",
+            "  - localhost",
+        ] {
+            assert!(file.lines().any(|l| l == line), "{line}: {file}");
+        }
+        let all: Vec<String> = cp.argvs().iter().map(|a| a.join(" ")).collect();
+        assert!(
+            all.iter().any(|a| a.contains("capw apiserver") && a.contains("--kubernetes-version v1.30.4")),
+            "{all:?}"
+        );
+        assert!(
+            all.iter().any(|a| a.contains("capw node-agent")
+                && a.contains(&format!("--kubeadm-config {KUBEADM_CONFIG}"))
+                && a.contains("--kubelet-version v1.30.4")),
+            "{all:?}"
+        );
+        let worker = parse(versioned(false, "v1.30.4"));
+        assert_eq!(worker.file(KUBEADM_CONFIG), None);
+        let all: Vec<String> = worker.argvs().iter().map(|a| a.join(" ")).collect();
+        assert!(
+            !all.iter().any(|a| a.contains("--kubeadm-config")),
+            "{all:?}"
+        );
+        // A version kubeadm has no configuration API for is refused, naming the Machine.
+        match versioned(true, "v1.20.0") {
+            Err(ProviderError::InvalidSpec(m)) => {
+                assert!(m.contains("spec.version") && m.contains("Machine m"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

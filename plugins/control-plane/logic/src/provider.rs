@@ -1,5 +1,6 @@
 //! The provider: metadata and the contract calls.
 
+use crate::remediation::{self, Decision, Last, Patient, Policy};
 use crate::rollout::{Desired, Member, Step, next_step, outdated};
 use capw_kubeadm::schema;
 use capw_sdk::*;
@@ -14,12 +15,17 @@ fn base64(data: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(data)
 }
 
-fn kubeconfig(cluster: &str, server: &str, ca: &str, token: &str) -> String {
+/// Upstream's `<cluster>-kubeconfig`: user `<cluster>-admin` with the host's admin client
+/// certificate (`kubernetes-admin`, O=`system:masters`, signed by the cluster CA).
+fn kubeconfig(cluster: &str, server: &str, ca: &str, cert: &str, key: &str) -> String {
     let user = format!("{cluster}-admin");
     json!({
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": cluster, "cluster": {"server": server, "certificate-authority-data": base64(ca.as_bytes())}}],
-        "users": [{"name": user, "user": {"token": token}}],
+        "users": [{"name": user, "user": {
+            "client-certificate-data": base64(cert.as_bytes()),
+            "client-key-data": base64(key.as_bytes()),
+        }}],
         "contexts": [{"name": format!("{user}@{cluster}"), "context": {"cluster": cluster, "user": user}}],
         "current-context": format!("{user}@{cluster}"),
     })
@@ -86,6 +92,164 @@ fn member(m: &Value) -> Member {
         has_node: m.pointer("/status/nodeRef/name").is_some(),
         deleting: m.pointer("/metadata/deletionTimestamp").is_some(),
     }
+}
+
+/// Upstream's default `spec.machineNaming.template`.
+const DEFAULT_NAMING: &str = "{{ .kubeadmControlPlane.name }}-{{ .random }}";
+/// The characters of `{{ .random }}`, as upstream's (no vowels, no look-alikes).
+const RANDOM_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// SplitMix64: spreads a seed (the clock and the control plane's uid) over five characters.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A new Machine's name from `spec.machineNaming.template` (`.kubeadmControlPlane.name`,
+/// `.cluster.name` and `.random`, five characters), as upstream renders it: never one a
+/// Machine of this control plane has, so a replacement never takes the name of the Machine it
+/// replaces.
+fn machine_name(
+    obj: &View,
+    cluster: &str,
+    taken: &[&str],
+    seed: u64,
+) -> Result<String, ProviderError> {
+    let template = obj
+        .get("/spec/machineNaming/template")
+        .and_then(Value::as_str)
+        .unwrap_or(DEFAULT_NAMING);
+    let bad = |why: &str| {
+        ProviderError::InvalidSpec(format!(
+            "{}: spec.machineNaming.template {template:?}: {why}",
+            obj.name()
+        ))
+    };
+    if !template.contains(".random") {
+        return Err(bad(
+            "must contain {{ .random }}, so that names do not repeat",
+        ));
+    }
+    let mut state = seed;
+    for _ in 0..16 {
+        state = mix(state);
+        let random: String = (0..5)
+            .map(|i| {
+                let idx = (state >> (i * 12)) as usize % RANDOM_ALPHABET.len();
+                char::from(RANDOM_ALPHABET[idx])
+            })
+            .collect();
+        let mut out = String::new();
+        let mut rest = template;
+        while let Some(start) = rest.find("{{") {
+            out.push_str(&rest[..start]);
+            let end = rest[start..]
+                .find("}}")
+                .ok_or_else(|| bad("a {{ is not closed"))?;
+            match rest[start + 2..start + end].trim() {
+                ".kubeadmControlPlane.name" => out.push_str(obj.name()),
+                ".cluster.name" => out.push_str(cluster),
+                ".random" => out.push_str(&random),
+                other => {
+                    return Err(bad(&format!(
+                        "{{{{ {other} }}}} is not one of .kubeadmControlPlane.name, .cluster.name, .random"
+                    )));
+                }
+            }
+            rest = &rest[start + end + 2..];
+        }
+        out.push_str(rest);
+        let valid = !out.is_empty()
+            && out.len() <= 63
+            && out
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && out.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && out.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !valid {
+            return Err(bad(&format!(
+                "renders {out:?}, which is not a Machine name (lowercase letters, digits, '-' and '.', at most 63 characters)"
+            )));
+        }
+        if !taken.contains(&out.as_str()) {
+            return Ok(out);
+        }
+    }
+    Err(bad("every name it rendered is taken"))
+}
+
+/// RFC 3339 as the API server writes it, in seconds since the epoch.
+fn seconds(rfc3339: &str) -> Option<i64> {
+    rfc3339
+        .parse::<jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_second())
+}
+
+fn patient(m: &Value) -> Patient {
+    let condition = |t: &str| {
+        m.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|cs| cs.iter().find(|c| c["type"] == t))
+            .and_then(|c| c["status"].as_str())
+            .map(str::to_string)
+    };
+    Patient {
+        name: m
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        created: m
+            .pointer("/metadata/creationTimestamp")
+            .and_then(Value::as_str)
+            .and_then(seconds)
+            .unwrap_or_default(),
+        has_node: m.pointer("/status/nodeRef/name").is_some(),
+        deleting: m.pointer("/metadata/deletionTimestamp").is_some(),
+        unhealthy: condition("HealthCheckSucceeded").as_deref() == Some("False")
+            && condition("OwnerRemediated").as_deref() == Some("False"),
+        annotated: m
+            .pointer("/metadata/annotations/cluster.x-k8s.io~1remediate-machine")
+            .is_some(),
+    }
+}
+
+/// `spec.remediation`, with upstream's defaults for what is unset.
+fn policy(obj: &View) -> Policy {
+    let int = |f: &str| {
+        obj.get(&format!("/spec/remediation/{f}"))
+            .and_then(Value::as_i64)
+    };
+    let d = Policy::default();
+    Policy {
+        max_retry: int("maxRetry").and_then(|n| u32::try_from(n).ok()),
+        retry_period_seconds: int("retryPeriodSeconds").unwrap_or(d.retry_period_seconds),
+        min_healthy_period_seconds: int("minHealthyPeriodSeconds")
+            .unwrap_or(d.min_healthy_period_seconds),
+    }
+}
+
+/// `status.lastRemediation`.
+fn last_remediation(obj: &View) -> Option<Last> {
+    let l = obj.get("/status/lastRemediation")?;
+    Some(Last {
+        machine: l.get("machine")?.as_str()?.to_string(),
+        time: seconds(l.get("time")?.as_str()?)?,
+        retry_count: l
+            .get("retryCount")
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0),
+    })
 }
 
 impl Provider for ControlPlane {
@@ -218,6 +382,11 @@ impl Provider for ControlPlane {
         let initialized = was_initialized || with_node > 0;
         let available = initialized && with_node > 0;
 
+        let now = jiff::Timestamp::now();
+        let rollout_after = obj
+            .get("/spec/rollout/after")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok());
         let desired_state = Desired {
             replicas: desired,
             version: obj
@@ -228,6 +397,9 @@ impl Provider for ControlPlane {
                 .str("/spec/machineTemplate/spec/infrastructureRef/name")
                 .to_string(),
             max_surge: max_surge(&obj, desired)?,
+            rollout_after: rollout_after
+                .filter(|after| *after <= now)
+                .map(|after| after.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
         };
         let members: Vec<Member> = machines.iter().map(member).collect();
         let domains: Vec<String> = cluster
@@ -247,13 +419,70 @@ impl Provider for ControlPlane {
             .count() as u32;
         let mut to_create = vec![];
         let mut to_delete = vec![];
-        match next_step(&desired_state, &members, &domains) {
+        // Remediation first, then rollout and scaling; one Machine action per call.
+        let patients: Vec<Patient> = machines.iter().map(patient).collect();
+        let last = last_remediation(&obj);
+        let decision = remediation::decide(
+            &patients,
+            desired as usize,
+            initialized,
+            last.as_ref(),
+            &policy(&obj),
+            now.as_second(),
+        );
+        let mut status_patch = None;
+        let mut retry_after = None;
+        let remediating = match &decision {
+            Decision::Nothing => condition("Remediating", false, "NotRemediating", ""),
+            Decision::Remediate {
+                machine,
+                retry_count,
+            } => {
+                to_delete.push(machine.clone());
+                status_patch = Some(json!({"lastRemediation": {
+                    "machine": machine,
+                    "time": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                    "retryCount": retry_count,
+                }}));
+                condition(
+                    "Remediating",
+                    true,
+                    "Remediating",
+                    &format!(
+                        "Machine {machine} is being deleted to be replaced (retry {retry_count})"
+                    ),
+                )
+            }
+            Decision::Deferred {
+                machine,
+                message,
+                after,
+            } => {
+                retry_after = u32::try_from(*after).ok();
+                condition(
+                    "Remediating",
+                    true,
+                    "RemediationDeferred",
+                    &format!("Machine {machine}: {message}"),
+                )
+            }
+            Decision::Refused { machine, message } => condition(
+                "Remediating",
+                true,
+                "CannotBeRemediated",
+                &format!("Machine {machine}: {message}"),
+            ),
+        };
+        let step = if to_delete.is_empty() {
+            next_step(&desired_state, &members, &domains)
+        } else {
+            Step::WaitForHealthy
+        };
+        match step {
             Step::Create(failure_domain) => {
                 let taken: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
-                let name = (0..)
-                    .map(|i| format!("{}-{i}", obj.name()))
-                    .find(|n| !taken.contains(&n.as_str()))
-                    .unwrap_or_default();
+                let seed = now.as_nanosecond() as u64 ^ fnv(obj.str("/metadata/uid"));
+                let name = machine_name(&obj, cluster.name(), &taken, seed)?;
                 to_create.push(MachineRequest {
                     name,
                     version: desired_state.version.clone(),
@@ -269,12 +498,17 @@ impl Provider for ControlPlane {
             .get("/spec/controlPlaneEndpoint/port")
             .and_then(Value::as_u64)
             .unwrap_or(0);
-        let kubeconfig = match (ctx.secret("ca.crt"), ctx.secret("token")) {
-            (Some(ca), Some(token)) if !host.is_empty() && port != 0 => Some(kubeconfig(
+        let kubeconfig = match (
+            ctx.secret("ca.crt"),
+            ctx.secret("admin.crt"),
+            ctx.secret("admin.key"),
+        ) {
+            (Some(ca), Some(cert), Some(key)) if !host.is_empty() && port != 0 => Some(kubeconfig(
                 cluster.name(),
                 &format!("https://{host}:{port}"),
                 ca,
-                token,
+                cert,
+                key,
             )),
             _ => None,
         };
@@ -343,11 +577,23 @@ impl Provider for ControlPlane {
         } else {
             conditions.push(condition("Initialized", true, "Initialized", ""));
         }
+        conditions.push(remediating);
         // status.selector and status.version are contract fields: the host sets them.
-        let mut c = common(conditions, None);
+        let mut c = common(conditions, status_patch);
         // Changes of the control plane's Machines call again; this is only a fallback.
         if count != desired || with_node < count || stale > 0 {
             c.requeue_after_seconds = Some(15);
+        }
+        // Nothing else calls when a future rollout.after passes.
+        let until_rollout = rollout_after
+            .filter(|after| *after > now)
+            .and_then(|after| u32::try_from(after.as_second() - now.as_second()).ok());
+        for after in [retry_after, until_rollout].into_iter().flatten() {
+            c.requeue_after_seconds = Some(
+                c.requeue_after_seconds
+                    .map_or(after, |r| r.min(after))
+                    .max(1),
+            );
         }
         Ok(ControlPlaneStatus {
             initialized,
@@ -533,12 +779,23 @@ mod tests {
                 .owned(owned);
             let st = ControlPlane::reconcile_control_plane(ctx)
                 .unwrap_or_else(|e| panic!("{}: {e:?}", c.name));
-            let created: Vec<(&str, Option<&str>)> = st
+            // Names end in five random characters: compare the failure domains, and the shape.
+            let created: Vec<Option<&str>> = st
                 .machines_to_create
                 .iter()
-                .map(|r| (r.name.as_str(), r.failure_domain.as_deref()))
+                .map(|r| r.failure_domain.as_deref())
                 .collect();
-            assert_eq!(created, c.create, "{}: machines to create", c.name);
+            let want: Vec<Option<&str>> = c.create.iter().map(|(_, fd)| *fd).collect();
+            assert_eq!(created, want, "{}: machines to create", c.name);
+            for r in &st.machines_to_create {
+                let suffix = r.name.strip_prefix("cp-").unwrap_or_default();
+                assert!(
+                    suffix.len() == 5 && suffix.bytes().all(|b| RANDOM_ALPHABET.contains(&b)),
+                    "{}: {}",
+                    c.name,
+                    r.name
+                );
+            }
             assert!(
                 st.machines_to_create
                     .iter()
@@ -648,6 +905,8 @@ mod tests {
         let full = context(cp(json!(1)))
             .cluster(cluster(&[]))
             .secret("ca.crt", "CA")
+            .secret("admin.crt", "CERT")
+            .secret("admin.key", "KEY")
             .secret("token", "T");
         let kc = ControlPlane::reconcile_control_plane(full)
             .ok()
@@ -662,7 +921,11 @@ mod tests {
             kc.pointer("/clusters/0/cluster/certificate-authority-data"),
             Some(&json!("Q0E="))
         );
-        assert_eq!(kc.pointer("/users/0/user/token"), Some(&json!("T")));
+        // A client certificate, as upstream's; never the node agents' token.
+        assert_eq!(
+            kc.pointer("/users/0/user"),
+            Some(&json!({"client-certificate-data": "Q0VSVA==", "client-key-data": "S0VZ"}))
+        );
     }
 
     #[test]
@@ -675,6 +938,45 @@ mod tests {
                 assert_eq!(cpm.spec_field, "kubeadmConfigSpec");
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn machine_names_follow_the_naming_template_and_never_repeat() {
+        let with = |template: Value| {
+            let mut o = cp(json!(3));
+            if !template.is_null() {
+                o["spec"]["machineNaming"] = json!({"template": template});
+            }
+            View::parse(&o.to_string()).unwrap_or_else(|e| panic!("{e:?}"))
+        };
+        let name = |obj: &View, taken: &[&str], seed| machine_name(obj, "demo", taken, seed);
+        let default = with(Value::Null);
+        let a = name(&default, &[], 1).unwrap_or_default();
+        assert!(a.starts_with("cp-") && a.len() == 8, "{a}");
+        // A taken name is never handed out again, whatever the seed gives.
+        let b = name(&default, &[a.as_str()], 1).unwrap_or_default();
+        assert!(b != a && b.starts_with("cp-"), "{a} {b}");
+        let custom = with(json!("{{ .cluster.name }}-cp-{{.random}}"));
+        let c = name(&custom, &[], 7).unwrap_or_default();
+        assert!(c.starts_with("demo-cp-") && c.len() == 13, "{c}");
+        for (template, says) in [
+            (
+                json!("{{ .kubeadmControlPlane.name }}"),
+                "must contain {{ .random }}",
+            ),
+            (json!("{{ .machine.name }}-{{ .random }}"), ".machine.name"),
+            (json!("UPPER-{{ .random }}"), "not a Machine name"),
+        ] {
+            match name(&with(template.clone()), &[], 1) {
+                Err(ProviderError::InvalidSpec(m)) => {
+                    assert!(
+                        m.contains("spec.machineNaming.template") && m.contains(says),
+                        "{m}"
+                    )
+                }
+                other => panic!("{template}: {other:?}"),
+            }
         }
     }
 }

@@ -29,6 +29,9 @@ pub struct Desired {
     pub template: String,
     /// 0 or 1.
     pub max_surge: u32,
+    /// `rollout.after` once it has passed, as the API server writes times (RFC 3339, seconds,
+    /// `Z`): Machines created before it are outdated.
+    pub rollout_after: Option<String>,
 }
 
 /// The next step.
@@ -44,10 +47,15 @@ pub enum Step {
     Steady,
 }
 
-/// Whether `m` no longer matches the spec: another version, or cloned from another template.
-/// A Machine without a recorded template is taken as cloned from the current one.
+/// Whether `m` no longer matches the spec: another version, cloned from another template, or
+/// created before a `rollout.after` that has passed. A Machine without a recorded template is
+/// taken as cloned from the current one.
 pub fn outdated(d: &Desired, m: &Member) -> bool {
-    m.version != d.version || m.template.as_ref().is_some_and(|t| *t != d.template)
+    m.version != d.version
+        || m.template.as_ref().is_some_and(|t| *t != d.template)
+        || d.rollout_after
+            .as_ref()
+            .is_some_and(|after| m.created < *after)
 }
 
 /// The failure domain for a new Machine: the one with the fewest live Machines, the first
@@ -116,6 +124,7 @@ mod tests {
             version: Some("v1.34.0".into()),
             template: "t2".into(),
             max_surge,
+            rollout_after: None,
         }
     }
 
@@ -247,5 +256,24 @@ mod tests {
             next_step(&d, &[current.clone(), current.clone(), current], &[]),
             Step::Steady
         );
+    }
+
+    #[test]
+    fn rollout_after_outdates_machines_created_before_it_once_it_has_passed() {
+        let m = |created: &str| Member {
+            name: "m".into(),
+            created: created.into(),
+            version: Some("v1.34.0".into()),
+            template: Some("t2".into()),
+            failure_domain: None,
+            has_node: true,
+            deleting: false,
+        };
+        let mut d = desired(3, 1);
+        assert!(!outdated(&d, &m("2026-01-01T00:00:00Z")));
+        d.rollout_after = Some("2026-06-01T00:00:00Z".into());
+        assert!(outdated(&d, &m("2026-01-01T00:00:00Z")));
+        assert!(!outdated(&d, &m("2026-06-01T00:00:00Z")));
+        assert!(!outdated(&d, &m("2026-07-01T00:00:00Z")));
     }
 }
