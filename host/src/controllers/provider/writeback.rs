@@ -408,7 +408,7 @@ pub(super) async fn write(
             super::machines::create(kctx, obj, around, &r.machines_to_create).await?;
             super::machines::delete(kctx, obj, around, &r.machines_to_delete).await?;
             let action = if recheck {
-                Action::requeue(Duration::from_secs(2))
+                Action::requeue(Duration::from_millis(500))
             } else {
                 requeue(&r.common)
             };
