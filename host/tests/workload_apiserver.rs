@@ -11,31 +11,35 @@ mod support;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams};
 
-#[tokio::test]
-async fn serves_with_the_ca_and_token_it_is_given() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// `capw apiserver` as a control-plane machine starts it: a new CA and the token
+/// `workload-token-123`, written as the bootstrap data writes them under `dir/pki`. Returns the
+/// server, the CA (certificate and key PEM) and that directory.
+fn workload_api(dir: &std::path::Path) -> (support::ApiServer, String, String, std::path::PathBuf) {
     let (crt, key) = capw_apiserver::tls::generate_ca().expect("ca");
-    let files = dir.path().join("pki");
+    let files = dir.join("pki");
     std::fs::create_dir_all(&files).expect("pki");
     std::fs::write(files.join("ca.crt"), &crt).expect("crt");
     std::fs::write(files.join("ca.key"), &key).expect("key");
     std::fs::write(files.join("token"), "workload-token-123\n").expect("token");
-    let (c, k, t) = (
-        files.join("ca.crt"),
-        files.join("ca.key"),
-        files.join("token"),
-    );
+    let arg = |n: &str| files.join(n).to_str().expect("path").to_string();
     let api = support::ApiServer::start_with(
-        &dir.path().join("data"),
+        &dir.join("data"),
         &[
             "--ca-cert",
-            c.to_str().expect("path"),
+            &arg("ca.crt"),
             "--ca-key",
-            k.to_str().expect("path"),
+            &arg("ca.key"),
             "--token-file",
-            t.to_str().expect("path"),
+            &arg("token"),
         ],
     );
+    (api, crt, key, files)
+}
+
+#[tokio::test]
+async fn serves_with_the_ca_and_token_it_is_given() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (api, crt, _, files) = workload_api(dir.path());
     let render = |token: &str| capw_apiserver::kubeconfig::render(&api.url, &crt, token);
     let client = |text: String| async move {
         let kc = kube::config::Kubeconfig::from_yaml(&text).expect("kubeconfig");
@@ -76,9 +80,9 @@ async fn serves_with_the_ca_and_token_it_is_given() {
             &api.url,
         ])
         .arg("--ca-cert")
-        .arg(&c)
+        .arg(files.join("ca.crt"))
         .arg("--token-file")
-        .arg(&t)
+        .arg(files.join("token"))
         .arg("--provider-id-file")
         .arg(files.join("provider-id"))
         .args(["--address", "172.18.0.3"])
@@ -145,24 +149,7 @@ fn cert_kubeconfig(server: &str, ca: &str, cert: &str, key: &str) -> String {
 #[test]
 fn kubectl_gets_in_with_a_client_certificate_signed_by_the_cluster_ca_only() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (crt, key) = capw_apiserver::tls::generate_ca().expect("ca");
-    let files = dir.path().join("pki");
-    std::fs::create_dir_all(&files).expect("pki");
-    std::fs::write(files.join("ca.crt"), &crt).expect("crt");
-    std::fs::write(files.join("ca.key"), &key).expect("key");
-    std::fs::write(files.join("token"), "workload-token-123\n").expect("token");
-    let arg = |n: &str| files.join(n).to_str().expect("path").to_string();
-    let api = support::ApiServer::start_with(
-        &dir.path().join("data"),
-        &[
-            "--ca-cert",
-            &arg("ca.crt"),
-            "--ca-key",
-            &arg("ca.key"),
-            "--token-file",
-            &arg("token"),
-        ],
-    );
+    let (api, crt, key, _) = workload_api(dir.path());
     let get_ns = |name: &str, text: String| {
         let path = dir.path().join(name);
         std::fs::write(&path, text).expect("kubeconfig");

@@ -32,10 +32,16 @@ fn kubeconfig(cluster: &str, server: &str, ca: &str, cert: &str, key: &str) -> S
     .to_string()
 }
 
-fn condition_true(m: &Value, t: &str) -> bool {
+/// The status of a Machine's condition of type `t`, when it has one.
+fn condition_status<'a>(m: &'a Value, t: &str) -> Option<&'a str> {
     m.pointer("/status/conditions")
         .and_then(Value::as_array)
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))
+        .and_then(|cs| cs.iter().find(|c| c["type"] == t))
+        .and_then(|c| c["status"].as_str())
+}
+
+fn condition_true(m: &Value, t: &str) -> bool {
+    condition_status(m, t) == Some("True")
 }
 
 fn replicas(obj: &View) -> Result<u32, ProviderError> {
@@ -195,13 +201,6 @@ fn seconds(rfc3339: &str) -> Option<i64> {
 }
 
 fn patient(m: &Value) -> Patient {
-    let condition = |t: &str| {
-        m.pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .and_then(|cs| cs.iter().find(|c| c["type"] == t))
-            .and_then(|c| c["status"].as_str())
-            .map(str::to_string)
-    };
     Patient {
         name: m
             .pointer("/metadata/name")
@@ -215,8 +214,8 @@ fn patient(m: &Value) -> Patient {
             .unwrap_or_default(),
         has_node: m.pointer("/status/nodeRef/name").is_some(),
         deleting: m.pointer("/metadata/deletionTimestamp").is_some(),
-        unhealthy: condition("HealthCheckSucceeded").as_deref() == Some("False")
-            && condition("OwnerRemediated").as_deref() == Some("False"),
+        unhealthy: condition_status(m, "HealthCheckSucceeded") == Some("False")
+            && condition_status(m, "OwnerRemediated") == Some("False"),
         annotated: m
             .pointer("/metadata/annotations/cluster.x-k8s.io~1remediate-machine")
             .is_some(),
