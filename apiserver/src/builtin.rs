@@ -35,6 +35,9 @@ pub fn typed_check(b: Builtin, obj: &Value) -> Result<(), ApiError> {
         Builtin::Pod => decode::<core::Pod>(obj),
         Builtin::Lease => decode::<coord::Lease>(obj),
         Builtin::Crd => decode::<ext::CustomResourceDefinition>(obj),
+        Builtin::CertificateSigningRequest => {
+            decode::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>(obj)
+        }
         Builtin::SelfSubjectAccessReview => {
             decode::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>(obj)
         }

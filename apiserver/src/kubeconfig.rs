@@ -12,6 +12,25 @@ pub fn render(server: &str, ca_pem: &str, token: &str) -> String {
     )
 }
 
+/// A kubeconfig whose user authenticates with a client certificate (PEM certificate and key),
+/// as a kubelet's `kubelet.conf` after its TLS bootstrap.
+pub fn render_with_certificate(
+    server: &str,
+    ca_pem: &str,
+    user: &str,
+    cert_pem: &str,
+    key_pem: &str,
+) -> String {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: default-cluster\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\nusers:\n- name: {user}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: default-context\n  context:\n    cluster: default-cluster\n    user: {user}\n    namespace: default\ncurrent-context: default-context\npreferences: {{}}\n",
+        b64(ca_pem),
+        b64(cert_pem),
+        b64(key_pem),
+    )
+}
+
 /// Writes `contents` to `path` with mode 0600, atomically (temp file + rename), so a reader
 /// never sees a half-written file and the secret is never world-readable.
 pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {

@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bootstrap_token;
 pub(crate) mod builtin;
 pub(crate) mod controllers;
 pub mod core;
@@ -38,6 +39,8 @@ use std::time::Duration;
 
 pub use crate::core::Core;
 pub use controllers::ControllerConfig;
+/// The signer name of kubelet client certificate requests, which this server approves and signs.
+pub use controllers::csrsigning::KUBELET_CLIENT as KUBELET_CLIENT_SIGNER;
 pub use http::HttpSettings;
 pub use http::discovery::{KubernetesVersion, KubernetesVersionError};
 pub use store::StoreConfig;
@@ -129,6 +132,24 @@ pub struct Server {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
+/// The user and groups a verified client certificate names.
+fn subject(der: &rustls::pki_types::CertificateDer<'_>) -> http::ClientCertificate {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return http::ClientCertificate::default();
+    };
+    let subject = cert.subject();
+    http::ClientCertificate {
+        common_name: subject
+            .iter_common_name()
+            .find_map(|a| a.as_str().ok().map(String::from))
+            .unwrap_or_default(),
+        organizations: subject
+            .iter_organization()
+            .filter_map(|a| a.as_str().ok().map(String::from))
+            .collect(),
+    }
+}
+
 /// Accepts TLS connections until `stop` fires, then drops every open connection (which also
 /// ends long-running watches).
 async fn serve(
@@ -164,12 +185,12 @@ async fn serve(
                     };
                     // rustls verified the chain to the CA during the handshake; a connection
                     // that presented a certificate is authenticated by it.
-                    let certified = tls.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
+                    let certified = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| subject(c));
                     let io = hyper_util::rt::TokioIo::new(tls);
                     use hyper::service::Service as _;
                     let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                        if certified {
-                            req.extensions_mut().insert(http::ClientCertificate);
+                        if let Some(cert) = &certified {
+                            req.extensions_mut().insert(cert.clone());
                         }
                         service.call(req)
                     });
@@ -282,7 +303,12 @@ impl Server {
         }
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let router = http::router(app.clone());
-        let mut tasks = controllers::spawn_all(core, config.controllers.clone());
+        let mut tasks = controllers::spawn_all(core.clone(), config.controllers.clone());
+        tasks.push(tokio::spawn(controllers::csrsigning::run(
+            core,
+            config.controllers.clone(),
+            Arc::new((tls.ca_pem.clone(), tls.ca_key_pem.clone())),
+        )));
         tasks.push(tokio::spawn(serve(
             listener,
             tokio_rustls::TlsAcceptor::from(tls.server_config),
@@ -367,6 +393,7 @@ pub struct InMemoryServer {
     app: Arc<http::App>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
+    signer: tokio::task::JoinHandle<()>,
 }
 
 impl InMemoryServer {
@@ -406,6 +433,12 @@ impl InMemoryServer {
             HttpSettings::default(),
         ));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        // A workload cluster's nodes get their client certificates from its CA.
+        let signer = tokio::spawn(controllers::csrsigning::run(
+            core.clone(),
+            ControllerConfig::default(),
+            Arc::new((tls.ca_pem.clone(), tls.ca_key_pem.clone())),
+        ));
         let task = tokio::spawn(serve(
             listener,
             tokio_rustls::TlsAcceptor::from(tls.server_config),
@@ -417,6 +450,7 @@ impl InMemoryServer {
             app,
             shutdown: Some(tx),
             task,
+            signer,
         })
     }
 }
@@ -428,6 +462,7 @@ impl Drop for InMemoryServer {
         }
         self.app.closing.send_replace(true);
         self.task.abort();
+        self.signer.abort();
     }
 }
 

@@ -39,6 +39,9 @@ pub enum Builtin {
     Rbac,
     /// Answered, never stored: `kubectl auth can-i` works, and the answer is always yes.
     SelfSubjectAccessReview,
+    /// certificates.k8s.io/v1; kubelet client certificates are approved and signed by
+    /// `controllers::csrsigning`.
+    CertificateSigningRequest,
 }
 
 /// A printer column.
@@ -426,6 +429,23 @@ fn builtins() -> Vec<ResourceType> {
         rbac("ClusterRole", "clusterroles", false),
         rbac("RoleBinding", "rolebindings", true),
         rbac("ClusterRoleBinding", "clusterrolebindings", false),
+        builtin(
+            "certificates.k8s.io",
+            "v1",
+            "CertificateSigningRequest",
+            "certificatesigningrequests",
+            &["csr"],
+            false,
+            true,
+            Builtin::CertificateSigningRequest,
+            vec![
+                c("Age", "date", ".metadata.creationTimestamp"),
+                c("SignerName", "string", ".spec.signerName"),
+                c("Requestor", "string", ".spec.username"),
+                c("RequestedDuration", "string", "#csrDuration"),
+                c("Condition", "string", "#csrCondition"),
+            ],
+        ),
         builtin(
             "authorization.k8s.io",
             "v1",

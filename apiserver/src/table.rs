@@ -170,6 +170,31 @@ fn cell(obj: &Value, col: &Column, now: jiff::Timestamp) -> Value {
                 .unwrap_or(1);
             return json!(n.to_string());
         }
+        "#csrCondition" => {
+            // kubectl's: the condition types in order, "Pending" when there are none, and
+            // "Issued" once a certificate is there.
+            let mut parts: Vec<String> = obj
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.get("type").and_then(Value::as_str).map(String::from))
+                .collect();
+            if parts.is_empty() {
+                parts.push("Pending".into());
+            }
+            if obj.pointer("/status/certificate").is_some() {
+                parts.push("Issued".into());
+            }
+            return json!(parts.join(","));
+        }
+        "#csrDuration" => {
+            return json!(
+                obj.pointer("/spec/expirationSeconds")
+                    .and_then(Value::as_i64)
+                    .map_or_else(|| "<none>".to_string(), human_age)
+            );
+        }
         "#podReady" => return json!(crate::builtin::ready_column(obj)),
         "#podStatus" => return json!(crate::builtin::status_column(obj)),
         "#restarts" => return json!(crate::builtin::restarts_column(obj)),

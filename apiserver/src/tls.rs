@@ -47,6 +47,8 @@ pub enum TlsError {
 pub struct TlsMaterial {
     /// The CA certificate, PEM.
     pub ca_pem: String,
+    /// The CA's private key, PEM: the CSR signer issues client certificates with it.
+    pub ca_key_pem: String,
     /// The rustls configuration serving with it.
     pub server_config: Arc<rustls::ServerConfig>,
 }
@@ -89,9 +91,11 @@ pub fn load_or_create(dir: &Path, sans: Vec<String>) -> Result<TlsMaterial, TlsE
         crate::kubeconfig::write_private(&crt_path, &cert.pem()).map_err(io(&crt_path))?;
         (key, cert.pem())
     };
+    let ca_key_pem = ca_key.serialize_pem();
     let server_config = serving_config(&ca_pem, ca_key, &sans)?;
     Ok(TlsMaterial {
         ca_pem,
+        ca_key_pem,
         server_config,
     })
 }
@@ -124,12 +128,7 @@ pub fn client_certificate(
     let issuer = Issuer::from_ca_cert_pem(ca_pem, KeyPair::from_pem(ca_key_pem)?)?;
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    for o in organizations {
-        dn.push(DnType::OrganizationName, *o);
-    }
-    dn.push(DnType::CommonName, common_name);
-    params.distinguished_name = dn;
+    params.distinguished_name = subject(common_name, organizations);
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     params.key_usages = vec![
         KeyUsagePurpose::DigitalSignature,
@@ -140,6 +139,73 @@ pub fn client_certificate(
     params.not_after = now + CLIENT_CERT_VALIDITY;
     let cert = params.signed_by(&key, &issuer)?;
     Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// The subject of a PEM certificate signing request whose signature verifies: the common name
+/// and the organizations. `None` for anything else.
+pub fn csr_subject(csr_pem: &str) -> Option<(String, Vec<String>)> {
+    use rustls::pki_types::CertificateSigningRequestDer;
+    use x509_parser::prelude::FromDer as _;
+    let der = CertificateSigningRequestDer::from_pem_slice(csr_pem.as_bytes()).ok()?;
+    let (_, csr) =
+        x509_parser::certification_request::X509CertificationRequest::from_der(der.as_ref())
+            .ok()?;
+    csr.verify_signature().ok()?;
+    let subject = &csr.certification_request_info.subject;
+    let cn = subject
+        .iter_common_name()
+        .find_map(|a| a.as_str().ok().map(String::from))?;
+    let orgs = subject
+        .iter_organization()
+        .filter_map(|a| a.as_str().ok().map(String::from))
+        .collect();
+    Some((cn, orgs))
+}
+
+/// A client certificate for the key and subject in `csr_pem`, signed by the CA and valid for
+/// `validity`: whatever else the request asks for (CA, server use, names), the certificate is
+/// for client authentication only, as kube's client signers issue it.
+pub fn sign_client_csr(
+    csr_pem: &str,
+    ca_pem: &str,
+    ca_key_pem: &str,
+    validity: Duration,
+) -> Result<String, TlsError> {
+    let issuer = Issuer::from_ca_cert_pem(ca_pem, KeyPair::from_pem(ca_key_pem)?)?;
+    let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem)?;
+    let p = &mut csr.params;
+    p.is_ca = IsCa::ExplicitNoCa;
+    p.subject_alt_names.clear();
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    p.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    let now = time::OffsetDateTime::now_utc();
+    // As kube's signer: backdated five minutes for clock skew.
+    p.not_before = now - Duration::from_secs(300);
+    p.not_after = now + validity;
+    Ok(csr.signed_by(&issuer)?.pem())
+}
+
+/// A client's subject as kube reads it: the user in CN, the groups in O.
+fn subject(common_name: &str, organizations: &[&str]) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    for o in organizations {
+        dn.push(DnType::OrganizationName, *o);
+    }
+    dn.push(DnType::CommonName, common_name);
+    dn
+}
+
+/// A new key and a PEM certificate signing request for `common_name` in `organizations`, as a
+/// kubelet makes for its client certificate: (request PEM, key PEM).
+pub fn client_csr(common_name: &str, organizations: &[&str]) -> Result<(String, String), TlsError> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = subject(common_name, organizations);
+    let csr = params.serialize_request(&key)?;
+    Ok((csr.pem()?, key.serialize_pem()))
 }
 
 /// How long the client certificate `cert_pem` stays valid, or `None` when it is not a
@@ -157,11 +223,29 @@ pub fn remaining_validity(cert_pem: &str, ca_pem: &str) -> Option<Duration> {
     ))
 }
 
+/// kubeadm's CA pin: `sha256:` and the lowercase hex SHA-256 of the certificate's
+/// SubjectPublicKeyInfo, as `discovery.bootstrapToken.caCertHashes` holds it. `None` when
+/// `cert_pem` is not a certificate.
+pub fn spki_sha256(cert_pem: &str) -> Option<String> {
+    use sha2::Digest as _;
+    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
+    let digest = sha2::Sha256::digest(cert.tbs_certificate.subject_pki.raw);
+    Some(format!(
+        "sha256:{}",
+        digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    ))
+}
+
 /// Serving TLS for `sans`, signed by the CA given as PEM.
 pub fn from_ca(ca_pem: &str, ca_key_pem: &str, sans: &[String]) -> Result<TlsMaterial, TlsError> {
     let key = KeyPair::from_pem(ca_key_pem)?;
     Ok(TlsMaterial {
         ca_pem: ca_pem.to_string(),
+        ca_key_pem: ca_key_pem.to_string(),
         server_config: serving_config(ca_pem, key, sans)?,
     })
 }
@@ -196,4 +280,31 @@ fn serving_config(
         .with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The pin of a certificate made and hashed by openssl
+    /// (`openssl x509 -pubkey -noout | openssl pkey -pubin -outform der | sha256sum`), as
+    /// kubeadm documents computing `--discovery-token-ca-cert-hash`.
+    #[test]
+    fn the_ca_pin_is_the_spki_hash_openssl_computes() {
+        let pem = "-----BEGIN CERTIFICATE-----
+MIIBfjCCASWgAwIBAgIUYrjzbEcvYjI7urzJlUXQqIuldtowCgYIKoZIzj0EAwIw
+FTETMBEGA1UEAwwKa3ViZXJuZXRlczAeFw0yNjEyMDIyMDA3MTBaFw0zNjExMjky
+MDA3MTBaMBUxEzARBgNVBAMMCmt1YmVybmV0ZXMwWTATBgcqhkjOPQIBBggqhkjO
+PQMBBwNCAASt4AD7vi9cCrRb2PBTNE6w4/qdNOoKIsBVczNYLdIbGk3Ur1xnmjzp
+PljndDYCWeNhWo1veIEMOL03Orx1YUCHo1MwUTAdBgNVHQ4EFgQUmjce2v00jgnh
+EDhB/W5P+sDcMjgwHwYDVR0jBBgwFoAUmjce2v00jgnhEDhB/W5P+sDcMjgwDwYD
+VR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNHADBEAiAflnaHncN5L8RrxVzVx8KE
+agvEvvXnq2V7ECJ/IEm8ngIgc8G7ZX7fgNMkGP+oS7gMc6dJ6aWp7ka3Z2T4W7kD
+vS4=
+-----END CERTIFICATE-----
+";
+        assert_eq!(
+            super::spki_sha256(pem).as_deref(),
+            Some("sha256:e1570500003bfe99b08eb09e4fb3462ec5a0903be3a33e71c176fa81bde1b1bb")
+        );
+        assert_eq!(super::spki_sha256("not a certificate"), None);
+    }
 }

@@ -697,6 +697,21 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
             && cc.contains(&format!("clusterName: {cluster}")),
         "{out}"
     );
+    // The new workers joined as kubeadm joins: a bootstrap token got each one a client
+    // certificate through a kubelet CertificateSigningRequest, approved and signed.
+    let (ok, csrs) = env.kubectl_with(&wl, &["get", "csr"], None);
+    let issued = csrs
+        .lines()
+        .filter(|l| {
+            l.contains("kubernetes.io/kube-apiserver-client-kubelet")
+                && l.contains("system:bootstrap:")
+                && l.contains("Approved,Issued")
+        })
+        .count();
+    assert!(
+        ok && issued >= 2,
+        "kubectl get csr on the workload cluster:\n{csrs}"
+    );
     env.eventually("the replaced containers to be gone", 60, || {
         let names: Vec<String> = containers(cluster).into_iter().map(|c| c.0).collect();
         (names.len() == 4

@@ -1362,6 +1362,7 @@ async fn upstream_kubeadm_kinds_apply_as_written_and_are_checked_as_upstream() {
     ] {
         assert!(cc.lines().any(|l| l == line), "{line}: {cc}");
     }
+    workers_join_with_bootstrap_tokens(&env, "e2e", "e2e-md-0").await;
 
     // Admission, as upstream's webhooks and CEL rules: each refusal names the field.
     let refused = |manifest: String, says: &str| {
@@ -1553,4 +1554,120 @@ fn pem_der(pem: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD
         .decode(body)
         .expect("pem body")
+}
+
+/// As CABPK: each worker's KubeadmConfig gets its discovery filled (the Cluster's endpoint,
+/// the CA's SPKI pin, a bootstrap token), the token's `kube-system/bootstrap-token-<id>` Secret
+/// is in the workload cluster and expires within the TTL, and the worker's bootstrap data
+/// holds the token but no cluster secret. kube-public/cluster-info carries the CA the pin names.
+async fn workers_join_with_bootstrap_tokens(env: &Env, cluster: &str, deployment: &str) {
+    use base64::Engine as _;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let get = |args: &[&str]| -> serde_json::Value {
+        serde_json::from_str(&env.kubectl(args, None)).expect("json")
+    };
+    let ca_secret = get(&["get", "secret", &format!("{cluster}-ca"), "-o", "json"]);
+    let ca = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(ca_secret["data"]["tls.crt"].as_str().expect("tls.crt"))
+            .expect("base64"),
+    )
+    .expect("pem");
+    let pin = capw_apiserver::tls::spki_sha256(&ca).expect("the CA's pin");
+    let c = get(&["get", "cluster", cluster, "-o", "json"]);
+    let endpoint = format!(
+        "{}:{}",
+        c["spec"]["controlPlaneEndpoint"]["host"]
+            .as_str()
+            .expect("host"),
+        c["spec"]["controlPlaneEndpoint"]["port"]
+    );
+    let configs = get(&[
+        "get",
+        "kubeadmconfigs",
+        "-l",
+        &format!("cluster.x-k8s.io/deployment-name={deployment}"),
+        "-o",
+        "json",
+    ]);
+    let configs = configs["items"].as_array().expect("items").clone();
+    assert!(!configs.is_empty(), "no worker KubeadmConfigs");
+    let workload = env.workload(cluster).await;
+    let tokens: Api<Secret> = Api::namespaced(workload.clone(), "kube-system");
+    for config in &configs {
+        let name = config["metadata"]["name"].as_str().expect("name");
+        let bt = &config["spec"]["joinConfiguration"]["discovery"]["bootstrapToken"];
+        assert_eq!(bt["apiServerEndpoint"], json!(endpoint), "{name}: {bt}");
+        assert_eq!(bt["caCertHashes"], json!([pin]), "{name}: {bt}");
+        let token = bt["token"].as_str().expect("a token");
+        let (id, secret) =
+            capw_apiserver::bootstrap_token::parse(token).expect("a bootstrap token");
+        let stored = tokens
+            .get(&format!("bootstrap-token-{id}"))
+            .await
+            .expect("the token's Secret in the workload cluster");
+        assert_eq!(
+            stored.type_.as_deref(),
+            Some("bootstrap.kubernetes.io/token")
+        );
+        let data = stored.data.expect("data");
+        let field = |k: &str| String::from_utf8(data[k].0.clone()).expect("utf8");
+        assert_eq!(field("token-secret"), secret);
+        assert_eq!(field("usage-bootstrap-authentication"), "true");
+        let expires: jiff::Timestamp = field("expiration").parse().expect("RFC 3339");
+        let left = expires.as_second() - jiff::Timestamp::now().as_second();
+        assert!(left > 0 && left <= 15 * 60, "expires in {left} s");
+        // The bootstrap data: the token, no CA key, no cluster token.
+        let data_secret = get(&["get", "secret", name, "-o", "json"]);
+        let value = String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(data_secret["data"]["value"].as_str().expect("value"))
+                .expect("base64"),
+        )
+        .expect("utf8");
+        assert!(value.contains(token), "{value}");
+        assert!(value.contains(&pin), "{value}");
+        assert!(!value.contains("PRIVATE KEY"), "{value}");
+        assert!(!value.contains("/etc/capw/token"), "{value}");
+        // The node got its lasting credential with the token, as a kubelet's TLS bootstrap.
+        let csrs: Api<k8s_openapi::api::certificates::v1::CertificateSigningRequest> =
+            Api::all(workload.clone());
+        let user = format!("system:bootstrap:{id}");
+        env.eventually("the worker's certificate request is signed", 30, || async {
+            let list = csrs.list(&Default::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .find(|c| c.spec.username.as_deref() == Some(user.as_str()))
+                .filter(|c| {
+                    let st = c.status.clone().unwrap_or_default();
+                    st.certificate.is_some()
+                        && st
+                            .conditions
+                            .iter()
+                            .flatten()
+                            .any(|c| c.type_ == "Approved")
+                })
+                .map(|_| ())
+        })
+        .await;
+    }
+    let public: Api<ConfigMap> = Api::namespaced(workload, "kube-public");
+    let info = public.get("cluster-info").await.expect("cluster-info");
+    let kc = info.data.expect("data")["kubeconfig"].clone();
+    let kc = kube::config::Kubeconfig::from_yaml(&kc).expect("a kubeconfig");
+    let ca_data = kc.clusters[0]
+        .cluster
+        .as_ref()
+        .and_then(|c| c.certificate_authority_data.clone())
+        .expect("CA data");
+    let listed = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(ca_data)
+            .expect("base64"),
+    )
+    .expect("pem");
+    assert_eq!(
+        capw_apiserver::tls::spki_sha256(&listed).as_deref(),
+        Some(pin.as_str())
+    );
 }

@@ -236,3 +236,114 @@ fn kubectl_gets_in_with_a_client_certificate_signed_by_the_cluster_ca_only() {
         None
     );
 }
+
+/// A worker's join, with the real `capw node-agent` and kubectl against `capw apiserver`: the
+/// agent reads `kube-public/cluster-info` with no credentials, accepts its CA only when the
+/// pinned SPKI hash matches, sends a kubelet CertificateSigningRequest with its bootstrap token,
+/// and registers its Node with the certificate the cluster signed. The token and the node
+/// certificate reach what kubeadm's roles give them, and no more.
+#[test]
+fn a_worker_joins_with_a_bootstrap_token_and_then_uses_its_own_certificate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (api, crt, _key, _) = workload_api(dir.path());
+    let admin = |args: &[&str], stdin: Option<&str>| {
+        support::kubectl(&api.kubeconfig, dir.path(), args, stdin)
+    };
+    // What the host and the control plane's agent put there.
+    let token = capw_apiserver::bootstrap_token::generate();
+    let (id, secret) = capw_apiserver::bootstrap_token::parse(&token).expect("token");
+    let later = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(900)).to_string();
+    let secret_obj = capw_apiserver::bootstrap_token::secret_object(id, secret, &later);
+    let info = capw::node::agent::cluster_info_config_map(&api.url, &crt);
+    for obj in [secret_obj, info] {
+        let (ok, out) = admin(&["create", "-f", "-"], Some(&obj.to_string()));
+        assert!(ok, "{out}");
+    }
+    let token_file = dir.path().join("bootstrap-token");
+    std::fs::write(&token_file, format!("{token}\n")).expect("token file");
+    let pin = capw_apiserver::tls::spki_sha256(&crt).expect("pin");
+    let kubelet_conf = dir.path().join("kubelet.conf");
+    let agent = |pin: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_capw"))
+            .args(["node-agent", "--once", "--node-name", "w1"])
+            .args(["--provider-id", "test:///w1", "--server", &api.url])
+            .arg("--bootstrap-token-file")
+            .arg(&token_file)
+            .args(["--discovery-token-ca-cert-hash", pin])
+            .arg("--kubelet-kubeconfig")
+            .arg(&kubelet_conf)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("capw node-agent runs")
+    };
+
+    // Another CA's pin: the token is never sent.
+    let (other, _) = capw_apiserver::tls::generate_ca().expect("other ca");
+    let out = agent(&capw_apiserver::tls::spki_sha256(&other).expect("pin"));
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && text.contains("refusing to send the token"),
+        "{text}"
+    );
+    assert!(!kubelet_conf.exists());
+
+    let out = agent(&pin);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, csrs) = admin(&["get", "csr"], None);
+    assert!(
+        ok && csrs.lines().any(
+            |l| l.contains("kubernetes.io/kube-apiserver-client-kubelet")
+                && l.contains(&format!("system:bootstrap:{id}"))
+                && l.contains("Approved,Issued")
+        ),
+        "{csrs}"
+    );
+    // The node's own kubeconfig: its Node, and nothing else.
+    let node = |args: &[&str]| support::kubectl(&kubelet_conf, dir.path(), args, None);
+    let (ok, out) = node(&["get", "node", "w1", "-o", "jsonpath={.spec.providerID}"]);
+    assert!(ok && out == "test:///w1", "{out}");
+    let (ok, out) = node(&["get", "secrets", "-n", "kube-system"]);
+    assert!(
+        !ok && out.contains("Forbidden") && out.contains("system:node:w1"),
+        "{out}"
+    );
+    // The token itself: discovery and Nodes to read; no writes, no Secrets.
+    let with_token = |args: &[&str]| {
+        let mut all = vec!["--token", token.as_str()];
+        all.extend_from_slice(args);
+        let kc = dir.path().join("no-user");
+        let cluster_only = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: w\n  cluster:\n    server: {}\n    certificate-authority-data: {}\ncontexts:\n- name: c\n  context:\n    cluster: w\n    user: u\nusers:\n- name: u\n  user: {{}}\ncurrent-context: c\n",
+            api.url,
+            {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD.encode(&crt)
+            }
+        );
+        std::fs::write(&kc, cluster_only).expect("kubeconfig");
+        support::kubectl(&kc, dir.path(), &all, None)
+    };
+    let (ok, out) = with_token(&["get", "nodes", "-o", "name"]);
+    assert!(ok && out.trim() == "node/w1", "{out}");
+    let (ok, out) = with_token(&["get", "secrets", "-n", "kube-system"]);
+    assert!(
+        !ok && out.contains(&format!("system:bootstrap:{id}")),
+        "{out}"
+    );
+    let (ok, out) = with_token(&["delete", "node", "w1"]);
+    assert!(!ok && out.contains("Forbidden"), "{out}");
+    // Restarted, the agent reuses its certificate: no second request.
+    let out = agent(&pin);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, csrs) = admin(&["get", "csr", "-o", "name"], None);
+    assert_eq!(csrs.lines().count(), 1, "{csrs}");
+}

@@ -1,13 +1,15 @@
 //! The controllers kube-apiserver and kube-controller-manager would run, in-process: the CRD
 //! establisher, the garbage collector, the namespace controller, the pod garbage collector (for
-//! Pods of deleted Nodes) and the Event TTL sweeper.
+//! Pods of deleted Nodes), the bootstrap-token cleaner and the Event TTL sweeper.
 //! Each reacts to store events and also sweeps periodically, so work interrupted by a restart
 //! converges.
 
 pub mod crd;
+pub mod csrsigning;
 pub mod gc;
 pub mod namespace;
 pub mod podgc;
+pub mod tokencleaner;
 
 use crate::core::{Core, DeleteOptions, Op, Propagation, WriteOptions};
 use crate::registry::ResourceType;
@@ -106,6 +108,7 @@ pub fn spawn_all(core: Arc<Core>, config: ControllerConfig) -> Vec<tokio::task::
         tokio::spawn(namespace::run(core.clone(), config.clone())),
         tokio::spawn(crd::run(core.clone(), config.clone())),
         tokio::spawn(podgc::run(core.clone(), config.clone())),
+        tokio::spawn(tokencleaner::run(core.clone(), config.clone())),
         tokio::spawn(event_ttl(core, config)),
     ]
 }

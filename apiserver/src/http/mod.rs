@@ -185,34 +185,131 @@ pub(crate) fn error_response(e: &ApiError) -> Response {
     r
 }
 
-/// Marks a request that came over a connection whose client certificate chains to the CA.
-#[derive(Debug, Clone, Copy)]
-pub struct ClientCertificate;
-
-/// A client certificate signed by the CA, or the bearer token. There is no authorization
-/// beyond this: every authenticated client is an administrator, as `system:masters` is.
-fn authenticated(parts: &http::request::Parts, token: &str) -> bool {
-    parts.extensions.get::<ClientCertificate>().is_some() || bearer_matches(&parts.headers, token)
+/// Marks a request that came over a connection whose client certificate chains to the CA,
+/// with the certificate's subject: kube takes the user from the CN and the groups from O.
+#[derive(Debug, Clone, Default)]
+pub struct ClientCertificate {
+    /// The subject's common name.
+    pub common_name: String,
+    /// The subject's organizations.
+    pub organizations: Vec<String>,
 }
 
-fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
-    let Some(h) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
-    else {
-        return false;
-    };
-    let Some(given) = h.strip_prefix("Bearer ").map(str::trim) else {
-        return false;
-    };
-    // Constant-time comparison: the token is the only secret this server has.
-    given.len() == token.len()
-        && given
-            .bytes()
-            .zip(token.bytes())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+/// What an identity may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The server's bearer token, or any certificate signed by the CA that is not a node's.
+    /// There is no RBAC: such a client is an administrator, as `system:masters` is.
+    Admin,
+    /// A valid bootstrap token (see [`crate::bootstrap_token`]).
+    Bootstrap,
+    /// A kubelet client certificate (`system:node:<name>`, O=`system:nodes`).
+    Node,
+    /// No credentials.
+    Anonymous,
 }
+
+/// Who a request comes from, as kube names users and groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Identity {
+    role: Role,
+    user: String,
+    groups: Vec<String>,
+}
+
+const AUTHENTICATED: &str = "system:authenticated";
+
+fn identify(parts: &http::request::Parts, app: &App) -> Option<Identity> {
+    if let Some(cert) = parts.extensions.get::<ClientCertificate>() {
+        let node = cert.common_name.starts_with("system:node:")
+            && cert.organizations.iter().any(|o| o == "system:nodes");
+        let mut groups = cert.organizations.clone();
+        groups.push(AUTHENTICATED.into());
+        return Some(Identity {
+            role: if node { Role::Node } else { Role::Admin },
+            user: cert.common_name.clone(),
+            groups,
+        });
+    }
+    let Some(given) = bearer(&parts.headers) else {
+        return Some(Identity {
+            role: Role::Anonymous,
+            user: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+        });
+    };
+    if crate::bootstrap_token::constant_time_eq(given.as_bytes(), app.token.as_bytes()) {
+        return Some(Identity {
+            role: Role::Admin,
+            user: "capw-admin".into(),
+            groups: vec!["system:masters".into(), AUTHENTICATED.into()],
+        });
+    }
+    if crate::bootstrap_token::authenticates(&app.core.store, given, jiff::Timestamp::now()) {
+        let id = given.split('.').next().unwrap_or_default();
+        return Some(Identity {
+            role: Role::Bootstrap,
+            user: format!("system:bootstrap:{id}"),
+            groups: vec![
+                "system:bootstrappers".into(),
+                crate::bootstrap_token::NODE_GROUP.into(),
+                AUTHENTICATED.into(),
+            ],
+        });
+    }
+    // A bearer token that is neither is refused, not downgraded to anonymous, as kube does.
+    None
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+/// kubeadm's `cluster-info`: the one object anyone may read, so a joining node can fetch the
+/// CA it then checks against its pinned hash.
+const CLUSTER_INFO: &str = "/api/v1/namespaces/kube-public/configmaps/cluster-info";
+
+/// What a non-administrator may do. Anonymous clients get `cluster-info`, version and health,
+/// as kubeadm's RBAC for `system:unauthenticated` allows. A bootstrap token gets what kubeadm's
+/// bootstrapper roles give (discovery, reading Nodes, requesting a client certificate) and a
+/// node what the node authorizer gives the node agent: its Node and certificate requests.
+fn allowed(identity: &Identity, method: &Method, path: &str) -> bool {
+    let read = *method == Method::GET;
+    let public = read
+        && (path == CLUSTER_INFO
+            || path == "/version"
+            || path == "/healthz"
+            || path == "/readyz"
+            || path == "/livez");
+    let discovery = read
+        && (path == "/api"
+            || path == "/apis"
+            || path == "/api/v1"
+            || path.starts_with("/apis/certificates.k8s.io")
+                && !path.contains("/certificatesigningrequests")
+            || path.starts_with("/openapi/"));
+    let csr = path == CSRS
+        || path
+            .strip_prefix(CSRS)
+            .is_some_and(|rest| rest.starts_with('/') && (read || rest.matches('/').count() == 1));
+    let nodes = path == "/api/v1/nodes" || path.starts_with("/api/v1/nodes/");
+    match identity.role {
+        Role::Admin => true,
+        Role::Anonymous => public,
+        // kubeadm's `kubeadm:get-nodes` role lets bootstrappers read Nodes.
+        Role::Bootstrap => {
+            public || discovery || (nodes && read) || (csr && (read || *method == Method::POST))
+        }
+        Role::Node => public || discovery || nodes || (csr && (read || *method == Method::POST)),
+    }
+}
+
+const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 
 async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     let span = tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
@@ -221,8 +318,25 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
 
 async fn serve_request(app: Arc<App>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    if !authenticated(&parts, &app.token) {
+    let Some(identity) = identify(&parts, &app) else {
         return error_response(&ApiError::unauthorized());
+    };
+    if !allowed(&identity, &parts.method, parts.uri.path()) {
+        return error_response(&match identity.role {
+            Role::Anonymous => ApiError::unauthorized(),
+            Role::Bootstrap => ApiError::forbidden(format!(
+                "User \"{}\" cannot {} {}: a bootstrap token may read cluster-info, discovery and Nodes and request a node client certificate only; use the cluster's kubeconfig for anything else",
+                identity.user,
+                parts.method,
+                parts.uri.path()
+            )),
+            Role::Node | Role::Admin => ApiError::forbidden(format!(
+                "User \"{}\" cannot {} {}: a node's certificate may manage Nodes and request certificates only",
+                identity.user,
+                parts.method,
+                parts.uri.path()
+            )),
+        });
     }
     let method_index = METHODS
         .iter()
@@ -289,6 +403,7 @@ async fn serve_request(app: Arc<App>, req: Request) -> Response {
             let query = Query::parse(parts.uri.query());
             match resource(
                 &app,
+                &identity,
                 &parts.method,
                 &parts.headers,
                 accept.as_deref(),
@@ -570,11 +685,12 @@ async fn scale(
 #[allow(clippy::too_many_arguments)]
 async fn resource(
     app: &Arc<App>,
+    identity: &Identity,
     method: &Method,
     headers: &HeaderMap,
     accept: Option<&str>,
     body: Body,
-    rp: ResourcePath,
+    mut rp: ResourcePath,
     q: &Query,
 ) -> Result<Response, ApiError> {
     let want = request::negotiate(accept)?;
@@ -583,6 +699,12 @@ async fn resource(
         .registry
         .get(&rp.group, &rp.version, &rp.resource)
         .ok_or_else(ApiError::route_not_found)?;
+    let csr = rt.builtin == Some(crate::registry::Builtin::CertificateSigningRequest);
+    if csr && rp.subresource == "approval" {
+        // `kubectl certificate approve|deny` writes the conditions through /approval; they
+        // are stored in status like the signer's certificate.
+        rp.subresource = "status".into();
+    }
     if (!rt.namespaced && !rp.namespace.is_empty())
         || !matches!(rp.subresource.as_str(), "" | "status" | "scale")
     {
@@ -633,7 +755,12 @@ async fn resource(
             update_manager(&mut opts, headers);
             let bytes = read_body(headers, body).await?;
             let ct = body_type(headers);
-            let obj = decode_object(&ct, &bytes)?;
+            let mut obj = decode_object(&ct, &bytes)?;
+            if csr {
+                // As kube's CSR strategy: the requester is who sent it, whatever the body says.
+                obj["spec"]["username"] = Value::String(identity.user.clone());
+                obj["spec"]["groups"] = serde_json::json!(identity.groups);
+            }
             let w = core.write(&rt, ns, "", "", Op::Create(obj), &opts).await?;
             Ok(written(201, &w, want))
         }

@@ -160,14 +160,36 @@ pub fn kubeadm_config_map(cluster_configuration: &str) -> serde_json::Value {
     })
 }
 
-/// Creates `kube-system/kubeadm-config`, or replaces its ClusterConfiguration: the machine that
-/// starts last presents its version, as kubeadm upgrade leaves the ConfigMap. The node agent
-/// writes it to its machine's own API server.
-pub async fn upload_kubeadm_config(
+/// kubeadm's `kube-public/cluster-info`: a kubeconfig naming the cluster's endpoint and CA and
+/// no user. Anyone may read it; a joining node checks its CA against the pinned hash.
+pub fn cluster_info_config_map(server: &str, ca_pem: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    let kubeconfig = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "", "cluster": {
+            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(ca_pem),
+            "server": server,
+        }}],
+        "contexts": null,
+        "current-context": "",
+        "preferences": {},
+        "users": null,
+    });
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cluster-info", "namespace": "kube-public"},
+        "data": {"kubeconfig": serde_yaml::to_string(&kubeconfig).unwrap_or_default()},
+    })
+}
+
+/// Creates the ConfigMap `object`, or replaces its data: the control-plane machine that starts
+/// last presents its version in `kube-system/kubeadm-config`, as kubeadm upgrade leaves it.
+/// The node agent writes these to its machine's own API server.
+pub async fn put_config_map(
     config_maps: &Api<ConfigMap>,
-    cluster_configuration: &str,
+    object: serde_json::Value,
 ) -> Result<(), kube::Error> {
-    let object = kubeadm_config_map(cluster_configuration);
     let typed: ConfigMap =
         serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
     match config_maps.create(&PostParams::default(), &typed).await {
@@ -176,7 +198,7 @@ pub async fn upload_kubeadm_config(
             let patch = json!({"data": object["data"]});
             config_maps
                 .patch(
-                    "kubeadm-config",
+                    &typed.metadata.name.unwrap_or_default(),
                     &PatchParams::default(),
                     &Patch::Merge(&patch),
                 )

@@ -77,6 +77,8 @@ struct SimCluster {
     /// so clients fail fast instead of waiting on a handshake nobody answers.
     listener: Mutex<Option<Parked>>,
     server: tokio::sync::OnceCell<InMemoryServer>,
+    /// The CA the workload API was started with, for cluster-info and a joining node's pin.
+    ca: std::sync::OnceLock<String>,
     vms: Mutex<BTreeMap<String, Vm>>,
 }
 
@@ -152,6 +154,7 @@ impl SimCloud {
             port,
             listener: Mutex::new(Some(park(listener))),
             server: tokio::sync::OnceCell::new(),
+            ca: std::sync::OnceLock::new(),
             vms: Mutex::new(BTreeMap::new()),
         });
         all.insert(key.to_string(), c.clone());
@@ -286,6 +289,13 @@ async fn boot(
             }
             ["capw", "node-agent", ..] => {
                 let node = flag(&argv, "node-name").unwrap_or(&name).to_string();
+                let join = flag(&argv, "bootstrap-token-file").map(|path| Join {
+                    token: cc
+                        .file(path)
+                        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+                        .unwrap_or_default(),
+                    pins: all_flags(&argv, "discovery-token-ca-cert-hash"),
+                });
                 let version = flag(&argv, "kubelet-version")
                     .unwrap_or(crate::node::agent::DEFAULT_KUBELET_VERSION)
                     .to_string();
@@ -305,6 +315,7 @@ async fn boot(
                                     &String::from_utf8_lossy(&bytes),
                                 )
                             }),
+                        join,
                     },
                 ));
             }
@@ -338,6 +349,7 @@ impl SimCluster {
                     addr: std::net::SocketAddr::from(([127, 0, 0, 1], self.port)),
                     source,
                 })?;
+                let _ = self.ca.set(ca.to_string());
                 InMemoryServer::start(listener, ca, key, token.to_string()).await
             })
             .await
@@ -356,14 +368,71 @@ struct Registered {
     control_plane: bool,
     /// `--kubeadm-config`'s ClusterConfiguration, uploaded as `kube-system/kubeadm-config`.
     cluster_configuration: Option<String>,
+    /// `--bootstrap-token-file`: a worker joining as `kubeadm join` does.
+    join: Option<Join>,
+}
+
+/// A joining worker's bootstrap token and CA pins.
+struct Join {
+    token: String,
+    pins: Vec<String>,
+}
+
+/// Every value of a repeatable `--flag VALUE`.
+fn all_flags(argv: &[String], name: &str) -> Vec<String> {
+    let long = format!("--{name}");
+    argv.windows(2)
+        .filter(|w| w[0] == long)
+        .map(|w| w[1].clone())
+        .collect()
+}
+
+/// What `capw node-agent --bootstrap-token-file` checks over HTTPS, checked in-process: the
+/// CA's pin (a mismatch is final) and the token against the workload's bootstrap-token Secrets.
+fn joined(c: &SimCluster, server: &InMemoryServer, join: &Join) -> Result<bool, String> {
+    let ca = c.ca.get().map(String::as_str).unwrap_or_default();
+    let pin = capw_apiserver::tls::spki_sha256(ca).unwrap_or_default();
+    if !join.pins.is_empty() && !join.pins.contains(&pin) {
+        return Err(format!(
+            "the cluster CA's hash {pin} is not among the pinned {:?}",
+            join.pins
+        ));
+    }
+    Ok(capw_apiserver::bootstrap_token::authenticates(
+        &server.core.store,
+        &join.token,
+        jiff::Timestamp::now(),
+    ))
 }
 
 /// Registers the Node once the workload API is up, as a kubelet would, and keeps it Ready.
 async fn node_agent(c: Arc<SimCluster>, delay: Duration, r: Registered) {
     tokio::time::sleep(delay).await;
+    let mut certified = false;
     loop {
         if let Some(server) = c.server.get() {
-            match register(&server.core, &r).await {
+            if let Some(join) = r.join.as_ref().filter(|_| !certified) {
+                match joined(&c, server, join) {
+                    Ok(true) => match tls_bootstrap(&server.core, &r.node, &join.token).await {
+                        Ok(()) => certified = true,
+                        Err(e) => {
+                            tracing::debug!(node = %r.node, error = %e, "the node's certificate request failed; retrying");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    },
+                    Ok(false) => {
+                        tracing::debug!(node = %r.node, "the bootstrap token does not authenticate yet; retrying");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(node = %r.node, error = %e, "refusing to join");
+                        return;
+                    }
+                }
+            }
+            match register(&c, &server.core, &r).await {
                 Ok(()) => return,
                 Err(e) => {
                     tracing::debug!(node = %r.node, error = %e, "registering the node failed; retrying")
@@ -374,7 +443,53 @@ async fn node_agent(c: Arc<SimCluster>, delay: Duration, r: Registered) {
     }
 }
 
-async fn register(core: &Core, reg: &Registered) -> Result<(), capw_apiserver::status::ApiError> {
+/// `capw node-agent`'s TLS bootstrap, in-process: a kubelet client CertificateSigningRequest
+/// from the bootstrap token's user, which the workload's signer approves and signs.
+async fn tls_bootstrap(core: &Core, node: &str, token: &str) -> Result<(), String> {
+    use base64::Engine as _;
+    let rt = core
+        .registry
+        .get("certificates.k8s.io", "v1", "certificatesigningrequests")
+        .ok_or("the workload API serves no CertificateSigningRequests")?;
+    let user = format!("system:node:{node}");
+    let (request, _key) =
+        capw_apiserver::tls::client_csr(&user, &["system:nodes"]).map_err(|e| e.to_string())?;
+    let id = token.split('.').next().unwrap_or_default();
+    let name = format!("node-csr-{node}");
+    let csr = serde_json::json!({
+        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {
+            "request": base64::engine::general_purpose::STANDARD.encode(request),
+            "signerName": capw_apiserver::KUBELET_CLIENT_SIGNER,
+            "usages": ["digital signature", "client auth"],
+            "username": format!("system:bootstrap:{id}"),
+            "groups": ["system:bootstrappers", capw_apiserver::bootstrap_token::NODE_GROUP, "system:authenticated"],
+        },
+    });
+    let opts = WriteOptions {
+        field_manager: "capw-node-agent".into(),
+        ..Default::default()
+    };
+    match core.write(&rt, "", &name, "", Op::Create(csr), &opts).await {
+        Err(e) if e.code != 409 => return Err(e.to_string()),
+        _ => {}
+    }
+    for _ in 0..100 {
+        let current = core.get(&rt, "", &name).map_err(|e| e.to_string())?;
+        if current.pointer("/status/certificate").is_some() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(format!("certificate signing request {name} was not signed"))
+}
+
+async fn register(
+    c: &SimCluster,
+    core: &Core,
+    reg: &Registered,
+) -> Result<(), capw_apiserver::status::ApiError> {
     let addresses = [reg.address.clone()];
     let r = crate::node::agent::Registration {
         name: &reg.node,
@@ -394,15 +509,22 @@ async fn register(core: &Core, reg: &Registered) -> Result<(), capw_apiserver::s
         ensure_with_status(core, "pods", "kube-system", pod, status).await?;
     }
     if let Some(cc) = &reg.cluster_configuration {
-        upload_kubeadm_config(core, cc).await?;
+        put_config_map(core, crate::node::agent::kubeadm_config_map(cc)).await?;
+        let server = format!("https://127.0.0.1:{}", c.port);
+        let ca = c.ca.get().map(String::as_str).unwrap_or_default();
+        put_config_map(
+            core,
+            crate::node::agent::cluster_info_config_map(&server, ca),
+        )
+        .await?;
     }
     Ok(())
 }
 
-/// `crate::node::agent::upload_kubeadm_config`, written to the simulated cluster's store.
-async fn upload_kubeadm_config(
+/// `crate::node::agent::put_config_map`, written to the simulated cluster's store.
+async fn put_config_map(
     core: &Core,
-    cluster_configuration: &str,
+    object: serde_json::Value,
 ) -> Result<(), capw_apiserver::status::ApiError> {
     let Some(rt) = core.registry.get("", "v1", "configmaps") else {
         return Ok(());
@@ -411,24 +533,24 @@ async fn upload_kubeadm_config(
         field_manager: "capw-node-agent".into(),
         ..Default::default()
     };
-    let object = crate::node::agent::kubeadm_config_map(cluster_configuration);
+    let text = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (ns, name) = (text("/metadata/namespace"), text("/metadata/name"));
     let data = serde_json::json!({"data": object["data"]});
     match core
-        .write(
-            &rt,
-            "kube-system",
-            "kubeadm-config",
-            "",
-            Op::Create(object),
-            &opts,
-        )
+        .write(&rt, &ns, &name, "", Op::Create(object), &opts)
         .await
     {
         Err(e) if e.code == 409 => {
             core.write(
                 &rt,
-                "kube-system",
-                "kubeadm-config",
+                &ns,
+                &name,
                 "",
                 Op::Patch(PatchBody::Merge(data)),
                 &opts,

@@ -24,6 +24,11 @@ pub(super) struct Around {
     /// infrastructure machines and bootstrap configs, a Cluster for the others.
     pub owned: bool,
     pub owned_machines: Vec<Machine>,
+    /// The Machine a machine-scoped object belongs to.
+    pub machine: Option<Machine>,
+    /// Host work on the object (the bootstrap token's upkeep) needs it looked at again within
+    /// this time, whatever the plugin asks.
+    pub requeue_within: Option<std::time::Duration>,
 }
 
 fn owner_name<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a str> {
@@ -92,6 +97,8 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
             owner_name(obj, "Cluster").is_some()
         },
         owned_machines: vec![],
+        machine: machine.clone(),
+        requeue_within: None,
     };
     if paused {
         around.context = context;
@@ -129,7 +136,11 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
         && c.metadata.deletion_timestamp.is_none()
         && obj.metadata.deletion_timestamp.is_none()
     {
-        context.secrets = super::secrets::cluster_secrets(kctx, obj, c).await?;
+        let worker = kctx.role == Role::BootstrapConfig
+            && machine
+                .as_ref()
+                .is_some_and(|m| !m.labels().contains_key(CONTROL_PLANE_LABEL));
+        context.secrets = super::secrets::cluster_secrets(kctx, obj, c, worker).await?;
     }
     if kctx.role == Role::ControlPlane
         && let Some(c) = &cluster

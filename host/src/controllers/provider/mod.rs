@@ -6,6 +6,7 @@
 //! object, and turns a failed call into a condition with backoff.
 
 mod context;
+mod discovery;
 mod machines;
 mod policy;
 mod secrets;
@@ -574,6 +575,28 @@ async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driver
     if !around.owned {
         // Core sets the owner reference; that change brings the object back here.
         return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    let mut around = around;
+    if kctx.role == Role::BootstrapConfig {
+        let ca = around
+            .context
+            .secrets
+            .iter()
+            .find(|(k, _)| k == "ca.crt")
+            .map(|(_, v)| v.as_str());
+        match discovery::reconcile(
+            kctx,
+            &obj,
+            around.cluster.as_ref(),
+            around.machine.as_ref(),
+            ca,
+        )
+        .await?
+        {
+            discovery::Next::AwaitChange => return Ok(Action::await_change()),
+            discovery::Next::CallAndRequeue(d) => around.requeue_within = Some(d),
+            discovery::Next::Call => {}
+        }
     }
     let ctx = around.context.clone();
     let result = match kctx.role {

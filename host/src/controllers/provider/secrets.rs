@@ -167,13 +167,15 @@ fn admin_credential(kubeconfig: &Secret) -> Option<(String, String)> {
 }
 
 /// What the call gets, by the object's role: `ca.crt`, `ca.key` and `token` for control planes
-/// and bootstrap configs; control planes also `admin.crt` and `admin.key`, kept from the
+/// and the bootstrap configs of control-plane Machines, `ca.crt` alone for a worker's
+/// bootstrap config; control planes also `admin.crt` and `admin.key`, kept from the
 /// current kubeconfig while that certificate chains to the CA and has more than half its life
 /// left, and made anew otherwise.
 pub(super) async fn cluster_secrets(
     kctx: &KindCtx,
     obj: &DynamicObject,
     cluster: &Cluster,
+    worker: bool,
 ) -> Result<Vec<(String, String)>, DriverError> {
     let ns = cluster.namespace().unwrap_or_default();
     let maker = Maker {
@@ -212,6 +214,14 @@ pub(super) async fn cluster_secrets(
             )]))
         })
         .await?;
+    if worker {
+        // A worker joins with a bootstrap token (`discovery.rs`): its bootstrap provider gets
+        // the CA certificate and nothing that signs or administers.
+        return Ok(ca
+            .get("tls.crt")
+            .map(|crt| vec![("ca.crt".to_string(), crt.clone())])
+            .unwrap_or_default());
+    }
     let mut out = vec![];
     if let (Some(crt), Some(key)) = (ca.get("tls.crt"), ca.get("tls.key")) {
         out.push(("ca.crt".to_string(), crt.clone()));

@@ -346,7 +346,15 @@ pub(super) async fn write(
             // Upstream's KubeadmConfig and KubeadmControlPlane report it; infrastructure kinds
             // are left alone, as their CRDs may not declare it.
             status["observedGeneration"] = json!(obj.metadata.generation);
-            (status, requeue(&r.common))
+            let action = match around.requeue_within {
+                // The bootstrap token's upkeep needs a look within this time.
+                Some(d) => {
+                    let asked = r.common.requeue_after_seconds.map(u64::from);
+                    Action::requeue(asked.map_or(d, |s| d.min(Duration::from_secs(s.max(1)))))
+                }
+                None => requeue(&r.common),
+            };
+            (status, action)
         }
         Result::ControlPlane(r) => {
             let mut status = common(obj, &r.common)?;

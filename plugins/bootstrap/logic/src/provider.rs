@@ -8,6 +8,8 @@ const GROUP: &str = "bootstrap.cluster.x-k8s.io";
 const VERSION: &str = "0.1.0";
 const PKI: &str = "/etc/capw/pki";
 const TOKEN: &str = "/etc/capw/token";
+/// A worker's bootstrap token (`spec.joinConfiguration.discovery.bootstrapToken.token`).
+const BOOTSTRAP_TOKEN: &str = "/etc/capw/bootstrap-token";
 const SENTINEL_DIR: &str = "/run/cluster-api";
 const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
 /// Where kubeadm init reads its configuration; capw's control-plane machines write it too, and
@@ -198,22 +200,25 @@ impl Provider for Bootstrap {
                 "workers join once the control plane is initialized",
             ));
         }
-        let (Some(token), Some(ca), Some(ca_key)) = (
-            ctx.secret("token"),
-            ctx.secret("ca.crt"),
-            ctx.secret("ca.key"),
-        ) else {
-            return Err(wait(
-                "waiting for the host to make the cluster's CA and token",
-                2,
-            ));
-        };
         if obj.str("/spec/format") == "ignition" {
             return Err(ProviderError::InvalidSpec(format!(
                 "{}: spec.format ignition is not supported by the capw bootstrap provider; remove spec.format or set it to cloud-config",
                 obj.name()
             )));
         }
+        let join = if control_plane {
+            None
+        } else {
+            match Join::read(&obj)? {
+                Some(j) => Some(j),
+                None => {
+                    return Ok(waiting(
+                        "WaitingForBootstrapToken",
+                        "the host fills spec.joinConfiguration.discovery.bootstrapToken once the control plane is initialized",
+                    ));
+                }
+            }
+        };
         // The Node reports the Machine's version, as a kubelet of that version would.
         let version = machine.str("/spec/version");
         let version_flag = |flag: &str| {
@@ -231,10 +236,26 @@ impl Provider for Bootstrap {
                 )))
             }
         };
-        let mut files = vec![WriteFile::new(TOKEN, token, "0600")];
+        let mut files = vec![];
         let mut run = commands(&obj, "preKubeadmCommands")?;
         run.push(format!("mkdir -p {PKI} {SENTINEL_DIR}"));
-        if control_plane {
+        let (server, credentials) = if let Some(join) = &join {
+            // A worker holds no cluster secret: it joins with its bootstrap token and learns
+            // the CA from cluster-info, checked against the pinned hashes, as kubeadm join.
+            files.push(WriteFile::new(BOOTSTRAP_TOKEN, join.token.clone(), "0600"));
+            (join.endpoint.clone(), join.flags())
+        } else {
+            let (Some(token), Some(ca), Some(ca_key)) = (
+                ctx.secret("token"),
+                ctx.secret("ca.crt"),
+                ctx.secret("ca.key"),
+            ) else {
+                return Err(wait(
+                    "waiting for the host to make the cluster's CA and token",
+                    2,
+                ));
+            };
+            files.push(WriteFile::new(TOKEN, token, "0600"));
             files.push(WriteFile::new(format!("{PKI}/ca.crt"), ca, "0644"));
             files.push(WriteFile::new(format!("{PKI}/ca.key"), ca_key, "0600"));
             run.push(daemon(
@@ -244,9 +265,11 @@ impl Provider for Bootstrap {
                     version_flag("kubernetes-version")?
                 ),
             ));
-        } else {
-            files.push(WriteFile::new(format!("{PKI}/ca.crt"), ca, "0644"));
-        }
+            (
+                format!("{host}:{port}"),
+                format!("--ca-cert {PKI}/ca.crt --token-file {TOKEN}"),
+            )
+        };
         files.extend(user_files(&obj)?);
         let kubelet_version = version_flag("kubelet-version")?;
         // A control-plane node shows the API server it runs, as kubeadm's static Pod would,
@@ -266,7 +289,7 @@ impl Provider for Bootstrap {
         run.push(daemon(
             "node-agent",
             &format!(
-                "capw node-agent --node-name {} --server https://{host}:{port} --ca-cert {PKI}/ca.crt --token-file {TOKEN}{kubelet_version}{role}",
+                "capw node-agent --node-name {} --server https://{server} {credentials}{kubelet_version}{role}",
                 machine.name()
             ),
         ));
@@ -285,6 +308,114 @@ impl Provider for Bootstrap {
     }
 }
 
+/// The strings of the list at `pointer` (none when it is absent).
+fn strings(obj: &View, pointer: &str) -> Vec<String> {
+    obj.get(pointer)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A worker's join, from `spec.joinConfiguration.discovery.bootstrapToken`, which the host
+/// fills as CABPK does once the control plane is initialized.
+struct Join {
+    token: String,
+    endpoint: String,
+    hashes: Vec<String>,
+    unsafe_skip: bool,
+}
+
+impl Join {
+    /// `None` until the host filled the token. Everything here reaches a shell line or a file,
+    /// so each value is checked against its shape, naming the field.
+    fn read(obj: &View) -> Result<Option<Join>, ProviderError> {
+        const AT: &str = "/spec/joinConfiguration/discovery";
+        let invalid = |field: &str, what: &str| {
+            ProviderError::InvalidSpec(format!(
+                "{}: spec.joinConfiguration.discovery.{field} {what}",
+                obj.name()
+            ))
+        };
+        if !obj.str(&format!("{AT}/file/kubeConfigPath")).is_empty() {
+            return Err(invalid(
+                "file",
+                "is not supported by the capw bootstrap provider yet; remove it so the host fills bootstrapToken",
+            ));
+        }
+        let token = obj.str(&format!("{AT}/bootstrapToken/token"));
+        let endpoint = obj.str(&format!("{AT}/bootstrapToken/apiServerEndpoint"));
+        if token.is_empty() || endpoint.is_empty() {
+            return Ok(None);
+        }
+        let token_ok = token.split_once('.').is_some_and(|(id, secret)| {
+            let ok = |s: &str, n| {
+                s.len() == n
+                    && s.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            };
+            ok(id, 6) && ok(secret, 16)
+        });
+        if !token_ok {
+            return Err(invalid(
+                "bootstrapToken.token",
+                "must be a bootstrap token, [a-z0-9]{6}.[a-z0-9]{16}",
+            ));
+        }
+        if !endpoint
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
+        {
+            return Err(invalid(
+                "bootstrapToken.apiServerEndpoint",
+                "must be host:port",
+            ));
+        }
+        let hashes = strings(obj, &format!("{AT}/bootstrapToken/caCertHashes"));
+        for (i, h) in hashes.iter().enumerate() {
+            let hex = h.strip_prefix("sha256:").unwrap_or_default();
+            if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(invalid(
+                    &format!("bootstrapToken.caCertHashes[{i}]"),
+                    "must be sha256:<64 hex digits>",
+                ));
+            }
+        }
+        let unsafe_skip = obj
+            .get(&format!("{AT}/bootstrapToken/unsafeSkipCAVerification"))
+            .and_then(Value::as_bool)
+            == Some(true);
+        if hashes.is_empty() && !unsafe_skip {
+            return Err(invalid(
+                "bootstrapToken.caCertHashes",
+                "is empty and unsafeSkipCAVerification is not true: the node could not check the cluster's CA",
+            ));
+        }
+        Ok(Some(Join {
+            token: token.to_string(),
+            endpoint: endpoint.to_string(),
+            hashes,
+            unsafe_skip,
+        }))
+    }
+
+    /// The node agent's credentials: the token and how to check the CA.
+    fn flags(&self) -> String {
+        let mut out = format!("--bootstrap-token-file {BOOTSTRAP_TOKEN}");
+        for h in &self.hashes {
+            out.push_str(&format!(" --discovery-token-ca-cert-hash {h}"));
+        }
+        if self.hashes.is_empty() && self.unsafe_skip {
+            out.push_str(" --discovery-token-unsafe-skip-ca-verification");
+        }
+        out
+    }
+}
+
 /// `/run/kubeadm/kubeadm.yaml` as CABPK's init user data writes it: the spec's
 /// ClusterConfiguration and InitConfiguration, filled from the Cluster and the Machine.
 fn kubeadm_config(
@@ -296,18 +427,7 @@ fn kubeadm_config(
     let spec: capw_kubeadm::KubeadmConfigSpec =
         serde_json::from_value(obj.get("/spec").cloned().unwrap_or_else(|| json!({})))
             .map_err(|e| ProviderError::InvalidSpec(format!("{}: spec: {e}", obj.name())))?;
-    let cidrs = |pointer: &str| -> Vec<String> {
-        cluster
-            .get(pointer)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let cidrs = |pointer: &str| strings(cluster, pointer);
     let port = cluster
         .get("/spec/controlPlaneEndpoint/port")
         .and_then(Value::as_u64)
@@ -354,6 +474,18 @@ mod tests {
         json!({"metadata": {"name": "m", "namespace": "ns"}, "spec": spec})
     }
 
+    const PIN: &str = "sha256:e1570500003bfe99b08eb09e4fb3462ec5a0903be3a33e71c176fa81bde1b1bb";
+
+    /// `spec` with the discovery the host fills for a joining worker.
+    fn joined(mut spec: Value) -> Value {
+        spec["joinConfiguration"]["discovery"]["bootstrapToken"] = json!({
+            "token": "abcdef.0123456789abcdef",
+            "apiServerEndpoint": "10.0.0.1:6443",
+            "caCertHashes": [PIN],
+        });
+        spec
+    }
+
     fn machine(control_plane: bool) -> Value {
         let mut m = json!({"metadata": {"name": "m", "labels": {}}});
         if control_plane {
@@ -393,6 +525,12 @@ mod tests {
                 cluster(true, false),
                 "WaitingForControlPlaneInitialized",
             ),
+            (
+                "worker before the host filled its token",
+                false,
+                cluster(true, true),
+                "WaitingForBootstrapToken",
+            ),
         ];
         for (name, cp, cl, reason) in cases {
             let ctx = with_secrets(context(config(json!({}))).machine(machine(cp)).cluster(cl));
@@ -421,6 +559,7 @@ mod tests {
     }
 
     fn rendered(cp: bool, spec: Value) -> CloudConfig {
+        let spec = if cp { spec } else { joined(spec) };
         let ctx = with_secrets(
             context(config(spec))
                 .machine(machine(cp))
@@ -439,9 +578,9 @@ mod tests {
         c["spec"]["clusterNetwork"] = json!({"serviceDomain": "cluster.local",
             "pods": {"cidrBlocks": ["192.168.0.0/16"]}});
         Bootstrap::reconcile_bootstrap(with_secrets(
-            context(config(
+            context(config(joined(
                 json!({"clusterConfiguration": {"apiServer": {"certSANs": ["localhost"]}}}),
-            ))
+            )))
             .machine(m)
             .cluster(c),
         ))
@@ -523,8 +662,26 @@ mod tests {
             "{}",
             agent(&worker)
         );
+        // A worker holds no cluster secret: its bootstrap token, and the CA's pin.
         assert_eq!(worker.file("/etc/capw/pki/ca.key"), None);
-        assert_eq!(worker.file("/etc/capw/pki/ca.crt"), Some(b"CA".to_vec()));
+        assert_eq!(worker.file("/etc/capw/pki/ca.crt"), None);
+        assert_eq!(worker.file(TOKEN), None);
+        assert_eq!(
+            worker.file(BOOTSTRAP_TOKEN),
+            Some(b"abcdef.0123456789abcdef".to_vec())
+        );
+        assert!(
+            agent(&worker).contains(&format!(
+                "--bootstrap-token-file {BOOTSTRAP_TOKEN} --discovery-token-ca-cert-hash {PIN}"
+            )),
+            "{}",
+            agent(&worker)
+        );
+        assert!(
+            agent(&cp).contains("--token-file /etc/capw/token"),
+            "{}",
+            agent(&cp)
+        );
         assert!(
             !worker
                 .argvs()
@@ -572,7 +729,7 @@ mod tests {
             let mut m = machine(false);
             m["spec"] = json!({"version": version});
             let ctx = with_secrets(
-                context(config(json!({})))
+                context(config(joined(json!({}))))
                     .machine(m)
                     .cluster(cluster(true, true)),
             );
@@ -617,6 +774,52 @@ mod tests {
             (json!({"format": "ignition"}), "spec.format ignition"),
         ] {
             let ctx = with_secrets(
+                context(config(joined(spec)))
+                    .machine(machine(false))
+                    .cluster(cluster(true, true)),
+            );
+            match Bootstrap::reconcile_bootstrap(ctx) {
+                Err(ProviderError::InvalidSpec(m)) => assert!(m.contains(field), "{field}: {m}"),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+    }
+
+    /// What a worker's join reads from the spec reaches a shell line: each value is checked
+    /// against its shape, naming the field; no hash needs unsafeSkipCAVerification.
+    #[test]
+    fn join_discovery_is_checked_naming_the_field() {
+        let bad = |patch: Value| {
+            let mut spec = joined(json!({}));
+            let bt = &mut spec["joinConfiguration"]["discovery"]["bootstrapToken"];
+            for (k, v) in patch.as_object().into_iter().flatten() {
+                bt[k] = v.clone();
+            }
+            spec
+        };
+        for (spec, field) in [
+            (
+                bad(json!({"token": "abcdef.0123; rm -rf /"})),
+                "bootstrapToken.token",
+            ),
+            (
+                bad(json!({"apiServerEndpoint": "10.0.0.1:6443; rm -rf /"})),
+                "bootstrapToken.apiServerEndpoint",
+            ),
+            (
+                bad(json!({"caCertHashes": ["md5:00"]})),
+                "bootstrapToken.caCertHashes[0]",
+            ),
+            (
+                bad(json!({"caCertHashes": []})),
+                "bootstrapToken.caCertHashes is empty",
+            ),
+            (
+                json!({"joinConfiguration": {"discovery": {"file": {"kubeConfigPath": "/k"}}}}),
+                "discovery.file",
+            ),
+        ] {
+            let ctx = with_secrets(
                 context(config(spec))
                     .machine(machine(false))
                     .cluster(cluster(true, true)),
@@ -626,5 +829,23 @@ mod tests {
                 other => panic!("{field}: {other:?}"),
             }
         }
+        let skip = bad(json!({"caCertHashes": [], "unsafeSkipCAVerification": true}));
+        let cc = rendered(false, json!({}));
+        assert!(
+            cc.argvs()
+                .iter()
+                .any(|a| a.join(" ").contains("--discovery-token-ca-cert-hash"))
+        );
+        let ctx = with_secrets(
+            context(config(skip))
+                .machine(machine(false))
+                .cluster(cluster(true, true)),
+        );
+        let st = Bootstrap::reconcile_bootstrap(ctx).unwrap_or_else(|e| panic!("{e:?}"));
+        let data = st.data.unwrap_or_else(|| panic!("no data")).value;
+        assert!(
+            data.contains("--discovery-token-unsafe-skip-ca-verification"),
+            "{data}"
+        );
     }
 }
