@@ -894,6 +894,17 @@ async fn a_control_plane_replaces_an_unhealthy_machine_and_stops_at_max_retry() 
             (&json!(victim), &json!(retry)),
             "{cp}"
         );
+        // Deleted as a remediation: OwnerRemediated said MachineDeleting first, and the
+        // control plane's Event says why the Machine went (the recorder folds the second
+        // one into the first as a series, so only the first names its Machine).
+        let events = env.kubectl(&["get", "events", "-o", "json"], None);
+        assert!(
+            retry > 0
+                || events.contains(&format!(
+                    "Deleted control-plane Machine {victim} to remediate it"
+                )),
+            "{events}"
+        );
     }
     // A third failure would be retry 2, past maxRetry 1: nothing is deleted, and the control
     // plane says why.

@@ -193,16 +193,26 @@ pub(super) async fn delete(
         .iter()
         .filter(|m| names.contains(&m.name_any()) && m.meta().deletion_timestamp.is_none())
     {
+        let remediated = remediation_candidate(m);
+        if remediated && !mark_deleting(&machines, m).await? {
+            // Changed or gone since the cache read it: the control plane asks again.
+            continue;
+        }
         match machines
             .delete(&m.name_any(), &DeleteParams::background())
             .await
         {
             Ok(_) => {
+                let why = if remediated {
+                    " to remediate it (a MachineHealthCheck marked it unhealthy)"
+                } else {
+                    ""
+                };
                 kctx.event(
                     cp,
                     false,
                     "SuccessfulDelete",
-                    format!("Deleted control-plane Machine {}", m.name_any()),
+                    format!("Deleted control-plane Machine {}{why}", m.name_any()),
                 )
                 .await
             }
@@ -211,6 +221,45 @@ pub(super) async fn delete(
         }
     }
     Ok(())
+}
+
+/// A Machine a MachineHealthCheck marked for its owner to remediate.
+fn remediation_candidate(m: &Machine) -> bool {
+    use crate::contract::conditions::types;
+    let list = m.status.as_ref().map(|s| &s.conditions[..]).unwrap_or(&[]);
+    let is_false = |t: &str| list.iter().any(|c| c.type_ == t && c.status == "False");
+    is_false(types::HEALTH_CHECK_SUCCEEDED) && is_false(types::OWNER_REMEDIATED)
+}
+
+/// Upstream's order for a remediation: `OwnerRemediated` says `MachineDeleting` before the
+/// Machine is deleted, so the step is re-entrant and the Machine says why it goes. False when
+/// the Machine changed or went since it was read.
+async fn mark_deleting(machines: &Api<Machine>, m: &Machine) -> Result<bool, DriverError> {
+    use crate::contract::conditions::{self, reasons, types};
+    let mut list = m.status.clone().unwrap_or_default().conditions;
+    conditions::set(
+        &mut list,
+        types::OWNER_REMEDIATED,
+        "False",
+        reasons::MACHINE_DELETING,
+        "Machine is deleting",
+        m.metadata.generation,
+    );
+    let patch = json!({
+        "metadata": {"resourceVersion": m.resource_version()},
+        "status": {"conditions": list},
+    });
+    match machines
+        .patch_status(
+            &m.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(false),
+        r => r.map(|_| true).map_err(DriverError::from),
+    }
 }
 
 /// Deletes every Machine the control plane owns (deletion of the control plane itself).
