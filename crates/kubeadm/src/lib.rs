@@ -202,6 +202,32 @@ pub fn cluster_configuration_document(file: &str) -> Option<String> {
         .map(|d| format!("{d}\n"))
 }
 
+/// The ClusterConfiguration document `cc` with `kubernetesVersion` set to `version`, as KCP's
+/// `updateKubeadmConfigMap` edits `kube-system/kubeadm-config` before a rolling upgrade; the
+/// rest of the document is kept byte for byte. `None` when it already names that version.
+pub fn with_kubernetes_version(cc: &str, version: &str) -> Option<String> {
+    let line = format!("kubernetesVersion: {version}");
+    if cc.lines().any(|l| l == line) {
+        return None;
+    }
+    let mut found = false;
+    let mut out: Vec<&str> = cc
+        .lines()
+        .map(|l| {
+            if l.starts_with("kubernetesVersion:") {
+                found = true;
+                line.as_str()
+            } else {
+                l
+            }
+        })
+        .collect();
+    if !found {
+        out.push(&line);
+    }
+    Some(format!("{}\n", out.join("\n")))
+}
+
 /// CABPK's `reconcileDiscovery`, for a join: unless the user gave a discovery kubeconfig file,
 /// fill what is empty of the bootstrap-token discovery: the CA hashes (`sha256:<hex>` over
 /// each CA certificate's SubjectPublicKeyInfo), the endpoint and the token; with no hash at
@@ -229,5 +255,23 @@ pub fn fill_discovery(
     }
     if bt.ca_cert_hashes.is_empty() && bt.unsafe_skip_ca_verification.is_none() {
         bt.unsafe_skip_ca_verification = Some(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_kubernetes_version;
+
+    #[test]
+    fn a_roll_names_the_new_version_and_keeps_the_rest() {
+        let cc = "apiServer:\n  certSANs:\n  - localhost\napiVersion: kubeadm.k8s.io/v1beta3\nclusterName: c\nkind: ClusterConfiguration\nkubernetesVersion: v1.30.4\nnetworking:\n  dnsDomain: cluster.local\n";
+        let rolled = with_kubernetes_version(cc, "v1.31.0").unwrap_or_default();
+        assert_eq!(rolled, cc.replace("v1.30.4", "v1.31.0"));
+        assert_eq!(with_kubernetes_version(&rolled, "v1.31.0"), None);
+        let without = "kind: ClusterConfiguration\n";
+        assert_eq!(
+            with_kubernetes_version(without, "v1.31.0").as_deref(),
+            Some("kind: ClusterConfiguration\nkubernetesVersion: v1.31.0\n")
+        );
     }
 }

@@ -189,6 +189,76 @@ async fn kubeadm_initialized(kctx: &KindCtx, obj: &DynamicObject, cluster: &str)
     }
 }
 
+/// KCP's first rollout step (`updateKubeadmConfigMap`): once a control-plane Machine runs
+/// another version than `spec.version`, the workload's `kube-system/kubeadm-config` names the
+/// version the control plane rolls to, before the first Machine is replaced, as upstream.
+/// Steady state costs nothing: the ConfigMap is read only while a Machine is outdated. A
+/// failure is retried with the next reconcile; the roll itself does not wait for it.
+async fn update_kubeadm_config(
+    kctx: &KindCtx,
+    obj: &DynamicObject,
+    cluster: &str,
+    around: &Around,
+) {
+    if kctx.ar.kind != "KubeadmControlPlane" || kctx.ar.group != "controlplane.cluster.x-k8s.io" {
+        return;
+    }
+    let Some(want) = obj.data.pointer("/spec/version").and_then(Value::as_str) else {
+        return;
+    };
+    let rolling = around.owned_machines.iter().any(|m| {
+        m.metadata.deletion_timestamp.is_none() && m.spec.version.as_deref() != Some(want)
+    });
+    if !rolling {
+        return;
+    }
+    let ns = obj.namespace().unwrap_or_default();
+    let caches = &kctx.driver.caches;
+    let Ok(client) = caches
+        .remotes
+        .client(&caches.secrets, &caches.clusters, &ns, cluster)
+        .await
+    else {
+        return;
+    };
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client, "kube-system");
+    let current = match config_maps.get_opt("kubeadm-config").await {
+        Ok(Some(cm)) => cm,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::debug!(error = %e, "reading kube-system/kubeadm-config failed");
+            return;
+        }
+    };
+    let Some(updated) = current
+        .data
+        .as_ref()
+        .and_then(|d| d.get("ClusterConfiguration"))
+        .and_then(|cc| capw_kubeadm::with_kubernetes_version(cc, want))
+    else {
+        return;
+    };
+    let patch = json!({
+        "metadata": {"resourceVersion": current.metadata.resource_version},
+        "data": {"ClusterConfiguration": updated},
+    });
+    match config_maps
+        .patch(
+            "kubeadm-config",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => tracing::info!(
+            version = want,
+            "kubeadm-config names the version the control plane rolls to"
+        ),
+        Err(e) => tracing::debug!(error = %e, "updating kube-system/kubeadm-config failed"),
+    }
+}
+
 fn requeue(c: &crate::runtime::plugin::Common) -> Action {
     match c.requeue_after_seconds {
         Some(s) => Action::requeue(Duration::from_secs(u64::from(s.max(1)))),
@@ -383,6 +453,9 @@ pub(super) async fn write(
             let initialized =
                 was || (r.initialized && kubeadm_initialized(kctx, obj, &cluster).await);
             set_initialization(&mut status, "controlPlaneInitialized", initialized);
+            if initialized {
+                update_kubeadm_config(kctx, obj, &cluster, around).await;
+            }
             // The workload cluster is not watched: look again soon.
             let recheck = r.initialized && !initialized;
             // The host knows both: the labels it puts on the Machines it creates, and the
