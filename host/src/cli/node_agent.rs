@@ -278,24 +278,12 @@ async fn credentials(args: &Args) -> anyhow::Result<(String, Auth)> {
 /// The CA, certificate and key of an earlier bootstrap's kubeconfig, while the certificate
 /// chains to that CA and has not expired.
 fn kubelet_credential(path: &std::path::Path) -> Option<(String, String, String)> {
-    use base64::Engine as _;
     let text = std::fs::read_to_string(path).ok()?;
-    let kc: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
-    let field = |v: &serde_yaml::Value| -> Option<String> {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(v.as_str()?)
-            .ok()?;
-        String::from_utf8(bytes).ok()
-    };
-    let ca = field(&kc["clusters"][0]["cluster"]["certificate-authority-data"])?;
-    let user = &kc["users"][0]["user"];
-    let (cert, key) = (
-        field(&user["client-certificate-data"])?,
-        field(&user["client-key-data"])?,
-    );
-    capw_apiserver::tls::remaining_validity(&cert, &ca)
+    let c = capw_apiserver::kubeconfig::client_credential(&text)?;
+    let ca = c.ca?;
+    capw_apiserver::tls::remaining_validity(&c.cert, &ca)
         .filter(|left| !left.is_zero())
-        .map(|_| (ca, cert, key))
+        .map(|_| (ca, c.cert, c.key))
 }
 
 /// A kubelet's client-certificate request, sent with the bootstrap token; waits until the

@@ -17,7 +17,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -139,31 +138,9 @@ fn data(s: &Secret) -> Data {
 /// The client certificate and key of the current user of the `<cluster>-kubeconfig`, when it
 /// has them inline.
 fn admin_credential(kubeconfig: &Secret) -> Option<(String, String)> {
-    use base64::Engine as _;
     let text = kubeconfig.data.as_ref()?.get("value")?;
-    let kc: Value = serde_yaml::from_slice(&text.0).ok()?;
-    let current = kc.get("current-context")?.as_str()?;
-    let context = kc
-        .get("contexts")?
-        .as_array()?
-        .iter()
-        .find(|c| c.get("name").and_then(Value::as_str) == Some(current))?;
-    let user_name = context.pointer("/context/user")?.as_str()?;
-    let user = kc
-        .get("users")?
-        .as_array()?
-        .iter()
-        .find(|u| u.get("name").and_then(Value::as_str) == Some(user_name))?
-        .get("user")?;
-    let decode = |field: &str| {
-        let b64 = user.get(field)?.as_str()?;
-        let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
-        String::from_utf8(bytes).ok()
-    };
-    Some((
-        decode("client-certificate-data")?,
-        decode("client-key-data")?,
-    ))
+    let c = capw_apiserver::kubeconfig::client_credential(std::str::from_utf8(&text.0).ok()?)?;
+    Some((c.cert, c.key))
 }
 
 /// What the call gets, by the object's role: `ca.crt`, `ca.key` and `token` for control planes
