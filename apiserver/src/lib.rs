@@ -102,6 +102,9 @@ pub struct Config {
     /// The Kubernetes version `/version` reports: a workload control plane's, as its machine
     /// was asked for. capw's own API level when unset.
     pub kubernetes_version: Option<http::discovery::KubernetesVersion>,
+    /// Names and addresses the serving certificate covers besides loopback and the listen
+    /// address: kubeadm's `apiServer.certSANs`, the control-plane endpoint, the node's name.
+    pub sans: Vec<String>,
 }
 
 impl Config {
@@ -117,6 +120,7 @@ impl Config {
             http: HttpSettings::default(),
             controllers: ControllerConfig::default(),
             kubernetes_version: None,
+            sans: Vec::new(),
         }
     }
 }
@@ -275,6 +279,11 @@ impl Server {
         ];
         if !addr.ip().is_unspecified() && !addr.ip().is_loopback() {
             sans.push(addr.ip().to_string());
+        }
+        for s in &config.sans {
+            if !s.is_empty() && !sans.contains(s) {
+                sans.push(s.clone());
+            }
         }
         let tls = match &config.ca {
             Some((crt, key)) => tls::from_ca(crt, key, &sans)?,

@@ -56,14 +56,15 @@ fn sim() -> Arc<SimCloud> {
 struct NativeHost;
 
 impl capw_sdk::host::Native for NativeHost {
-    fn ensure_vm(
+    fn ensure_vm_from_image(
         &self,
         cluster: &str,
         name: &str,
+        image: &sdk_sim::VmImage,
         data: &str,
     ) -> Result<sdk_sim::Vm, sdk_sim::SimCloudError> {
         let v = sim()
-            .ensure_vm(cluster, name, data)
+            .ensure_vm(cluster, name, &image.kubernetes_version, data)
             .map_err(|e| sdk_sim::SimCloudError::Invalid(e.to_string()))?;
         Ok(sdk_sim::Vm {
             name: v.name,

@@ -1348,6 +1348,49 @@ async fn upstream_kubeadm_kinds_apply_as_written_and_are_checked_as_upstream() {
             .is_empty(),
         "{user}"
     );
+    // The first control-plane Machine's data is CABPK's init: the kubeadm PKI at
+    // certificatesDir, the configuration file, and `kubeadm init` with it.
+    let machines = get(&[
+        "get",
+        "machines",
+        "-l",
+        "cluster.x-k8s.io/control-plane",
+        "-o",
+        "json",
+    ]);
+    let first = machines["items"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .min_by_key(|m| m["metadata"]["creationTimestamp"].as_str().map(String::from))
+        })
+        .expect("a control-plane Machine");
+    let data_secret = get(&[
+        "get",
+        "secret",
+        first["spec"]["bootstrap"]["dataSecretName"]
+            .as_str()
+            .expect("dataSecretName"),
+        "-o",
+        "json",
+    ]);
+    use base64::Engine as _;
+    let init = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data_secret["data"]["value"].as_str().expect("value"))
+            .expect("base64"),
+    )
+    .expect("utf8");
+    for line in [
+        "-   path: /etc/kubernetes/pki/ca.key",
+        "-   path: /etc/kubernetes/pki/etcd/ca.crt",
+        "-   path: /etc/kubernetes/pki/front-proxy-ca.crt",
+        "-   path: /etc/kubernetes/pki/sa.key",
+        "-   path: /run/kubeadm/kubeadm.yaml",
+        "  - 'kubeadm init --config /run/kubeadm/kubeadm.yaml  && echo success > /run/cluster-api/bootstrap-success.complete'",
+    ] {
+        assert!(init.lines().any(|l| l == line), "{line}: {init}");
+    }
     // As kubeadm init leaves a cluster: /version at the Machine's version, and the
     // ClusterConfiguration in kube-system/kubeadm-config, filled from the Cluster.
     let version = workload.apiserver_version().await.expect("/version");
@@ -1640,6 +1683,16 @@ async fn workers_join_with_bootstrap_tokens(env: &Env, cluster: &str, deployment
         assert!(value.contains(&pin), "{value}");
         assert!(!value.contains("PRIVATE KEY"), "{value}");
         assert!(!value.contains("/etc/capw/token"), "{value}");
+        // CABPK's worker join: the join configuration file, then `kubeadm join` with it.
+        for line in [
+            "-   path: /run/kubeadm/kubeadm-join-config.yaml",
+            "      kind: JoinConfiguration",
+            "          key: node.cluster.x-k8s.io/uninitialized",
+            "  - kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml  && echo success > /run/cluster-api/bootstrap-success.complete",
+        ] {
+            assert!(value.lines().any(|l| l == line), "{line}: {value}");
+        }
+        assert!(!value.contains("/etc/kubernetes/pki"), "{value}");
         // The node got its lasting credential with the token, as a kubelet's TLS bootstrap.
         let csrs: Api<k8s_openapi::api::certificates::v1::CertificateSigningRequest> =
             Api::all(workload.clone());

@@ -298,6 +298,12 @@ fn allowed(identity: &Identity, method: &Method, path: &str) -> bool {
             .strip_prefix(CSRS)
             .is_some_and(|rest| rest.starts_with('/') && (read || rest.matches('/').count() == 1));
     let nodes = path == "/api/v1/nodes" || path.starts_with("/api/v1/nodes/");
+    // A kubelet reads Pods and posts mirror Pods of its static Pods with their status.
+    let pods = path == "/api/v1/pods"
+        || path.strip_prefix("/api/v1/namespaces/").is_some_and(|rest| {
+            let mut parts = rest.split('/');
+            parts.next().is_some_and(|ns| !ns.is_empty()) && parts.next() == Some("pods")
+        });
     match identity.role {
         Role::Admin => true,
         Role::Anonymous => public,
@@ -305,7 +311,9 @@ fn allowed(identity: &Identity, method: &Method, path: &str) -> bool {
         Role::Bootstrap => {
             public || discovery || (nodes && read) || (csr && (read || *method == Method::POST))
         }
-        Role::Node => public || discovery || nodes || (csr && (read || *method == Method::POST)),
+        Role::Node => {
+            public || discovery || nodes || pods || (csr && (read || *method == Method::POST))
+        }
     }
 }
 
@@ -331,7 +339,7 @@ async fn serve_request(app: Arc<App>, req: Request) -> Response {
                 parts.uri.path()
             )),
             Role::Node | Role::Admin => ApiError::forbidden(format!(
-                "User \"{}\" cannot {} {}: a node's certificate may manage Nodes and request certificates only",
+                "User \"{}\" cannot {} {}: a node's certificate may manage Nodes and Pods and request certificates only",
                 identity.user,
                 parts.method,
                 parts.uri.path()

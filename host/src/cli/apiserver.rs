@@ -38,6 +38,11 @@ pub struct Args {
     /// machine presents the version its Machine asks for. capw's own API level when unset.
     #[arg(long, value_parser = kubernetes_version)]
     pub kubernetes_version: Option<KubernetesVersion>,
+
+    /// Another name or IP address the serving certificate covers (repeatable), as kubeadm's
+    /// `apiServer.certSANs`. Loopback and the listen address are always covered.
+    #[arg(long = "san")]
+    pub sans: Vec<String>,
 }
 
 fn kubernetes_version(v: &str) -> Result<KubernetesVersion, String> {
@@ -64,6 +69,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         config.token = Some(token);
     }
     config.kubernetes_version = args.kubernetes_version;
+    config.sans = args.sans;
     let server = Server::start(config).await.with_context(|| {
         format!(
             "starting the API server with data in {}",

@@ -4,6 +4,7 @@ mod apiserver;
 mod crds;
 mod describe;
 mod image;
+mod kubeadm;
 mod lb;
 mod node_agent;
 mod plugin;
@@ -59,6 +60,11 @@ pub enum Command {
     /// Register this machine's Node in its workload cluster and keep it Ready (what the
     /// bootstrap data of every machine starts).
     NodeAgent(node_agent::Args),
+    /// kubeadm's `init` and `join` as the capw node image runs them, from the kubeadm
+    /// configuration files the kubeadm bootstrap provider's user data writes (the node image's
+    /// `kubeadm` runs this).
+    #[command(subcommand)]
+    Kubeadm(kubeadm::Command),
     /// Print the CRDs generated from the host's types (Cluster, Machine, WasmProvider), or write
     /// them with `--write crds`.
     Crds(crds::Args),
@@ -74,6 +80,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Crds(args) => crds::run(args),
         Command::NodeAgent(args) => node_agent::run(args).await,
         Command::Lb(args) => lb::run(args).await,
+        Command::Kubeadm(cmd) => kubeadm::run(cmd).await,
         Command::Image(cmd) => image::run(cmd),
     }
 }

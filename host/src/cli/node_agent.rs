@@ -25,7 +25,7 @@ pub struct Args {
     /// Join as `kubeadm join` does: a file holding a bootstrap token (`<id>.<secret>`). The CA
     /// comes from the server's `kube-public/cluster-info`, accepted only when its public key
     /// matches a --discovery-token-ca-cert-hash.
-    #[arg(long, required_unless_present = "token_file")]
+    #[arg(long)]
     pub bootstrap_token_file: Option<PathBuf>,
     /// `sha256:<hex>` of the CA's SubjectPublicKeyInfo (repeatable), as kubeadm's
     /// `caCertHashes`.
@@ -58,12 +58,15 @@ pub struct Args {
     /// taint, and `kube-system/kube-apiserver-<node>` mirrors the API server it runs.
     #[arg(long)]
     pub control_plane: bool,
-    /// With --control-plane: the kubeadm configuration the bootstrap data wrote
-    /// (`/run/kubeadm/kubeadm.yaml`); its ClusterConfiguration is uploaded to this machine's
-    /// API server (--local-api-server) as `kube-system/kubeadm-config` once the Node is
-    /// registered, as `kubeadm init` does.
-    #[arg(long, requires = "control_plane")]
-    pub kubeadm_config: Option<PathBuf>,
+    /// Labels to register the Node with, `key=value` separated by commas (the kubelet's flag,
+    /// which kubeadm fills from `kubeletExtraArgs`).
+    #[arg(long, value_parser = node_labels)]
+    pub node_labels: Option<std::collections::BTreeMap<String, String>>,
+    /// Taints to register the Node with, `key[=value]:Effect` separated by commas (the
+    /// kubelet's flag, which kubeadm fills from `nodeRegistration.taints`). Unset: the
+    /// uninitialized taint on a worker, the control-plane taint with --control-plane.
+    #[arg(long, value_parser = register_with_taints)]
+    pub register_with_taints: Option<Taints>,
     /// This machine's own API server, probed (`/readyz`) for its mirror Pod's readiness.
     #[arg(long, default_value = "https://127.0.0.1:6443")]
     pub local_api_server: String,
@@ -76,6 +79,18 @@ pub struct Args {
     /// Register once and exit (for scripts and tests).
     #[arg(long)]
     pub once: bool,
+}
+
+/// `--register-with-taints`, parsed.
+#[derive(Debug, Clone)]
+pub struct Taints(Vec<serde_json::Value>);
+
+fn register_with_taints(v: &str) -> Result<Taints, String> {
+    capw::node::kubeadm::parse_taints(v).map(Taints)
+}
+
+fn node_labels(v: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    capw::node::kubeadm::parse_labels(v)
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -111,55 +126,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             anyhow::Ok(kube::Client::try_from(config)?)
         }
     };
-    let cluster_configuration = match &args.kubeadm_config {
-        None => None,
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            Some(
-                capw_kubeadm::cluster_configuration_document(&text).with_context(|| {
-                    format!("{} holds no ClusterConfiguration document", path.display())
-                })?,
-            )
-        }
-    };
     let workload = client(&args.server).await?;
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(workload.clone());
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
         kube::Api::namespaced(workload, "kube-system");
     let local = client(&args.local_api_server).await?;
-    // To this machine's own API server: each capw control-plane machine keeps its own store,
-    // and the one behind the endpoint must hold the cluster's configuration whichever it is.
-    let config_maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(local.clone(), "kube-system");
     let registration = capw::node::agent::Registration {
         name: &args.node_name,
         provider_id: &provider_id,
         addresses: &args.addresses,
         kubelet_version: &args.kubelet_version,
         control_plane: args.control_plane,
+        labels: &args.node_labels.clone().unwrap_or_default(),
+        taints: args.register_with_taints.as_ref().map(|t| t.0.as_slice()),
     };
     let mut registered = false;
-    let mut uploaded = cluster_configuration.is_none();
     loop {
         let mut result = capw::node::agent::register(&nodes, &registration).await;
-        if !uploaded
-            && result.is_ok()
-            && let Some(cc) = &cluster_configuration
-        {
-            result = capw::node::agent::put_config_map(
-                &config_maps,
-                capw::node::agent::kubeadm_config_map(cc),
-            )
-            .await;
-            if result.is_ok() {
-                let public: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-                    kube::Api::namespaced(local.clone(), "kube-public");
-                let info = capw::node::agent::cluster_info_config_map(&args.server, &ca);
-                result = capw::node::agent::put_config_map(&public, info).await;
-            }
-            uploaded = result.is_ok();
-        }
         if args.control_plane && result.is_ok() {
             let ready = local
                 .request_text(http::Request::get("/readyz").body(Vec::new())?)
@@ -228,7 +211,10 @@ async fn credentials(args: &Args) -> anyhow::Result<(String, Auth)> {
         return Ok((ca, Auth::Certificate { cert, key }));
     }
     let Some(path) = &args.bootstrap_token_file else {
-        anyhow::bail!("pass --ca-cert and --token-file, or --bootstrap-token-file");
+        anyhow::bail!(
+            "{} holds no valid node certificate: pass --bootstrap-token-file to get one, or --ca-cert and --token-file",
+            args.kubelet_kubeconfig.display()
+        );
     };
     let token = read(path)?;
     anyhow::ensure!(

@@ -6,12 +6,14 @@
 //! gets the control-plane role label and taint, and the API server the machine runs gets its
 //! mirror Pod, `kube-system/kube-apiserver-<node>`, Ready only while that server answers. It is
 //! the only one: no controller manager, scheduler or etcd runs on a capw node, so none is shown.
-//! It uploads the ClusterConfiguration the bootstrap data wrote as `kube-system/kubeadm-config`,
-//! as `kubeadm init` does: Cluster API's KubeadmControlPlane reads that ConfigMap.
+//! `capw kubeadm init` uploads the ClusterConfiguration as `kube-system/kubeadm-config` with
+//! these functions, as `kubeadm init` does: Cluster API's KubeadmControlPlane reads that
+//! ConfigMap.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
+use std::collections::BTreeMap;
 
 /// The version a Node reports when its bootstrap data names none (a Machine without
 /// `spec.version`): the one the capw node image presents.
@@ -25,6 +27,12 @@ pub struct Registration<'a> {
     pub kubelet_version: &'a str,
     /// A control-plane machine: it runs the workload API server.
     pub control_plane: bool,
+    /// Labels beyond the well-known ones (the kubelet's `--node-labels`).
+    pub labels: &'a BTreeMap<String, String>,
+    /// The taints to register with (the kubelet's `--register-with-taints`, which kubeadm fills
+    /// from `nodeRegistration.taints`); `None` keeps the node agent's default, the
+    /// uninitialized taint on a worker and the control-plane taint on a control plane.
+    pub taints: Option<&'a [serde_json::Value]>,
 }
 
 /// The label and taint kubeadm puts on a control-plane Node.
@@ -43,6 +51,12 @@ pub fn object(r: &Registration<'_>) -> serde_json::Value {
     if r.control_plane {
         node["metadata"]["labels"][CONTROL_PLANE_ROLE] = json!("");
         node["spec"]["taints"] = json!([{"key": CONTROL_PLANE_ROLE, "effect": "NoSchedule"}]);
+    }
+    for (k, v) in r.labels {
+        node["metadata"]["labels"][k] = json!(v);
+    }
+    if let Some(t) = r.taints {
+        node["spec"]["taints"] = json!(t);
     }
     node
 }

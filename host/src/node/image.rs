@@ -20,6 +20,10 @@ while :; do sleep 3600 & wait $!; done
 
 const NOHUP: &str = "#!/bin/sh\ntrap '' HUP\nexec \"$@\"\n";
 
+/// The node image's `kubeadm`: capw's, which runs `init` and `join` from the files the
+/// kubeadm bootstrap provider's user data writes.
+const KUBEADM: &str = "#!/bin/sh\nexec capw kubeadm \"$@\"\n";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
     #[error(
@@ -180,6 +184,10 @@ fn layout(root: &Path, opts: &BuildOptions) -> Result<(), ImageError> {
         std::fs::set_permissions(&nohup, std::fs::Permissions::from_mode(0o755))
             .map_err(io(&nohup))?;
     }
+    let kubeadm = root.join("usr/local/bin/kubeadm");
+    std::fs::write(&kubeadm, KUBEADM).map_err(io(&kubeadm))?;
+    std::fs::set_permissions(&kubeadm, std::fs::Permissions::from_mode(0o755))
+        .map_err(io(&kubeadm))?;
     let passwd = root.join("etc/passwd");
     std::fs::write(&passwd, "root:x:0:0:root:/root:/bin/sh\n").map_err(io(&passwd))?;
     Ok(())

@@ -4,4 +4,5 @@
 
 pub mod agent;
 pub mod image;
+pub mod kubeadm;
 pub mod lb;

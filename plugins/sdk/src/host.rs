@@ -26,6 +26,17 @@ pub trait Native: Send + Sync {
         let _ = (cluster, name, bootstrap_data);
         Err(sim_cloud::unavailable())
     }
+    /// `sim-cloud.ensure-vm-from-image`; by default `ensure_vm`, which drops the image.
+    fn ensure_vm_from_image(
+        &self,
+        cluster: &str,
+        name: &str,
+        image: &sim_cloud::VmImage,
+        bootstrap_data: &str,
+    ) -> Result<sim_cloud::Vm, sim_cloud::SimCloudError> {
+        let _ = image;
+        self.ensure_vm(cluster, name, bootstrap_data)
+    }
     /// `sim-cloud.delete-vm`.
     fn delete_vm(&self, cluster: &str, name: &str) -> Result<bool, sim_cloud::SimCloudError> {
         let _ = (cluster, name);
@@ -90,7 +101,7 @@ pub mod log {
 pub mod sim_cloud {
     #[cfg(target_arch = "wasm32")]
     use crate::bindings::capw::host::sim_cloud as import;
-    pub use crate::bindings::capw::host::sim_cloud::{ApiServer, SimCloudError, Vm};
+    pub use crate::bindings::capw::host::sim_cloud::{ApiServer, SimCloudError, Vm, VmImage};
 
     #[cfg(not(target_arch = "wasm32"))]
     pub(super) fn unavailable() -> SimCloudError {
@@ -105,6 +116,21 @@ pub mod sim_cloud {
         super::native()
             .ok_or_else(unavailable)?
             .ensure_vm(cluster, name, bootstrap_data)
+    }
+
+    /// Creates (or returns) the VM `name` of `cluster`, booting `image` with `bootstrap_data`.
+    pub fn ensure_vm_from_image(
+        cluster: &str,
+        name: &str,
+        image: &VmImage,
+        bootstrap_data: &str,
+    ) -> Result<Vm, SimCloudError> {
+        #[cfg(target_arch = "wasm32")]
+        return import::ensure_vm_from_image(cluster, name, image, bootstrap_data);
+        #[cfg(not(target_arch = "wasm32"))]
+        super::native()
+            .ok_or_else(unavailable)?
+            .ensure_vm_from_image(cluster, name, image, bootstrap_data)
     }
 
     /// Deletes the VM and its Node; true once it is gone.

@@ -451,6 +451,9 @@ impl ContainerRuntime {
             );
         }
         let body = ContainerCreateBody {
+            // The container's name is its hostname, as kind and CAPD make it: kubeadm on the
+            // node names the Node after it. A name that is no hostname keeps the engine's.
+            hostname: is_hostname(&spec.name).then(|| spec.name.clone()),
             image: Some(spec.image.clone()),
             cmd: (!spec.command.is_empty()).then(|| spec.command.clone()),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
@@ -661,4 +664,15 @@ fn info(plugin: &str, c: ContainerInspectResponse) -> ContainerInfo {
         addresses,
         ports,
     }
+}
+
+/// Whether `name` can be a hostname: one DNS label, lowercase, at most 63 characters.
+fn is_hostname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }

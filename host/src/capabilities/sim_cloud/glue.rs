@@ -23,7 +23,28 @@ impl sim_cloud::Host for HostState {
         name: String,
         bootstrap_data: String,
     ) -> Result<sim_cloud::Vm, SimCloudError> {
-        let vm = self.sim()?.ensure_vm(&cluster, &name, &bootstrap_data)?;
+        self.ensure_vm_from_image(
+            cluster,
+            name,
+            sim_cloud::VmImage {
+                kubernetes_version: String::new(),
+            },
+            bootstrap_data,
+        )
+    }
+    fn ensure_vm_from_image(
+        &mut self,
+        cluster: String,
+        name: String,
+        image: sim_cloud::VmImage,
+        bootstrap_data: String,
+    ) -> Result<sim_cloud::Vm, SimCloudError> {
+        let vm = self.sim()?.ensure_vm(
+            &cluster,
+            &name,
+            &image.kubernetes_version,
+            &bootstrap_data,
+        )?;
         Ok(sim_cloud::Vm {
             name: vm.name,
             provider_id: vm.provider_id,

@@ -171,8 +171,15 @@ impl SimCloud {
         true
     }
 
-    /// Creates the VM `name` (or reports the existing one) and boots it from `data`.
-    pub fn ensure_vm(&self, cluster: &str, name: &str, data: &str) -> Result<VmInfo, SimError> {
+    /// Creates the VM `name` (or reports the existing one) and boots it from `data`, on an image
+    /// that presents Kubernetes `version` (empty: none).
+    pub fn ensure_vm(
+        &self,
+        cluster: &str,
+        name: &str,
+        version: &str,
+        data: &str,
+    ) -> Result<VmInfo, SimError> {
         let c = self.cluster(cluster)?;
         let mut vms = lock(&c.vms);
         if let Some(vm) = vms.get(name) {
@@ -194,9 +201,12 @@ impl SimCloud {
         let boot = tokio::spawn(boot(
             c.clone(),
             self.settings.clone(),
-            name.to_string(),
-            provider_id.clone(),
-            address.clone(),
+            Machine {
+                name: name.to_string(),
+                provider_id: provider_id.clone(),
+                address: address.clone(),
+                version: version.to_string(),
+            },
             cc,
             running.clone(),
         ));
@@ -245,20 +255,44 @@ impl SimCloud {
     }
 }
 
+/// A VM as its bootstrap commands see it.
+struct Machine {
+    name: String,
+    provider_id: String,
+    address: String,
+    /// The version its image presents; empty when it names none.
+    version: String,
+}
+
 /// Runs a VM's bootstrap commands.
 async fn boot(
     c: Arc<SimCluster>,
     settings: SimSettings,
-    name: String,
-    provider_id: String,
-    address: String,
+    vm: Machine,
     cc: CloudConfig,
     running: Arc<AtomicBool>,
 ) {
     tokio::time::sleep(settings.boot_delay).await;
-    for argv in cc.argvs() {
+    let name = &vm.name;
+    for (argv, line) in cc.argvs().into_iter().zip(&cc.runcmd) {
         let args: Vec<&str> = argv.iter().map(String::as_str).collect();
         match args.as_slice() {
+            ["kubeadm", "init" | "join", ..] => {
+                match kubeadm(&c, &settings, &vm, &cc, &argv).await {
+                    // `kubeadm … && echo success > SENTINEL`.
+                    Ok(()) => {
+                        if let capw_cloud_config::Command::Shell(l) = line
+                            && l.contains(SENTINEL)
+                        {
+                            running.store(true, Ordering::Release);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(vm = %name, error = %e, "kubeadm failed; the VM stays booting");
+                        return;
+                    }
+                }
+            }
             ["capw", "apiserver", ..] => {
                 let file = |flag_name: &str| {
                     flag(&argv, flag_name)
@@ -271,24 +305,14 @@ async fn boot(
                     tracing::warn!(vm = %name, "capw apiserver needs --ca-cert, --ca-key and --token-file naming written files; the workload API stays down");
                     return;
                 };
-                match c.start_server(&ca, &key, token.trim()).await {
-                    // The one in-process server stands for every control-plane VM: it presents
-                    // the version of the one that booted last, as a rolled control plane does.
-                    Ok(server) => {
-                        if let Some(v) = flag(&argv, "kubernetes-version")
-                            .and_then(|v| capw_apiserver::KubernetesVersion::parse(v).ok())
-                        {
-                            server.set_kubernetes_version(v);
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(vm = %name, error = %e, "the workload API did not start");
-                        return;
-                    }
+                let version = flag(&argv, "kubernetes-version").unwrap_or_default();
+                if let Err(e) = c.serve(&ca, &key, token.trim(), version).await {
+                    tracing::warn!(vm = %name, error = %e, "the workload API did not start");
+                    return;
                 }
             }
             ["capw", "node-agent", ..] => {
-                let node = flag(&argv, "node-name").unwrap_or(&name).to_string();
+                let node = flag(&argv, "node-name").unwrap_or(name).to_string();
                 let join = flag(&argv, "bootstrap-token-file").map(|path| Join {
                     token: cc
                         .file(path)
@@ -304,18 +328,14 @@ async fn boot(
                     settings.node_delay,
                     Registered {
                         node,
-                        provider_id: provider_id.clone(),
-                        address: address.clone(),
+                        provider_id: vm.provider_id.clone(),
+                        address: vm.address.clone(),
                         version,
                         control_plane: argv.iter().any(|a| a == "--control-plane"),
-                        cluster_configuration: flag(&argv, "kubeadm-config")
-                            .and_then(|p| cc.file(p))
-                            .and_then(|bytes| {
-                                capw_kubeadm::cluster_configuration_document(
-                                    &String::from_utf8_lossy(&bytes),
-                                )
-                            }),
+                        cluster_configuration: None,
                         join,
+                        labels: BTreeMap::new(),
+                        taints: None,
                     },
                 ));
             }
@@ -325,7 +345,104 @@ async fn boot(
     }
 }
 
+/// `capw kubeadm init|join`, in-process: the same configuration files read by the same code
+/// (`crate::node::kubeadm`), with the cluster's one in-process server standing for every
+/// control-plane machine's, and the node agent registering the Node as over HTTPS.
+async fn kubeadm(
+    c: &Arc<SimCluster>,
+    settings: &SimSettings,
+    vm: &Machine,
+    cc: &CloudConfig,
+    argv: &[String],
+) -> Result<(), String> {
+    use crate::node::kubeadm as config;
+    let path = flag(argv, "config").ok_or("kubeadm needs --config")?;
+    let text = cc
+        .file(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .ok_or_else(|| format!("{path} is not among the bootstrap data's write_files"))?;
+    let file = |dir: &str, f: &str| {
+        cc.file(&format!("{}/{f}", dir.trim_end_matches('/')))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .ok_or_else(|| format!("{dir}/{f} is not among the bootstrap data's write_files"))
+    };
+    let token = || uuid::Uuid::new_v4().simple().to_string();
+    let (registered, join) = if argv.get(1).map(String::as_str) == Some("init") {
+        let cfg = config::init_config(path, &text).map_err(|e| e.to_string())?;
+        let (ca, key) = (
+            file(&cfg.certificates_dir, "ca.crt")?,
+            file(&cfg.certificates_dir, "ca.key")?,
+        );
+        c.serve(&ca, &key, &token(), &cfg.kubernetes_version)
+            .await
+            .map_err(|e| e.to_string())?;
+        let version = if vm.version.is_empty() {
+            cfg.kubernetes_version.clone()
+        } else {
+            vm.version.clone()
+        };
+        (
+            (cfg.node, true, version, Some(cfg.cluster_configuration)),
+            None,
+        )
+    } else {
+        let cfg = config::join_config(path, &text).map_err(|e| e.to_string())?;
+        if vm.version.is_empty() {
+            return Err("the VM's image names no Kubernetes version: the infrastructure provider passes the Machine's spec.version (ensure-vm-from-image)".into());
+        }
+        if cfg.control_plane.is_some() {
+            let (ca, key) = (
+                file(&cfg.certificates_dir, "ca.crt")?,
+                file(&cfg.certificates_dir, "ca.key")?,
+            );
+            c.serve(&ca, &key, &token(), &vm.version)
+                .await
+                .map_err(|e| e.to_string())?;
+            ((cfg.node, true, vm.version.clone(), None), None)
+        } else {
+            let join = Join {
+                token: cfg.discovery.token.clone(),
+                pins: cfg.discovery.ca_cert_hashes.clone(),
+            };
+            ((cfg.node, false, vm.version.clone(), None), Some(join))
+        }
+    };
+    let (node, control_plane, version, cluster_configuration) = registered;
+    tokio::spawn(node_agent(
+        c.clone(),
+        settings.node_delay,
+        Registered {
+            node: node.name.clone().unwrap_or_else(|| vm.name.clone()),
+            provider_id: vm.provider_id.clone(),
+            address: vm.address.clone(),
+            version,
+            control_plane,
+            cluster_configuration,
+            join,
+            taints: Some(config::taints(&node, control_plane)),
+            labels: node.labels,
+        },
+    ));
+    Ok(())
+}
+
 impl SimCluster {
+    /// Starts the workload API once; every later control-plane machine shares it and it
+    /// presents the version of the one that booted last, as a rolled control plane does.
+    async fn serve(
+        &self,
+        ca: &str,
+        key: &str,
+        token: &str,
+        version: &str,
+    ) -> Result<(), capw_apiserver::ServerError> {
+        let server = self.start_server(ca, key, token).await?;
+        if let Ok(v) = capw_apiserver::KubernetesVersion::parse(version) {
+            server.set_kubernetes_version(v);
+        }
+        Ok(())
+    }
+
     async fn start_server(
         &self,
         ca: &str,
@@ -366,10 +483,14 @@ struct Registered {
     /// `--control-plane`: the machine's bootstrap data ran `capw apiserver`, which the
     /// simulated cloud serves as the cluster's one workload API.
     control_plane: bool,
-    /// `--kubeadm-config`'s ClusterConfiguration, uploaded as `kube-system/kubeadm-config`.
+    /// `kubeadm init`'s ClusterConfiguration, uploaded as `kube-system/kubeadm-config`.
     cluster_configuration: Option<String>,
     /// `--bootstrap-token-file`: a worker joining as `kubeadm join` does.
     join: Option<Join>,
+    /// `--node-labels`.
+    labels: BTreeMap<String, String>,
+    /// `--register-with-taints`; `None`: the node agent's default.
+    taints: Option<Vec<serde_json::Value>>,
 }
 
 /// A joining worker's bootstrap token and CA pins.
@@ -497,6 +618,8 @@ async fn register(
         addresses: &addresses,
         kubelet_version: &reg.version,
         control_plane: reg.control_plane,
+        labels: &reg.labels,
+        taints: reg.taints.as_deref(),
     };
     // Strategic: conditions merge by type, so a condition the agent did not set (an
     // operator's, or a test's standing in for a failing kubelet) stays, as with a kubelet.

@@ -145,7 +145,8 @@ fn admin_credential(kubeconfig: &Secret) -> Option<(String, String)> {
 
 /// What the call gets, by the object's role: `ca.crt`, `ca.key` and `token` for control planes
 /// and the bootstrap configs of control-plane Machines, `ca.crt` alone for a worker's
-/// bootstrap config; control planes also `admin.crt` and `admin.key`, kept from the
+/// bootstrap config; a control-plane Machine's bootstrap config also the etcd, front-proxy
+/// and service-account pairs; control planes also `admin.crt` and `admin.key`, kept from the
 /// current kubeconfig while that certificate chains to the CA and has more than half its life
 /// left, and made anew otherwise.
 pub(super) async fn cluster_secrets(
@@ -167,11 +168,11 @@ pub(super) async fn cluster_secrets(
         Ok(pair(crt, key))
     };
     let ca = maker.ensure("ca", || new_ca("the cluster CA")).await?;
-    maker.ensure("etcd", || new_ca("the etcd CA")).await?;
-    maker
+    let etcd = maker.ensure("etcd", || new_ca("the etcd CA")).await?;
+    let proxy = maker
         .ensure("proxy", || new_ca("the front-proxy CA"))
         .await?;
-    maker
+    let sa = maker
         .ensure("sa", || {
             // The public key goes in tls.crt, as upstream's service-account Secret has it.
             let (public, private) =
@@ -220,6 +221,18 @@ pub(super) async fn cluster_secrets(
             };
             out.push(("admin.crt".to_string(), admin_crt));
             out.push(("admin.key".to_string(), admin_key));
+        } else {
+            // A control-plane Machine's bootstrap data writes the whole kubeadm PKI.
+            for (secret, cert, key) in [
+                (&etcd, "etcd.crt", "etcd.key"),
+                (&proxy, "proxy.crt", "proxy.key"),
+                (&sa, "sa.pub", "sa.key"),
+            ] {
+                if let (Some(c), Some(k)) = (secret.get("tls.crt"), secret.get("tls.key")) {
+                    out.push((cert.to_string(), c.clone()));
+                    out.push((key.to_string(), k.clone()));
+                }
+            }
         }
     }
     if let Some(t) = token.get("value") {

@@ -1,100 +1,110 @@
 //! The provider: metadata and the contract calls.
+//!
+//! The user data is CABPK's, byte for byte (`capw_kubeadm::render`): the kubeadm PKI at
+//! `certificatesDir`, the user's files, the kubeadm configuration file, then
+//! `preKubeadmCommands`, `kubeadm init` or `kubeadm join`, `postKubeadmCommands` and the
+//! sentinel. A real kubeadm node image builds a real cluster from it; the capw node image runs
+//! capw's `kubeadm` on the same files.
 
-use capw_cloud_config::{CloudConfig, Command, WriteFile};
-use capw_kubeadm::schema;
+use capw_kubeadm::{Bootstrap as Role, Certificates, KeyPair, schema};
 use capw_sdk::*;
 
 const GROUP: &str = "bootstrap.cluster.x-k8s.io";
 const VERSION: &str = "0.1.0";
-const PKI: &str = "/etc/capw/pki";
-const TOKEN: &str = "/etc/capw/token";
-/// A worker's bootstrap token (`spec.joinConfiguration.discovery.bootstrapToken.token`).
-const BOOTSTRAP_TOKEN: &str = "/etc/capw/bootstrap-token";
-const SENTINEL_DIR: &str = "/run/cluster-api";
-const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
-/// Where kubeadm init reads its configuration; capw's control-plane machines write it too, and
-/// their node agent uploads its ClusterConfiguration as `kube-system/kubeadm-config`.
-const KUBEADM_CONFIG: &str = capw_kubeadm::cloudinit::INIT_CONFIG;
 
 pub struct Bootstrap;
 
-/// The user data: files, then commands, rendered by the YAML library, so every file's content
-/// comes back byte for byte.
-fn render(files: Vec<WriteFile>, commands: Vec<String>) -> String {
-    CloudConfig {
-        write_files: files,
-        runcmd: commands.into_iter().map(Command::Shell).collect(),
-    }
-    .render()
-}
-
-/// `spec.files[]`, checked with field paths. The API server has checked the shape (the CRD
-/// schema); what is left is what this provider cannot do.
-fn user_files(obj: &View) -> Result<Vec<WriteFile>, ProviderError> {
+/// `spec.files[]`: what this provider cannot write yet is refused, naming the field. The API
+/// server has checked the shape (the CRD schema).
+fn check_files(obj: &View) -> Result<(), ProviderError> {
     let Some(list) = obj.get("/spec/files") else {
-        return Ok(vec![]);
+        return Ok(());
     };
     let list = list.as_array().ok_or_else(|| {
         ProviderError::InvalidSpec(format!("{}: spec.files must be a list", obj.name()))
     })?;
-    list.iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let path = f
-                .get("path")
-                .and_then(Value::as_str)
-                .filter(|p| p.starts_with('/'));
-            let path = path.ok_or_else(|| {
-                ProviderError::InvalidSpec(format!(
-                    "{}: spec.files[{i}].path must be an absolute path",
-                    obj.name()
-                ))
-            })?;
-            if f.get("contentFrom").is_some() {
-                // The host hands this component only the cluster's own Secrets.
-                return Err(ProviderError::InvalidSpec(format!(
-                    "{}: spec.files[{i}].contentFrom is not supported by the capw bootstrap provider yet; put the file's content in spec.files[{i}].content",
-                    obj.name()
-                )));
-            }
-            if f.get("contentFormat").and_then(Value::as_str) == Some("Template") {
-                return Err(ProviderError::InvalidSpec(format!(
-                    "{}: spec.files[{i}].contentFormat Template is not supported by the capw bootstrap provider yet; use Raw",
-                    obj.name()
-                )));
-            }
-            let text = |k: &str| f.get(k).and_then(Value::as_str).map(String::from);
-            Ok(WriteFile {
-                path: path.into(),
-                content: text("content").unwrap_or_default(),
-                permissions: Some(text("permissions").unwrap_or_else(|| "0644".into())),
-                owner: text("owner"),
-                encoding: text("encoding"),
-                append: f.get("append").and_then(Value::as_bool).unwrap_or(false),
-            })
-        })
-        .collect()
+    for (i, f) in list.iter().enumerate() {
+        if !f
+            .get("path")
+            .and_then(Value::as_str)
+            .is_some_and(|p| p.starts_with('/'))
+        {
+            return Err(ProviderError::InvalidSpec(format!(
+                "{}: spec.files[{i}].path must be an absolute path",
+                obj.name()
+            )));
+        }
+        if f.get("contentFrom").is_some() {
+            // The host hands this component only the cluster's own Secrets.
+            return Err(ProviderError::InvalidSpec(format!(
+                "{}: spec.files[{i}].contentFrom is not supported by the capw bootstrap provider yet; put the file's content in spec.files[{i}].content",
+                obj.name()
+            )));
+        }
+        if f.get("contentFormat").and_then(Value::as_str) == Some("Template") {
+            return Err(ProviderError::InvalidSpec(format!(
+                "{}: spec.files[{i}].contentFormat Template is not supported by the capw bootstrap provider yet; use Raw",
+                obj.name()
+            )));
+        }
+    }
+    Ok(())
 }
 
-fn commands(obj: &View, field: &str) -> Result<Vec<String>, ProviderError> {
+/// The spec's command lists, checked to be lists of strings before the typed parse reports
+/// something vaguer.
+fn check_commands(obj: &View, field: &str) -> Result<(), ProviderError> {
     match obj.get(&format!("/spec/{field}")) {
-        None => Ok(vec![]),
-        Some(Value::Array(a)) => a
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                c.as_str().map(str::to_string).ok_or_else(|| {
-                    ProviderError::InvalidSpec(format!(
-                        "{}: spec.{field}[{i}] must be a string",
-                        obj.name()
-                    ))
-                })
-            })
-            .collect(),
+        None => Ok(()),
+        Some(Value::Array(a)) => match a.iter().position(|c| !c.is_string()) {
+            None => Ok(()),
+            Some(i) => Err(ProviderError::InvalidSpec(format!(
+                "{}: spec.{field}[{i}] must be a string",
+                obj.name()
+            ))),
+        },
         Some(_) => Err(ProviderError::InvalidSpec(format!(
             "{}: spec.{field} must be a list of strings",
             obj.name()
         ))),
+    }
+}
+
+/// The kubeadm PKI of a control-plane Machine, from the Secrets the host hands over.
+fn certificates(ctx: &Context) -> Option<Certificates> {
+    let pair = |cert: &str, key: &str| {
+        Some(KeyPair {
+            cert: ctx.secret(cert)?.to_string(),
+            key: ctx.secret(key)?.to_string(),
+        })
+    };
+    let cluster_ca = pair("ca.crt", "ca.key")?;
+    Some(Certificates {
+        cluster_ca: Some(cluster_ca),
+        etcd_ca: pair("etcd.crt", "etcd.key"),
+        front_proxy_ca: pair("proxy.crt", "proxy.key"),
+        service_account: pair("sa.pub", "sa.key"),
+        apiserver_etcd_client: None,
+    })
+}
+
+/// What the user data needs from the Cluster.
+fn cluster_facts(cluster: &View) -> capw_kubeadm::ClusterFacts {
+    let port = cluster
+        .get("/spec/controlPlaneEndpoint/port")
+        .and_then(Value::as_u64)
+        .and_then(|p| u16::try_from(p).ok());
+    let host = cluster.str("/spec/controlPlaneEndpoint/host");
+    capw_kubeadm::ClusterFacts {
+        name: cluster.name().to_string(),
+        endpoint: port
+            .filter(|_| !host.is_empty())
+            .map(|p| (host.to_string(), p)),
+        service_domain: cluster
+            .str("/spec/clusterNetwork/serviceDomain")
+            .to_string(),
+        services: strings(cluster, "/spec/clusterNetwork/services/cidrBlocks"),
+        pods: strings(cluster, "/spec/clusterNetwork/pods/cidrBlocks"),
     }
 }
 
@@ -170,6 +180,21 @@ impl Provider for Bootstrap {
 
     fn reconcile_bootstrap(ctx: Context) -> Result<BootstrapStatus, ProviderError> {
         let obj = ctx.view()?;
+        // Data once made is never made again, as CABPK: the Machine may have booted from it,
+        // and a control plane initialized since would now ask for a join instead.
+        if obj
+            .get("/status/initialization/dataSecretCreated")
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
+            return Ok(BootstrapStatus {
+                data: None,
+                common: common(
+                    vec![condition("Ready", true, "DataSecretAvailable", "")],
+                    None,
+                ),
+            });
+        }
         let machine = ctx
             .machine_view()?
             .ok_or_else(|| wait(format!("waiting for a Machine to own {}", obj.name()), 5))?;
@@ -206,99 +231,48 @@ impl Provider for Bootstrap {
                 obj.name()
             )));
         }
-        let join = if control_plane {
-            None
-        } else {
-            match Join::read(&obj)? {
-                Some(j) => Some(j),
-                None => {
-                    return Ok(waiting(
-                        "WaitingForBootstrapToken",
-                        "the host fills spec.joinConfiguration.discovery.bootstrapToken once the control plane is initialized",
-                    ));
-                }
-            }
+        let role = match (control_plane, initialized) {
+            // CABPK's init lock admits one `kubeadm init`; KubeadmControlPlane creates one
+            // Machine until the control plane is initialized.
+            (true, false) => Role::Init,
+            (true, true) => Role::ControlPlaneJoin,
+            (false, _) => Role::WorkerJoin,
         };
-        // The Node reports the Machine's version, as a kubelet of that version would.
-        let version = machine.str("/spec/version");
-        let version_flag = |flag: &str| {
-            if version.is_empty() {
-                Ok(String::new())
-            } else if version
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "v.-+".contains(c))
-            {
-                Ok(format!(" --{flag} {version}"))
-            } else {
-                Err(ProviderError::InvalidSpec(format!(
-                    "Machine {}: spec.version {version:?} is not a Kubernetes version (such as v1.33.0)",
-                    machine.name()
-                )))
-            }
-        };
-        let mut files = vec![];
-        let mut run = commands(&obj, "preKubeadmCommands")?;
-        run.push(format!("mkdir -p {PKI} {SENTINEL_DIR}"));
-        let (server, credentials) = if let Some(join) = &join {
-            // A worker holds no cluster secret: it joins with its bootstrap token and learns
-            // the CA from cluster-info, checked against the pinned hashes, as kubeadm join.
-            files.push(WriteFile::new(BOOTSTRAP_TOKEN, join.token.clone(), "0600"));
-            (join.endpoint.clone(), join.flags())
-        } else {
-            let (Some(token), Some(ca), Some(ca_key)) = (
-                ctx.secret("token"),
-                ctx.secret("ca.crt"),
-                ctx.secret("ca.key"),
-            ) else {
-                return Err(wait(
-                    "waiting for the host to make the cluster's CA and token",
-                    2,
-                ));
-            };
-            files.push(WriteFile::new(TOKEN, token, "0600"));
-            files.push(WriteFile::new(format!("{PKI}/ca.crt"), ca, "0644"));
-            files.push(WriteFile::new(format!("{PKI}/ca.key"), ca_key, "0600"));
-            run.push(daemon(
-                "apiserver",
-                &format!(
-                    "capw apiserver --listen 0.0.0.0:6443 --ca-cert {PKI}/ca.crt --ca-key {PKI}/ca.key --token-file {TOKEN}{}",
-                    version_flag("kubernetes-version")?
-                ),
+        if role != Role::Init && Join::read(&obj)?.is_none() {
+            return Ok(waiting(
+                "WaitingForBootstrapToken",
+                "the host fills spec.joinConfiguration.discovery.bootstrapToken once the control plane is initialized",
             ));
-            (
-                format!("{host}:{port}"),
-                format!("--ca-cert {PKI}/ca.crt --token-file {TOKEN}"),
-            )
-        };
-        files.extend(user_files(&obj)?);
-        let kubelet_version = version_flag("kubelet-version")?;
-        // A control-plane node shows the API server it runs, as kubeadm's static Pod would,
-        // and uploads the cluster's kubeadm configuration, as kubeadm init does.
-        let mut role = String::new();
-        if control_plane {
-            role.push_str(" --control-plane");
-            if !version.is_empty() {
-                files.push(WriteFile::new(
-                    KUBEADM_CONFIG,
-                    kubeadm_config(&obj, &cluster, &machine, version)?,
-                    "0640",
-                ));
-                role.push_str(&format!(" --kubeadm-config {KUBEADM_CONFIG}"));
-            }
         }
-        run.push(daemon(
-            "node-agent",
-            &format!(
-                "capw node-agent --node-name {} --server https://{server} {credentials}{kubelet_version}{role}",
-                machine.name()
-            ),
-        ));
-        run.extend(commands(&obj, "postKubeadmCommands")?);
-        run.push(format!("touch {SENTINEL}"));
+        check_files(&obj)?;
+        check_commands(&obj, "preKubeadmCommands")?;
+        check_commands(&obj, "postKubeadmCommands")?;
+        let spec: capw_kubeadm::KubeadmConfigSpec =
+            serde_json::from_value(obj.get("/spec").cloned().unwrap_or_else(|| json!({})))
+                .map_err(|e| ProviderError::InvalidSpec(format!("{}: spec: {e}", obj.name())))?;
+        // A worker holds no cluster secret: it joins with its bootstrap token and learns the
+        // CA from cluster-info, checked against the pinned hashes.
+        let certs = if role == Role::WorkerJoin {
+            Certificates::default()
+        } else {
+            certificates(&ctx).ok_or_else(|| {
+                wait("waiting for the host to make the cluster's certificates", 2)
+            })?
+        };
+        let version = machine.str("/spec/version");
+        let data = capw_kubeadm::render(
+            &spec,
+            &cluster_facts(&cluster),
+            version,
+            role,
+            &certs,
+            &spec.files,
+        )
+        .map_err(|e| ProviderError::InvalidSpec(format!("{e} (Machine {})", machine.name())))?;
         Ok(BootstrapStatus {
             data: Some(BootstrapData {
                 format: BootstrapFormat::CloudConfig,
-                value: render(files, run),
+                value: data,
             }),
             common: common(
                 vec![condition("Ready", true, "DataSecretAvailable", "")],
@@ -321,18 +295,14 @@ fn strings(obj: &View, pointer: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// A worker's join, from `spec.joinConfiguration.discovery.bootstrapToken`, which the host
-/// fills as CABPK does once the control plane is initialized.
-struct Join {
-    token: String,
-    endpoint: String,
-    hashes: Vec<String>,
-    unsafe_skip: bool,
-}
+/// A join's `spec.joinConfiguration.discovery.bootstrapToken`, which the host fills as CABPK
+/// does once the control plane is initialized.
+struct Join;
 
 impl Join {
-    /// `None` until the host filled the token. Everything here reaches a shell line or a file,
-    /// so each value is checked against its shape, naming the field.
+    /// `None` until the host filled the token. Each value is checked against its shape, naming
+    /// the field: the node's kubeadm reads them, and a wrong one is better refused here than
+    /// found in a node's log.
     fn read(obj: &View) -> Result<Option<Join>, ProviderError> {
         const AT: &str = "/spec/joinConfiguration/discovery";
         let invalid = |field: &str, what: &str| {
@@ -395,63 +365,8 @@ impl Join {
                 "is empty and unsafeSkipCAVerification is not true: the node could not check the cluster's CA",
             ));
         }
-        Ok(Some(Join {
-            token: token.to_string(),
-            endpoint: endpoint.to_string(),
-            hashes,
-            unsafe_skip,
-        }))
+        Ok(Some(Join))
     }
-
-    /// The node agent's credentials: the token and how to check the CA.
-    fn flags(&self) -> String {
-        let mut out = format!("--bootstrap-token-file {BOOTSTRAP_TOKEN}");
-        for h in &self.hashes {
-            out.push_str(&format!(" --discovery-token-ca-cert-hash {h}"));
-        }
-        if self.hashes.is_empty() && self.unsafe_skip {
-            out.push_str(" --discovery-token-unsafe-skip-ca-verification");
-        }
-        out
-    }
-}
-
-/// `/run/kubeadm/kubeadm.yaml` as CABPK's init user data writes it: the spec's
-/// ClusterConfiguration and InitConfiguration, filled from the Cluster and the Machine.
-fn kubeadm_config(
-    obj: &View,
-    cluster: &View,
-    machine: &View,
-    version: &str,
-) -> Result<String, ProviderError> {
-    let spec: capw_kubeadm::KubeadmConfigSpec =
-        serde_json::from_value(obj.get("/spec").cloned().unwrap_or_else(|| json!({})))
-            .map_err(|e| ProviderError::InvalidSpec(format!("{}: spec: {e}", obj.name())))?;
-    let cidrs = |pointer: &str| strings(cluster, pointer);
-    let port = cluster
-        .get("/spec/controlPlaneEndpoint/port")
-        .and_then(Value::as_u64)
-        .and_then(|p| u16::try_from(p).ok());
-    let host = cluster.str("/spec/controlPlaneEndpoint/host");
-    let facts = capw_kubeadm::ClusterFacts {
-        name: cluster.name().to_string(),
-        endpoint: port
-            .filter(|_| !host.is_empty())
-            .map(|p| (host.to_string(), p)),
-        service_domain: cluster
-            .str("/spec/clusterNetwork/serviceDomain")
-            .to_string(),
-        services: cidrs("/spec/clusterNetwork/services/cidrBlocks"),
-        pods: cidrs("/spec/clusterNetwork/pods/cidrBlocks"),
-    };
-    capw_kubeadm::init_config_file(&spec, &facts, version)
-        .map_err(|e| ProviderError::InvalidSpec(format!("{e} (Machine {})", machine.name())))
-}
-
-/// A long-running service as a shell line: runcmd entries run one after the other and must
-/// return, as `kubeadm init` does once it has handed its services to systemd.
-fn daemon(name: &str, command: &str) -> String {
-    format!("nohup {command} >/var/log/capw-{name}.log 2>&1 &")
 }
 
 fn waiting(reason: &str, message: &str) -> BootstrapStatus {
@@ -469,6 +384,7 @@ fn waiting(reason: &str, message: &str) -> BootstrapStatus {
 mod tests {
     use super::*;
     use capw_sdk::testing::{ContextBuilder, condition_of, context};
+    use capw_cloud_config::CloudConfig;
 
     fn config(spec: Value) -> Value {
         json!({"metadata": {"name": "m", "namespace": "ns"}, "spec": spec})
@@ -487,7 +403,7 @@ mod tests {
     }
 
     fn machine(control_plane: bool) -> Value {
-        let mut m = json!({"metadata": {"name": "m", "labels": {}}});
+        let mut m = json!({"metadata": {"name": "m", "labels": {}}, "spec": {"version": "v1.30.4"}});
         if control_plane {
             m["metadata"]["labels"]["cluster.x-k8s.io/control-plane"] = json!("");
         }
@@ -507,6 +423,12 @@ mod tests {
         ctx.secret("token", "TOKEN")
             .secret("ca.crt", "CA")
             .secret("ca.key", "KEY")
+            .secret("etcd.crt", "ETCD")
+            .secret("etcd.key", "ETCDKEY")
+            .secret("proxy.crt", "PROXY")
+            .secret("proxy.key", "PROXYKEY")
+            .secret("sa.pub", "SAPUB")
+            .secret("sa.key", "SAKEY")
     }
 
     /// What the config waits for, in order, before it renders anything.
@@ -558,174 +480,156 @@ mod tests {
         }
     }
 
-    fn rendered(cp: bool, spec: Value) -> CloudConfig {
-        let spec = if cp { spec } else { joined(spec) };
-        let ctx = with_secrets(
-            context(config(spec))
-                .machine(machine(cp))
-                .cluster(cluster(true, true)),
-        );
+    /// The user data for a control-plane (initialized or not) or worker Machine at `version`.
+    fn data(cp: bool, initialized: bool, version: &str, spec: Value) -> String {
+        let spec = if cp && !initialized {
+            spec
+        } else {
+            joined(spec)
+        };
+        let mut m = machine(cp);
+        m["spec"] = json!({"version": version});
+        let mut c = cluster(true, initialized);
+        c["spec"]["clusterNetwork"] = json!({"serviceDomain": "cluster.local",
+            "pods": {"cidrBlocks": ["192.168.0.0/16"]}});
+        let ctx = with_secrets(context(config(spec)).machine(m).cluster(c));
         let st = Bootstrap::reconcile_bootstrap(ctx).unwrap_or_else(|e| panic!("{e:?}"));
         let data = st.data.unwrap_or_else(|| panic!("no data"));
         assert_eq!(data.format, BootstrapFormat::CloudConfig);
-        CloudConfig::parse(&data.value).unwrap_or_else(|e| panic!("{e}\n{}", data.value))
+        data.value
     }
 
-    fn versioned(cp: bool, version: &str) -> Result<BootstrapStatus, ProviderError> {
-        let mut m = machine(cp);
-        m["spec"] = json!({"version": version});
-        let mut c = cluster(true, true);
-        c["spec"]["clusterNetwork"] = json!({"serviceDomain": "cluster.local",
-            "pods": {"cidrBlocks": ["192.168.0.0/16"]}});
-        Bootstrap::reconcile_bootstrap(with_secrets(
-            context(config(joined(
-                json!({"clusterConfiguration": {"apiServer": {"certSANs": ["localhost"]}}}),
-            )))
-            .machine(m)
-            .cluster(c),
-        ))
+    fn parsed(data: &str) -> CloudConfig {
+        CloudConfig::parse(data).unwrap_or_else(|e| panic!("{e}\n{data}"))
     }
 
-    /// A control plane writes kubeadm init's configuration, presents the Machine's version at
-    /// its API's /version, and uploads the ClusterConfiguration; a worker does neither.
+    fn file(cc: &CloudConfig, path: &str) -> String {
+        String::from_utf8(cc.file(path).unwrap_or_default()).unwrap_or_default()
+    }
+
+    const INIT: &str = "/run/kubeadm/kubeadm.yaml";
+    const JOIN: &str = "/run/kubeadm/kubeadm-join-config.yaml";
+    const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
+
+    /// The first control-plane Machine runs `kubeadm init` with the whole PKI at
+    /// certificatesDir and the configuration filled from the Cluster and the Machine.
     #[test]
-    fn control_planes_present_their_version_and_kubeadm_configuration() {
-        let parse = |st: Result<BootstrapStatus, ProviderError>| {
-            let data = st
-                .unwrap_or_else(|e| panic!("{e:?}"))
-                .data
-                .unwrap_or_else(|| panic!("no data"));
-            CloudConfig::parse(&data.value).unwrap_or_else(|e| panic!("{e}"))
-        };
-        let cp = parse(versioned(true, "v1.30.4"));
-        let file =
-            String::from_utf8(cp.file(KUBEADM_CONFIG).unwrap_or_default()).unwrap_or_default();
+    fn the_first_control_plane_runs_kubeadm_init_as_cabpk_writes_it() {
+        let spec = json!({"clusterConfiguration": {"apiServer": {"certSANs": ["localhost"]}}});
+        let raw = data(true, false, "v1.30.4", spec);
+        assert!(raw.starts_with("## template: jinja\n#cloud-config\n"), "{raw}");
+        let cc = parsed(&raw);
+        for (path, content) in [
+            ("/etc/kubernetes/pki/ca.crt", "CA"),
+            ("/etc/kubernetes/pki/ca.key", "KEY"),
+            ("/etc/kubernetes/pki/etcd/ca.crt", "ETCD"),
+            ("/etc/kubernetes/pki/front-proxy-ca.key", "PROXYKEY"),
+            ("/etc/kubernetes/pki/sa.pub", "SAPUB"),
+        ] {
+            // A literal block ends its content with one newline, as upstream's template does.
+            assert_eq!(file(&cc, path), format!("{content}\n"), "{path}");
+        }
+        let kubeadm = file(&cc, INIT);
         for line in [
             "kind: ClusterConfiguration",
             "kind: InitConfiguration",
+            "apiVersion: kubeadm.k8s.io/v1beta3",
             "clusterName: c",
             "controlPlaneEndpoint: 10.0.0.1:6443",
             "kubernetesVersion: v1.30.4",
             "  podSubnet: 192.168.0.0/16",
             "  - localhost",
         ] {
-            assert!(file.lines().any(|l| l == line), "{line}: {file}");
+            assert!(kubeadm.lines().any(|l| l == line), "{line}: {kubeadm}");
         }
-        let all: Vec<String> = cp.argvs().iter().map(|a| a.join(" ")).collect();
         assert!(
-            all.iter().any(|a| a.contains("capw apiserver") && a.contains("--kubernetes-version v1.30.4")),
-            "{all:?}"
+            raw.contains(&format!(
+                "  - 'kubeadm init --config {INIT}  && echo success > {SENTINEL}'"
+            )),
+            "{raw}"
         );
-        assert!(
-            all.iter().any(|a| a.contains("capw node-agent")
-                && a.contains(&format!("--kubeadm-config {KUBEADM_CONFIG}"))
-                && a.contains("--kubelet-version v1.30.4")),
-            "{all:?}"
-        );
-        let worker = parse(versioned(false, "v1.30.4"));
-        assert_eq!(worker.file(KUBEADM_CONFIG), None);
-        let all: Vec<String> = worker.argvs().iter().map(|a| a.join(" ")).collect();
-        assert!(
-            !all.iter().any(|a| a.contains("--kubeadm-config")),
-            "{all:?}"
-        );
-        // A version kubeadm has no configuration API for is refused, naming the Machine.
-        match versioned(true, "v1.20.0") {
-            Err(ProviderError::InvalidSpec(m)) => {
-                assert!(m.contains("spec.version") && m.contains("Machine m"), "{m}")
-            }
-            other => panic!("{other:?}"),
-        }
+        // v1.31 and later get kubeadm's v1beta4.
+        let newer = file(&parsed(&data(true, false, "v1.33.0", json!({}))), INIT);
+        assert!(newer.contains("apiVersion: kubeadm.k8s.io/v1beta4"), "{newer}");
     }
 
     #[test]
-    fn control_planes_get_the_ca_key_and_the_apiserver_and_workers_do_not() {
-        let cp = rendered(true, json!({}));
-        assert_eq!(cp.file("/etc/capw/pki/ca.key"), Some(b"KEY".to_vec()));
-        assert!(
-            cp.argvs()
-                .iter()
-                .any(|a| a.join(" ").contains("capw apiserver"))
-        );
-        // The control-plane node agent posts the API server's mirror Pod; a worker's does not.
-        let agent = |cc: &CloudConfig| {
-            cc.argvs()
-                .iter()
-                .map(|a| a.join(" "))
-                .find(|a| a.contains("capw node-agent"))
-                .unwrap_or_default()
-        };
-        assert!(agent(&cp).contains("--control-plane"), "{}", agent(&cp));
-        let worker = rendered(false, json!({}));
-        assert!(
-            !agent(&worker).contains("--control-plane"),
-            "{}",
-            agent(&worker)
-        );
+    fn later_control_planes_join_with_the_pki_and_workers_with_a_token_alone() {
+        let cp = parsed(&data(true, true, "v1.30.4", json!({})));
+        assert_eq!(file(&cp, "/etc/kubernetes/pki/ca.key"), "KEY\n");
+        let join = file(&cp, JOIN);
+        assert!(join.contains("controlPlane:"), "{join}");
+        assert!(join.contains("token: abcdef.0123456789abcdef"), "{join}");
+        let worker_raw = data(false, true, "v1.30.4", json!({}));
+        let worker = parsed(&worker_raw);
         // A worker holds no cluster secret: its bootstrap token, and the CA's pin.
-        assert_eq!(worker.file("/etc/capw/pki/ca.key"), None);
-        assert_eq!(worker.file("/etc/capw/pki/ca.crt"), None);
-        assert_eq!(worker.file(TOKEN), None);
-        assert_eq!(
-            worker.file(BOOTSTRAP_TOKEN),
-            Some(b"abcdef.0123456789abcdef".to_vec())
-        );
         assert!(
-            agent(&worker).contains(&format!(
-                "--bootstrap-token-file {BOOTSTRAP_TOKEN} --discovery-token-ca-cert-hash {PIN}"
-            )),
-            "{}",
-            agent(&worker)
+            worker.write_files.iter().all(|f| !f.path.starts_with("/etc/kubernetes/pki")),
+            "{worker_raw}"
         );
-        assert!(
-            agent(&cp).contains("--token-file /etc/capw/token"),
-            "{}",
-            agent(&cp)
-        );
-        assert!(
-            !worker
-                .argvs()
-                .iter()
-                .any(|a| a.join(" ").contains("capw apiserver"))
-        );
-        for cc in [cp, worker] {
-            let all: Vec<String> = cc.argvs().iter().map(|a| a.join(" ")).collect();
-            assert!(
-                all.iter()
-                    .any(|a| a.contains("--server https://10.0.0.1:6443")),
-                "{all:?}"
-            );
-            assert!(
-                all.last().is_some_and(|a| a.contains(SENTINEL)),
-                "the sentinel comes last: {all:?}"
-            );
+        assert!(!worker_raw.contains("KEY"), "{worker_raw}");
+        let join = file(&worker, JOIN);
+        for needle in [
+            "token: abcdef.0123456789abcdef",
+            "apiServerEndpoint: 10.0.0.1:6443",
+            PIN,
+            "key: node.cluster.x-k8s.io/uninitialized",
+        ] {
+            assert!(join.contains(needle), "{needle}: {join}");
         }
+        assert!(!join.contains("controlPlane:"), "{join}");
+        assert!(
+            worker_raw.contains(&format!(
+                "  - kubeadm join --config {JOIN}  && echo success > {SENTINEL}"
+            )),
+            "{worker_raw}"
+        );
     }
 
     #[test]
     fn user_files_and_commands_come_back_byte_for_byte_in_order() {
-        let cc = rendered(
+        let raw = data(
             false,
+            true,
+            "v1.30.4",
             json!({
-                "files": [{"path": "/etc/x", "content": "  leading: spaces\n\tand a tab\n"}],
+                "files": [{"path": "/etc/x", "content": "key: value\n  nested: \"quoted # not a comment\"\n\tand a tab\n"}],
                 "preKubeadmCommands": ["echo pre"],
                 "postKubeadmCommands": ["echo post"],
             }),
         );
+        let cc = parsed(&raw);
         assert_eq!(
-            cc.file("/etc/x"),
-            Some(b"  leading: spaces\n\tand a tab\n".to_vec())
+            file(&cc, "/etc/x"),
+            "key: value\n  nested: \"quoted # not a comment\"\n\tand a tab\n"
         );
         let all: Vec<String> = cc.argvs().iter().map(|a| a.join(" ")).collect();
         let pos = |needle: &str| all.iter().position(|a| a.contains(needle));
-        assert!(pos("echo pre") < pos("node-agent"), "{all:?}");
-        assert!(pos("node-agent") < pos("echo post"), "{all:?}");
-        assert!(pos("echo post") < pos(SENTINEL), "{all:?}");
+        assert!(pos("echo pre") < pos("kubeadm join"), "{all:?}");
+        assert!(pos("kubeadm join") < pos("echo post"), "{all:?}");
     }
 
     #[test]
-    fn the_node_reports_the_machines_version() {
-        let run = |version: &str| {
+    fn data_once_made_is_not_made_again() {
+        let mut cfg = config(json!({}));
+        cfg["status"] = json!({"initialization": {"dataSecretCreated": true}});
+        let ctx = with_secrets(
+            context(cfg)
+                .machine(machine(true))
+                .cluster(cluster(true, true)),
+        );
+        let st = Bootstrap::reconcile_bootstrap(ctx).unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(st.data.is_none());
+        assert_eq!(st.common.requeue_after_seconds, None);
+        assert_eq!(
+            condition_of(&st.common.conditions, "Ready"),
+            Some(("True".into(), "DataSecretAvailable".into()))
+        );
+    }
+
+    #[test]
+    fn a_machine_without_a_kubeadm_version_is_refused_naming_it() {
+        for version in ["", "v1.20.0", "v1.34; rm -rf /"] {
             let mut m = machine(false);
             m["spec"] = json!({"version": version});
             let ctx = with_secrets(
@@ -733,21 +637,12 @@ mod tests {
                     .machine(m)
                     .cluster(cluster(true, true)),
             );
-            Bootstrap::reconcile_bootstrap(ctx)
-        };
-        let st = run("v1.34.0").unwrap_or_else(|e| panic!("{e:?}"));
-        let data = st.data.unwrap_or_else(|| panic!("no data"));
-        let cc = CloudConfig::parse(&data.value).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            cc.argvs()
-                .iter()
-                .any(|a| a.join(" ").contains("--kubelet-version v1.34.0")),
-            "{}",
-            data.value
-        );
-        match run("v1.34; rm -rf /") {
-            Err(ProviderError::InvalidSpec(m)) => assert!(m.contains("spec.version"), "{m}"),
-            other => panic!("{other:?}"),
+            match Bootstrap::reconcile_bootstrap(ctx) {
+                Err(ProviderError::InvalidSpec(msg)) => {
+                    assert!(msg.contains("spec.version") && msg.contains("Machine m"), "{msg}")
+                }
+                other => panic!("{version}: {other:?}"),
+            }
         }
     }
 
@@ -830,12 +725,6 @@ mod tests {
             }
         }
         let skip = bad(json!({"caCertHashes": [], "unsafeSkipCAVerification": true}));
-        let cc = rendered(false, json!({}));
-        assert!(
-            cc.argvs()
-                .iter()
-                .any(|a| a.join(" ").contains("--discovery-token-ca-cert-hash"))
-        );
         let ctx = with_secrets(
             context(config(skip))
                 .machine(machine(false))
@@ -843,9 +732,6 @@ mod tests {
         );
         let st = Bootstrap::reconcile_bootstrap(ctx).unwrap_or_else(|e| panic!("{e:?}"));
         let data = st.data.unwrap_or_else(|| panic!("no data")).value;
-        assert!(
-            data.contains("--discovery-token-unsafe-skip-ca-verification"),
-            "{data}"
-        );
+        assert!(data.contains("unsafeSkipCAVerification: true"), "{data}");
     }
 }

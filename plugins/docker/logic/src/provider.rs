@@ -342,7 +342,12 @@ impl Provider for Docker {
             name: container.clone(),
             image: image.into(),
             command: vec![],
-            env: vec![],
+            // The node presents the Machine's version, as a `kindest/node:<version>` image
+            // carries it: kubeadm on the node reads it.
+            env: match machine.str("/spec/version") {
+                "" => vec![],
+                v => vec![("CAPW_KUBERNETES_VERSION".to_string(), v.to_string())],
+            },
             labels: labels(&[
                 (CLUSTER_LABEL, &id),
                 (ROLE_LABEL, role),

@@ -154,7 +154,12 @@ impl Provider for InMemory {
             st.common.requeue_after_seconds = Some(30);
             return Ok(st);
         };
-        let vm = sim_cloud::ensure_vm(&key, machine.name(), data).map_err(cloud_failed)?;
+        // The image presents the Machine's version, as a `kindest/node:<version>` image does.
+        let image = sim_cloud::VmImage {
+            kubernetes_version: machine.str("/spec/version").to_string(),
+        };
+        let vm = sim_cloud::ensure_vm_from_image(&key, machine.name(), &image, data)
+            .map_err(cloud_failed)?;
         if !vm.running {
             let mut st = pending(vec![condition(
                 "Ready",
