@@ -511,6 +511,39 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
             addrs.iter().any(|a| a["type"] == "InternalIP"),
             "{name} has an InternalIP: {addrs:?}"
         );
+        // The node image's kubeadm ran CABPK's user data: it named the Node after the host
+        // (the container, as kind's), and left a control plane its admin.conf and PKI, a
+        // worker its kubelet.conf and nothing that signs.
+        let container = format!("{cluster}-{name}");
+        assert_eq!(node["metadata"]["name"], container.as_str(), "Node of {name}");
+        let exec = |args: &[&str]| {
+            let out = Command::new("docker")
+                .args(["exec", &engine(&container)])
+                .args(args)
+                .output()
+                .expect("docker exec");
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).to_string(),
+            )
+        };
+        let (_, log) = exec(&["cat", "/var/log/capw-bootstrap.log"]);
+        let control_plane = m["metadata"]["labels"]
+            .get("cluster.x-k8s.io/control-plane")
+            .is_some();
+        if control_plane {
+            assert!(
+                log.contains("initialized successfully") || log.contains("new control plane instance was created"),
+                "{name}: {log}"
+            );
+            assert!(exec(&["test", "-s", "/etc/kubernetes/admin.conf"]).0, "{name}");
+            assert!(exec(&["test", "-s", "/etc/kubernetes/pki/sa.key"]).0, "{name}");
+        } else {
+            assert!(log.contains("This node has joined the cluster"), "{name}: {log}");
+            assert!(exec(&["test", "-s", "/etc/kubernetes/kubelet.conf"]).0, "{name}");
+            assert!(!exec(&["test", "-e", "/etc/kubernetes/pki/ca.key"]).0, "{name}");
+            assert!(!exec(&["test", "-e", "/etc/kubernetes/admin.conf"]).0, "{name}");
+        }
     }
     let (ok, table) = env.kubectl_with(&wl, &["get", "nodes"], None);
     assert!(
@@ -970,16 +1003,8 @@ fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
             .then_some(())
     });
     let wl = env.workload_kubeconfig(cluster);
-    let (ok, out) = env.kubectl_with(
-        &wl,
-        &[
-            "get",
-            "node",
-            &format!("{cluster}-worker-1"),
-            "--no-headers",
-        ],
-        None,
-    );
+    // kubeadm names the Node after the host, which is the container, as kind's nodes.
+    let (ok, out) = env.kubectl_with(&wl, &["get", "node", &victim, "--no-headers"], None);
     assert!(
         ok && out.contains(" Ready "),
         "the recreated worker's Node: {out}"
