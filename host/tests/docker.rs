@@ -515,7 +515,11 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
         // (the container, as kind's), and left a control plane its admin.conf and PKI, a
         // worker its kubelet.conf and nothing that signs.
         let container = format!("{cluster}-{name}");
-        assert_eq!(node["metadata"]["name"], container.as_str(), "Node of {name}");
+        assert_eq!(
+            node["metadata"]["name"],
+            container.as_str(),
+            "Node of {name}"
+        );
         let exec = |args: &[&str]| {
             let out = Command::new("docker")
                 .args(["exec", &engine(&container)])
@@ -533,16 +537,35 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
             .is_some();
         if control_plane {
             assert!(
-                log.contains("initialized successfully") || log.contains("new control plane instance was created"),
+                log.contains("initialized successfully")
+                    || log.contains("new control plane instance was created"),
                 "{name}: {log}"
             );
-            assert!(exec(&["test", "-s", "/etc/kubernetes/admin.conf"]).0, "{name}");
-            assert!(exec(&["test", "-s", "/etc/kubernetes/pki/sa.key"]).0, "{name}");
+            assert!(
+                exec(&["test", "-s", "/etc/kubernetes/admin.conf"]).0,
+                "{name}"
+            );
+            assert!(
+                exec(&["test", "-s", "/etc/kubernetes/pki/sa.key"]).0,
+                "{name}"
+            );
         } else {
-            assert!(log.contains("This node has joined the cluster"), "{name}: {log}");
-            assert!(exec(&["test", "-s", "/etc/kubernetes/kubelet.conf"]).0, "{name}");
-            assert!(!exec(&["test", "-e", "/etc/kubernetes/pki/ca.key"]).0, "{name}");
-            assert!(!exec(&["test", "-e", "/etc/kubernetes/admin.conf"]).0, "{name}");
+            assert!(
+                log.contains("This node has joined the cluster"),
+                "{name}: {log}"
+            );
+            assert!(
+                exec(&["test", "-s", "/etc/kubernetes/kubelet.conf"]).0,
+                "{name}"
+            );
+            assert!(
+                !exec(&["test", "-e", "/etc/kubernetes/pki/ca.key"]).0,
+                "{name}"
+            );
+            assert!(
+                !exec(&["test", "-e", "/etc/kubernetes/admin.conf"]).0,
+                "{name}"
+            );
         }
     }
     let (ok, table) = env.kubectl_with(&wl, &["get", "nodes"], None);

@@ -1361,8 +1361,11 @@ async fn upstream_kubeadm_kinds_apply_as_written_and_are_checked_as_upstream() {
     let first = machines["items"]
         .as_array()
         .and_then(|a| {
-            a.iter()
-                .min_by_key(|m| m["metadata"]["creationTimestamp"].as_str().map(String::from))
+            a.iter().min_by_key(|m| {
+                m["metadata"]["creationTimestamp"]
+                    .as_str()
+                    .map(String::from)
+            })
         })
         .expect("a control-plane Machine");
     let data_secret = get(&[

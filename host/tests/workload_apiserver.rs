@@ -347,3 +347,190 @@ fn a_worker_joins_with_a_bootstrap_token_and_then_uses_its_own_certificate() {
     let (_, csrs) = admin(&["get", "csr", "-o", "name"], None);
     assert_eq!(csrs.lines().count(), 1, "{csrs}");
 }
+
+/// Kills the services `capw kubeadm` started (it prints `started, pid N`) when dropped.
+struct Started(Vec<u32>);
+
+impl Started {
+    fn record(&mut self, stdout: &str) {
+        self.0.extend(stdout.lines().filter_map(|l| {
+            l.split_once("started, pid ")?
+                .1
+                .split_whitespace()
+                .next()?
+                .parse::<u32>()
+                .ok()
+        }));
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = std::process::Command::new("kill")
+                .arg(pid.to_string())
+                .status();
+        }
+    }
+}
+
+/// `capw kubeadm init` then `capw kubeadm join`, as the node image runs them from CABPK's
+/// configuration files: the API served with the CA from certificatesDir at the version asked
+/// for, admin.conf for kubectl, kubeadm-config and cluster-info uploaded, the Node registered
+/// with its labels, taints and provider ID; a worker joins with the token and the pin alone.
+#[test]
+fn kubeadm_init_and_join_build_a_cluster_from_kubeadm_configuration_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let at = |p: &str| dir.path().join(p).to_str().expect("path").to_string();
+    let (crt, key) = capw_apiserver::tls::generate_ca().expect("ca");
+    std::fs::create_dir_all(at("pki")).expect("pki");
+    std::fs::write(at("pki/ca.crt"), &crt).expect("crt");
+    std::fs::write(at("pki/ca.key"), &key).expect("key");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let init = format!(
+        "---\napiServer:\n  certSANs:\n  - localhost\napiVersion: kubeadm.k8s.io/v1beta3\ncertificatesDir: {}\nclusterName: k1\ncontrolPlaneEndpoint: 127.0.0.1:{port}\nkind: ClusterConfiguration\nkubernetesVersion: v1.30.4\nnetworking:\n  dnsDomain: cluster.local\n\n---\napiVersion: kubeadm.k8s.io/v1beta3\nkind: InitConfiguration\nlocalAPIEndpoint:\n  bindPort: {port}\nnodeRegistration:\n  kubeletExtraArgs:\n    node-labels: tier=control\n    provider-id: test:///cp1\n  name: cp1\n  taints: null\n",
+        at("pki")
+    );
+    std::fs::write(at("kubeadm.yaml"), &init).expect("init config");
+    let kubeadm = |args: &[&str], dirs: &str, version: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_capw"));
+        cmd.arg("kubeadm")
+            .args(args)
+            .args(["--kubernetes-dir", &at(&format!("{dirs}/etc"))])
+            .args(["--data-dir", &at(&format!("{dirs}/data"))])
+            .args(["--log-dir", &at(&format!("{dirs}/log"))])
+            .args(["--timeout-seconds", "60"])
+            .env("RUST_LOG", "warn")
+            .env_remove("CAPW_KUBERNETES_VERSION");
+        if let Some(v) = version {
+            cmd.env("CAPW_KUBERNETES_VERSION", v);
+        }
+        let out = cmd.output().expect("capw kubeadm runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let mut started = Started(vec![]);
+    let (ok, out, err) = kubeadm(&["init", "--config", &at("kubeadm.yaml")], "cp", None);
+    started.record(&out);
+    assert!(ok && out.contains("initialized successfully"), "{out}{err}");
+    let admin_conf = dir.path().join("cp/etc/admin.conf");
+    let admin = |args: &[&str]| {
+        let (ok, out) = support::kubectl(&admin_conf, dir.path(), args, None);
+        assert!(ok, "kubectl {args:?}: {out}");
+        out
+    };
+    let version: serde_json::Value =
+        serde_json::from_str(&admin(&["version", "-o", "json"])).expect("version json");
+    assert_eq!(
+        version["serverVersion"]["gitVersion"], "v1.30.4",
+        "{version}"
+    );
+    let cp: serde_json::Value =
+        serde_json::from_str(&admin(&["get", "node", "cp1", "-o", "json"])).expect("node");
+    assert_eq!(cp["spec"]["providerID"], "test:///cp1", "{cp}");
+    assert_eq!(cp["metadata"]["labels"]["tier"], "control", "{cp}");
+    assert_eq!(
+        cp["spec"]["taints"][0]["key"], "node-role.kubernetes.io/control-plane",
+        "{cp}"
+    );
+    assert_eq!(
+        cp["status"]["nodeInfo"]["kubeletVersion"], "v1.30.4",
+        "{cp}"
+    );
+    let cc = admin(&[
+        "get",
+        "cm",
+        "-n",
+        "kube-system",
+        "kubeadm-config",
+        "-o",
+        "jsonpath={.data.ClusterConfiguration}",
+    ]);
+    assert!(cc.lines().any(|l| l == "clusterName: k1"), "{cc}");
+    assert!(!cc.contains("InitConfiguration"), "{cc}");
+    let pods = admin(&["get", "pods", "-n", "kube-system"]);
+    assert!(
+        pods.lines()
+            .any(|l| l.starts_with("kube-apiserver-cp1") && l.contains("Running")),
+        "{pods}"
+    );
+    // admin.conf names the control-plane endpoint, which the serving certificate covers.
+    let server = admin(&[
+        "config",
+        "view",
+        "--raw",
+        "-o",
+        "jsonpath={.clusters[0].cluster.server}",
+    ]);
+    assert_eq!(server, format!("https://127.0.0.1:{port}"));
+
+    // A worker: the token the host would create, the pin, and the version its image presents.
+    let token = capw_apiserver::bootstrap_token::generate();
+    let (id, secret) = capw_apiserver::bootstrap_token::parse(&token).expect("token");
+    let later = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(900)).to_string();
+    let secret_obj = capw_apiserver::bootstrap_token::secret_object(id, secret, &later);
+    let (ok, out) = support::kubectl(
+        &admin_conf,
+        dir.path(),
+        &["create", "-f", "-"],
+        Some(&secret_obj.to_string()),
+    );
+    assert!(ok, "{out}");
+    let pin = capw_apiserver::tls::spki_sha256(&crt).expect("pin");
+    let join = format!(
+        "---\napiVersion: kubeadm.k8s.io/v1beta3\ndiscovery:\n  bootstrapToken:\n    apiServerEndpoint: 127.0.0.1:{port}\n    caCertHashes:\n    - {pin}\n    token: {token}\nkind: JoinConfiguration\nnodeRegistration:\n  kubeletExtraArgs:\n    provider-id: test:///w1\n  name: w1\n  taints:\n  - effect: NoSchedule\n    key: node.cluster.x-k8s.io/uninitialized\n"
+    );
+    std::fs::write(at("join.yaml"), &join).expect("join config");
+    // Without the version its image presents, a join says what is missing.
+    let (ok, out, err) = kubeadm(&["join", "--config", &at("join.yaml")], "w", None);
+    assert!(!ok && err.contains("CAPW_KUBERNETES_VERSION"), "{out}{err}");
+    let (ok, out, err) = kubeadm(
+        &["join", "--config", &at("join.yaml"), "--v", "5"],
+        "w",
+        Some("v1.29.10"),
+    );
+    started.record(&out);
+    assert!(
+        ok && out.contains("This node has joined the cluster"),
+        "{out}{err}"
+    );
+    assert!(dir.path().join("w/etc/kubelet.conf").exists());
+    assert!(!dir.path().join("w/etc/admin.conf").exists());
+    // The node agent registers once it holds its certificate.
+    let mut w1 = serde_json::Value::Null;
+    for _ in 0..120 {
+        let (ok, out) = support::kubectl(
+            &admin_conf,
+            dir.path(),
+            &["get", "node", "w1", "-o", "json"],
+            None,
+        );
+        w1 = serde_json::from_str(&out).unwrap_or_default();
+        if ok && w1["status"]["nodeInfo"]["kubeletVersion"] == "v1.29.10" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    assert_eq!(
+        w1["status"]["nodeInfo"]["kubeletVersion"], "v1.29.10",
+        "{w1}"
+    );
+    assert_eq!(w1["spec"]["providerID"], "test:///w1", "{w1}");
+    assert_eq!(
+        w1["spec"]["taints"][0]["key"], "node.cluster.x-k8s.io/uninitialized",
+        "{w1}"
+    );
+    let csrs = admin(&["get", "csr"]);
+    assert!(
+        csrs.lines()
+            .any(|l| l.contains(&format!("system:bootstrap:{id}")) && l.contains("Approved,Issued")),
+        "{csrs}"
+    );
+}

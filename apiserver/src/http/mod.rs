@@ -300,10 +300,12 @@ fn allowed(identity: &Identity, method: &Method, path: &str) -> bool {
     let nodes = path == "/api/v1/nodes" || path.starts_with("/api/v1/nodes/");
     // A kubelet reads Pods and posts mirror Pods of its static Pods with their status.
     let pods = path == "/api/v1/pods"
-        || path.strip_prefix("/api/v1/namespaces/").is_some_and(|rest| {
-            let mut parts = rest.split('/');
-            parts.next().is_some_and(|ns| !ns.is_empty()) && parts.next() == Some("pods")
-        });
+        || path
+            .strip_prefix("/api/v1/namespaces/")
+            .is_some_and(|rest| {
+                let mut parts = rest.split('/');
+                parts.next().is_some_and(|ns| !ns.is_empty()) && parts.next() == Some("pods")
+            });
     match identity.role {
         Role::Admin => true,
         Role::Anonymous => public,

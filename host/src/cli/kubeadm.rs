@@ -143,14 +143,18 @@ fn start(args: &Args, name: &str, argv: &[String]) -> anyhow::Result<std::proces
         .process_group(0)
         .spawn()
         .with_context(|| format!("starting capw {name}"))?;
-    println!("[{name}] started (log: {})", log_path.display());
+    println!(
+        "[{name}] started, pid {} (log: {})",
+        child.id(),
+        log_path.display()
+    );
     Ok(child)
 }
 
 /// The last lines of a service's log, for an error.
 fn log_tail(args: &Args, name: &str) -> String {
-    let text = std::fs::read_to_string(args.log_dir.join(format!("capw-{name}.log")))
-        .unwrap_or_default();
+    let text =
+        std::fs::read_to_string(args.log_dir.join(format!("capw-{name}.log"))).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(10)..].join("\n")
 }
@@ -230,18 +234,24 @@ async fn serve(
     let mut child = start(args, "apiserver", &argv)?;
     let local = client(admin_kubeconfig_for_local).await?;
     println!("[wait-control-plane] Waiting for the API server at https://127.0.0.1:{port}");
-    wait_for(args, "the API server to be ready", &mut child, "apiserver", || {
-        let local = local.clone();
-        async move {
-            let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else {
-                return false;
-            };
-            local
-                .request_text(req)
-                .await
-                .is_ok_and(|b| b.trim() == "ok")
-        }
-    })
+    wait_for(
+        args,
+        "the API server to be ready",
+        &mut child,
+        "apiserver",
+        || {
+            let local = local.clone();
+            async move {
+                let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else {
+                    return false;
+                };
+                local
+                    .request_text(req)
+                    .await
+                    .is_ok_and(|b| b.trim() == "ok")
+            }
+        },
+    )
     .await?;
     Ok(local)
 }
@@ -280,7 +290,13 @@ fn agent_argv(
         ),
     ];
     if !node.labels.is_empty() {
-        argv.push(format!("--node-labels={}", config::labels_flag(&node.labels)));
+        argv.push(format!(
+            "--node-labels={}",
+            config::labels_flag(&node.labels)
+        ));
+    }
+    if let Some(id) = &node.provider_id {
+        argv.push(format!("--provider-id={id}"));
     }
     if let Some(port) = control_plane {
         argv.push("--control-plane".into());
@@ -333,7 +349,9 @@ async fn init(args: &Args) -> anyhow::Result<()> {
         &local_kubeconfig(&ca, &local_url)?,
     )
     .await?;
-    println!("[upload-config] Storing the configuration in ConfigMap \"kubeadm-config\" in the \"kube-system\" Namespace");
+    println!(
+        "[upload-config] Storing the configuration in ConfigMap \"kubeadm-config\" in the \"kube-system\" Namespace"
+    );
     upload(&local, &cfg.cluster_configuration, &server, &ca.0).await?;
     let mut agent = start(
         args,
@@ -354,9 +372,13 @@ async fn init(args: &Args) -> anyhow::Result<()> {
 
 /// An administrator's kubeconfig for this machine's own API server.
 fn local_kubeconfig(ca: &(String, String), url: &str) -> anyhow::Result<String> {
-    let (cert, key) =
-        capw_apiserver::tls::client_certificate(&ca.0, &ca.1, "kubernetes-admin", &["system:masters"])
-            .context("signing the local administrator's certificate")?;
+    let (cert, key) = capw_apiserver::tls::client_certificate(
+        &ca.0,
+        &ca.1,
+        "kubernetes-admin",
+        &["system:masters"],
+    )
+    .context("signing the local administrator's certificate")?;
     Ok(capw_apiserver::kubeconfig::render_with_certificate(
         url,
         &ca.0,
@@ -532,7 +554,14 @@ async fn join(args: &Args) -> anyhow::Result<()> {
     let mut agent = start(
         args,
         "node-agent",
-        &agent_argv(&name, &server, &kubelet_conf, &version, &cfg.node, Some(port)),
+        &agent_argv(
+            &name,
+            &server,
+            &kubelet_conf,
+            &version,
+            &cfg.node,
+            Some(port),
+        ),
     )?;
     wait_for_node(args, &cluster, &name, &mut agent).await?;
     println!("\nThis node has joined the cluster and a new control plane instance was created.");

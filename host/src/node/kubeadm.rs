@@ -17,7 +17,9 @@ pub enum KubeadmConfigError {
     Yaml { file: String, reason: String },
     #[error("{file}: holds no {kind} document (apiVersion kubeadm.k8s.io/v1beta3 or v1beta4)")]
     Missing { file: String, kind: &'static str },
-    #[error("{file}: {kind} has apiVersion {found}; capw's kubeadm reads kubeadm.k8s.io/v1beta3 and v1beta4")]
+    #[error(
+        "{file}: {kind} has apiVersion {found}; capw's kubeadm reads kubeadm.k8s.io/v1beta3 and v1beta4"
+    )]
     ApiVersion {
         file: String,
         kind: &'static str,
@@ -43,6 +45,9 @@ pub struct NodeRegistration {
     pub name: Option<String>,
     pub taints: Option<Vec<Value>>,
     pub labels: BTreeMap<String, String>,
+    /// The kubelet's `provider-id` from `kubeletExtraArgs`, as providers that know it before
+    /// boot set it.
+    pub provider_id: Option<String>,
 }
 
 /// `kubeadm init`'s configuration.
@@ -170,7 +175,9 @@ fn node_registration(
             m.iter()
                 .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())),
         ),
-        Some(Value::Array(a)) => args.extend(a.iter().map(|e| (text(e, "/name"), text(e, "/value")))),
+        Some(Value::Array(a)) => {
+            args.extend(a.iter().map(|e| (text(e, "/name"), text(e, "/value"))))
+        }
         _ => {}
     }
     let mut labels = BTreeMap::new();
@@ -198,10 +205,16 @@ fn node_registration(
         }
     };
     let name = text(&nr, "/name");
+    let provider_id = args
+        .iter()
+        .rev()
+        .find(|(k, v)| k == "provider-id" && !v.is_empty())
+        .map(|(_, v)| v.clone());
     Ok(NodeRegistration {
         name: (!name.is_empty()).then_some(name),
         taints,
         labels,
+        provider_id,
     })
 }
 
@@ -378,7 +391,10 @@ pub fn parse_labels(flag: &str) -> Result<BTreeMap<String, String>, String> {
 mod tests {
     use super::*;
 
-    const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/kubeadm/tests/golden");
+    const GOLDEN: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../crates/kubeadm/tests/golden"
+    );
 
     fn golden(name: &str) -> String {
         std::fs::read_to_string(format!("{GOLDEN}/{name}")).expect("golden file")
@@ -423,9 +439,10 @@ mod tests {
             taints_flag(&taints(&cp.node, true)),
             "node-role.kubernetes.io/control-plane:NoSchedule"
         );
-        let labelled = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: JoinConfiguration\ndiscovery:\n  bootstrapToken:\n    token: abcdef.0123456789abcdef\n    apiServerEndpoint: 10.0.0.1:6443\n    unsafeSkipCAVerification: true\nnodeRegistration:\n  name: n1\n  kubeletExtraArgs:\n  - name: node-labels\n    value: tier=web,zone=a\n  taints: []\n";
+        let labelled = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: JoinConfiguration\ndiscovery:\n  bootstrapToken:\n    token: abcdef.0123456789abcdef\n    apiServerEndpoint: 10.0.0.1:6443\n    unsafeSkipCAVerification: true\nnodeRegistration:\n  name: n1\n  kubeletExtraArgs:\n  - name: node-labels\n    value: tier=web,zone=a\n  - name: provider-id\n    value: aws:///us-east-1a/i-1\n  taints: []\n";
         let j = join_config("j", labelled).expect("labelled");
         assert_eq!(j.node.name.as_deref(), Some("n1"));
+        assert_eq!(j.node.provider_id.as_deref(), Some("aws:///us-east-1a/i-1"));
         assert_eq!(labels_flag(&j.node.labels), "tier=web,zone=a");
         assert_eq!(parse_labels("tier=web,zone=a"), Ok(j.node.labels.clone()));
         assert!(taints(&j.node, false).is_empty(), "taints: [] means none");
@@ -434,9 +451,12 @@ mod tests {
     #[test]
     fn bad_files_name_the_field() {
         let no_token = "apiVersion: kubeadm.k8s.io/v1beta3\nkind: JoinConfiguration\ndiscovery:\n  bootstrapToken:\n    token: nope\n";
-        let e = join_config("/run/kubeadm/kubeadm-join-config.yaml", no_token)
-            .expect_err("bad token");
-        assert!(e.to_string().contains("discovery.bootstrapToken.token"), "{e}");
+        let e =
+            join_config("/run/kubeadm/kubeadm-join-config.yaml", no_token).expect_err("bad token");
+        assert!(
+            e.to_string().contains("discovery.bootstrapToken.token"),
+            "{e}"
+        );
         let old = "apiVersion: kubeadm.k8s.io/v1beta2\nkind: JoinConfiguration\n";
         assert!(matches!(
             join_config("f", old),

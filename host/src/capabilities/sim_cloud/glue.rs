@@ -39,12 +39,9 @@ impl sim_cloud::Host for HostState {
         image: sim_cloud::VmImage,
         bootstrap_data: String,
     ) -> Result<sim_cloud::Vm, SimCloudError> {
-        let vm = self.sim()?.ensure_vm(
-            &cluster,
-            &name,
-            &image.kubernetes_version,
-            &bootstrap_data,
-        )?;
+        let vm =
+            self.sim()?
+                .ensure_vm(&cluster, &name, &image.kubernetes_version, &bootstrap_data)?;
         Ok(sim_cloud::Vm {
             name: vm.name,
             provider_id: vm.provider_id,

@@ -255,9 +255,8 @@ impl Provider for Bootstrap {
         let certs = if role == Role::WorkerJoin {
             Certificates::default()
         } else {
-            certificates(&ctx).ok_or_else(|| {
-                wait("waiting for the host to make the cluster's certificates", 2)
-            })?
+            certificates(&ctx)
+                .ok_or_else(|| wait("waiting for the host to make the cluster's certificates", 2))?
         };
         let version = machine.str("/spec/version");
         let data = capw_kubeadm::render(
@@ -383,8 +382,8 @@ fn waiting(reason: &str, message: &str) -> BootstrapStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use capw_sdk::testing::{ContextBuilder, condition_of, context};
     use capw_cloud_config::CloudConfig;
+    use capw_sdk::testing::{ContextBuilder, condition_of, context};
 
     fn config(spec: Value) -> Value {
         json!({"metadata": {"name": "m", "namespace": "ns"}, "spec": spec})
@@ -403,7 +402,8 @@ mod tests {
     }
 
     fn machine(control_plane: bool) -> Value {
-        let mut m = json!({"metadata": {"name": "m", "labels": {}}, "spec": {"version": "v1.30.4"}});
+        let mut m =
+            json!({"metadata": {"name": "m", "labels": {}}, "spec": {"version": "v1.30.4"}});
         if control_plane {
             m["metadata"]["labels"]["cluster.x-k8s.io/control-plane"] = json!("");
         }
@@ -517,7 +517,10 @@ mod tests {
     fn the_first_control_plane_runs_kubeadm_init_as_cabpk_writes_it() {
         let spec = json!({"clusterConfiguration": {"apiServer": {"certSANs": ["localhost"]}}});
         let raw = data(true, false, "v1.30.4", spec);
-        assert!(raw.starts_with("## template: jinja\n#cloud-config\n"), "{raw}");
+        assert!(
+            raw.starts_with("## template: jinja\n#cloud-config\n"),
+            "{raw}"
+        );
         let cc = parsed(&raw);
         for (path, content) in [
             ("/etc/kubernetes/pki/ca.crt", "CA"),
@@ -550,7 +553,10 @@ mod tests {
         );
         // v1.31 and later get kubeadm's v1beta4.
         let newer = file(&parsed(&data(true, false, "v1.33.0", json!({}))), INIT);
-        assert!(newer.contains("apiVersion: kubeadm.k8s.io/v1beta4"), "{newer}");
+        assert!(
+            newer.contains("apiVersion: kubeadm.k8s.io/v1beta4"),
+            "{newer}"
+        );
     }
 
     #[test]
@@ -564,7 +570,10 @@ mod tests {
         let worker = parsed(&worker_raw);
         // A worker holds no cluster secret: its bootstrap token, and the CA's pin.
         assert!(
-            worker.write_files.iter().all(|f| !f.path.starts_with("/etc/kubernetes/pki")),
+            worker
+                .write_files
+                .iter()
+                .all(|f| !f.path.starts_with("/etc/kubernetes/pki")),
             "{worker_raw}"
         );
         assert!(!worker_raw.contains("KEY"), "{worker_raw}");
@@ -639,7 +648,10 @@ mod tests {
             );
             match Bootstrap::reconcile_bootstrap(ctx) {
                 Err(ProviderError::InvalidSpec(msg)) => {
-                    assert!(msg.contains("spec.version") && msg.contains("Machine m"), "{msg}")
+                    assert!(
+                        msg.contains("spec.version") && msg.contains("Machine m"),
+                        "{msg}"
+                    )
                 }
                 other => panic!("{version}: {other:?}"),
             }
