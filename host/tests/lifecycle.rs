@@ -1420,6 +1420,7 @@ async fn upstream_kubeadm_kinds_apply_as_written_and_are_checked_as_upstream() {
         assert!(cc.lines().any(|l| l == line), "{line}: {cc}");
     }
     workers_join_with_bootstrap_tokens(&env, "e2e", "e2e-md-0").await;
+    files_come_from_secrets(&env).await;
 
     // Admission, as upstream's webhooks and CEL rules: each refusal names the field.
     let refused = |manifest: String, says: &str| {
@@ -1617,6 +1618,101 @@ fn pem_der(pem: &str) -> Vec<u8> {
 /// the CA's SPKI pin, a bootstrap token), the token's `kube-system/bootstrap-token-<id>` Secret
 /// is in the workload cluster and expires within the TTL, and the worker's bootstrap data
 /// holds the token but no cluster secret. kube-public/cluster-info carries the CA the pin names.
+/// `files[].contentFrom`, as CABPK's `resolveFiles`: a new worker's config whose Secret is
+/// missing says so on its Ready condition, naming the field, and makes no data; once the
+/// Secret exists, the data carries its content at the file's path.
+async fn files_come_from_secrets(env: &Env) {
+    use base64::Engine as _;
+    let get = |args: &[&str]| -> serde_json::Value {
+        serde_json::from_str(&env.kubectl(args, None)).expect("json")
+    };
+    let configs = |env: &Env| {
+        let list: serde_json::Value = serde_json::from_str(&env.kubectl(
+            &[
+                "get",
+                "kubeadmconfigs",
+                "-l",
+                "cluster.x-k8s.io/deployment-name=e2e-md-0",
+                "-o",
+                "json",
+            ],
+            None,
+        ))
+        .expect("json");
+        list["items"].as_array().cloned().unwrap_or_default()
+    };
+    let before: Vec<String> = configs(env)
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str().map(String::from))
+        .collect();
+    env.kubectl(
+        &[
+            "patch",
+            "kubeadmconfigtemplate",
+            "e2e-md-0",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"template":{"spec":{"files":[{"path":"/etc/extra.conf","permissions":"0600","contentFrom":{"secret":{"name":"e2e-extra","key":"extra.conf"}}}]}}}}"#,
+        ],
+        None,
+    );
+    env.kubectl(
+        &["scale", "machinedeployment", "e2e-md-0", "--replicas=3"],
+        None,
+    );
+    let new = env
+        .eventually("the new worker's config to report the missing Secret", 60, || async {
+            configs(env).into_iter().find(|c| {
+                let name = c["metadata"]["name"].as_str().unwrap_or_default();
+                !before.iter().any(|b| b == name)
+                    && c["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c["type"] == "Ready"
+                                && c["status"] == "False"
+                                && c["reason"] == "FileContentUnavailable"
+                                && c["message"].as_str().is_some_and(|m| {
+                                    m.contains("spec.files[0].contentFrom.secret: Secret default/e2e-extra not found")
+                                })
+                        })
+                    })
+            })
+        })
+        .await;
+    let name = new["metadata"]["name"].as_str().expect("name").to_string();
+    assert!(new["status"]["dataSecretName"].is_null(), "{new}");
+    env.kubectl(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "e2e-extra",
+            "--from-literal=extra.conf=key: value",
+        ],
+        None,
+    );
+    let data_secret = env
+        .eventually("the config's data once the Secret exists", 90, || async {
+            let c = get(&["get", "kubeadmconfig", &name, "-o", "json"]);
+            c["status"]["dataSecretName"].as_str().map(String::from)
+        })
+        .await;
+    let secret = get(&["get", "secret", &data_secret, "-o", "json"]);
+    let value = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(secret["data"]["value"].as_str().expect("value"))
+            .expect("base64"),
+    )
+    .expect("utf8");
+    for line in [
+        "-   path: /etc/extra.conf",
+        "    permissions: '0600'",
+        "      key: value",
+    ] {
+        assert!(value.lines().any(|l| l == line), "{line}: {value}");
+    }
+    env.settled("e2e-md-0", 3).await;
+}
+
 async fn workers_join_with_bootstrap_tokens(env: &Env, cluster: &str, deployment: &str) {
     use base64::Engine as _;
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};

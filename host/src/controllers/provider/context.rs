@@ -141,6 +141,11 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
                 .as_ref()
                 .is_some_and(|m| !m.labels().contains_key(CONTROL_PLANE_LABEL));
         context.secrets = super::secrets::cluster_secrets(kctx, obj, c, worker).await?;
+        if kctx.role == Role::BootstrapConfig {
+            context
+                .secrets
+                .extend(super::secrets::file_sources(kctx, obj).await?);
+        }
     }
     if kctx.role == Role::ControlPlane
         && let Some(c) = &cluster

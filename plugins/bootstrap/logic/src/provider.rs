@@ -16,6 +16,9 @@ pub struct Bootstrap;
 
 /// `spec.files[]`: what this provider cannot write yet is refused, naming the field. The API
 /// server has checked the shape (the CRD schema).
+///
+/// `contentFrom` is resolved by the host, which reads the Secret and hands its key over as
+/// `files/<i>` (see [`resolved_files`]).
 fn check_files(obj: &View) -> Result<(), ProviderError> {
     let Some(list) = obj.get("/spec/files") else {
         return Ok(());
@@ -34,13 +37,6 @@ fn check_files(obj: &View) -> Result<(), ProviderError> {
                 obj.name()
             )));
         }
-        if f.get("contentFrom").is_some() {
-            // The host hands this component only the cluster's own Secrets.
-            return Err(ProviderError::InvalidSpec(format!(
-                "{}: spec.files[{i}].contentFrom is not supported by the capw bootstrap provider yet; put the file's content in spec.files[{i}].content",
-                obj.name()
-            )));
-        }
         if f.get("contentFormat").and_then(Value::as_str) == Some("Template") {
             return Err(ProviderError::InvalidSpec(format!(
                 "{}: spec.files[{i}].contentFormat Template is not supported by the capw bootstrap provider yet; use Raw",
@@ -49,6 +45,34 @@ fn check_files(obj: &View) -> Result<(), ProviderError> {
         }
     }
     Ok(())
+}
+
+/// The spec's files with each `contentFrom` replaced by the content the host read, as CABPK's
+/// `resolveFiles`; `Err` with the host's message when a Secret or key cannot be used.
+fn resolved_files(
+    ctx: &Context,
+    obj: &View,
+    spec: &capw_kubeadm::KubeadmConfigSpec,
+) -> Result<Result<Vec<capw_kubeadm::spec::File>, String>, ProviderError> {
+    let mut files = spec.files.clone();
+    for (i, f) in files.iter_mut().enumerate() {
+        if obj.get(&format!("/spec/files/{i}/contentFrom")).is_none() {
+            continue;
+        }
+        if let Some(problem) = ctx.secret(&format!("files/{i}.error")) {
+            return Ok(Err(problem.to_string()));
+        }
+        f.content = ctx
+            .secret(&format!("files/{i}"))
+            .ok_or_else(|| {
+                wait(
+                    format!("waiting for the host to read spec.files[{i}].contentFrom"),
+                    5,
+                )
+            })?
+            .to_string();
+    }
+    Ok(Ok(files))
 }
 
 /// The spec's command lists, checked to be lists of strings before the typed parse reports
@@ -258,6 +282,10 @@ impl Provider for Bootstrap {
             certificates(&ctx)
                 .ok_or_else(|| wait("waiting for the host to make the cluster's certificates", 2))?
         };
+        let files = match resolved_files(&ctx, &obj, &spec)? {
+            Ok(files) => files,
+            Err(problem) => return Ok(waiting("FileContentUnavailable", &problem)),
+        };
         let version = machine.str("/spec/version");
         let data = capw_kubeadm::render(
             &spec,
@@ -265,7 +293,7 @@ impl Provider for Bootstrap {
             version,
             role,
             &certs,
-            &spec.files,
+            &files,
         )
         .map_err(|e| ProviderError::InvalidSpec(format!("{e} (Machine {})", machine.name())))?;
         Ok(BootstrapStatus {
@@ -618,6 +646,45 @@ mod tests {
         assert!(pos("kubeadm join") < pos("echo post"), "{all:?}");
     }
 
+    /// `contentFrom` is written with the content the host read from the Secret, in its
+    /// place among the files; until the host hands it over, the config waits.
+    #[test]
+    fn files_from_secrets_are_written_with_the_content_the_host_read() {
+        let spec = joined(json!({"files": [
+            {"path": "/etc/a", "content": "first\n"},
+            {"path": "/etc/b", "contentFrom": {"secret": {"name": "s", "key": "k"}}, "permissions": "0600"},
+        ]}));
+        let run = |ctx: Context| {
+            Bootstrap::reconcile_bootstrap(
+                with_secrets(ctx)
+                    .machine(machine(false))
+                    .cluster(cluster(true, true)),
+            )
+        };
+        assert!(matches!(
+            run(context(config(spec.clone()))),
+            Err(ProviderError::Transient(_))
+        ));
+        let missing = run(context(config(spec.clone())).secret(
+            "files/1.error",
+            "spec.files[1].contentFrom.secret: Secret ns/s not found; create it",
+        ))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(missing.data.is_none());
+        assert_eq!(
+            condition_of(&missing.common.conditions, "Ready"),
+            Some(("False".into(), "FileContentUnavailable".into()))
+        );
+        let st = run(context(config(spec)).secret("files/1", "from the secret\n"))
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let raw = st.data.unwrap_or_else(|| panic!("no data")).value;
+        let cc = parsed(&raw);
+        assert_eq!(file(&cc, "/etc/b"), "from the secret\n");
+        let order: Vec<&str> = cc.write_files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(order[..2], ["/etc/a", "/etc/b"], "{raw}");
+        assert!(raw.contains("permissions: '0600'"), "{raw}");
+    }
+
     #[test]
     fn data_once_made_is_not_made_again() {
         let mut cfg = config(json!({}));
@@ -675,8 +742,8 @@ mod tests {
                 "spec.postKubeadmCommands[0]",
             ),
             (
-                json!({"files": [{"path": "/x", "contentFrom": {"secret": {"name": "s", "key": "k"}}}]}),
-                "spec.files[0].contentFrom",
+                json!({"files": [{"path": "/x", "content": "x", "contentFormat": "Template"}]}),
+                "spec.files[0].contentFormat Template",
             ),
             (json!({"format": "ignition"}), "spec.format ignition"),
         ] {
