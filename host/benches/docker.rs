@@ -136,7 +136,8 @@ fn decode_b64(s: &str) -> String {
 /// and cloud-config.
 struct Captured {
     port: u16,
-    machines: Vec<(String, bool, String)>,
+    /// Name, control plane or not, `spec.version`, bootstrap data.
+    machines: Vec<(String, bool, String, String)>,
     /// The capw cluster's kubeconfig: the plain replay has the same CA, token and port.
     kubeconfig: String,
 }
@@ -173,6 +174,10 @@ fn capw_round(k: &Kubectl) -> (Duration, Captured) {
     {
         let name = m["metadata"]["name"].as_str().expect("name").to_string();
         let cp = m["metadata"]["labels"]["cluster.x-k8s.io/control-plane"].is_string();
+        let version = m["spec"]["version"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let secret = m["spec"]["bootstrap"]["dataSecretName"]
             .as_str()
             .expect("dataSecretName");
@@ -183,7 +188,7 @@ fn capw_round(k: &Kubectl) -> (Duration, Captured) {
             "-o",
             "jsonpath={.data.value}",
         ])));
-        machines.push((name, cp, data));
+        machines.push((name, cp, version, data));
     }
     machines.sort_by_key(|m| !m.1);
     let kubeconfig = decode_b64(&run(&mut k.cmd(&[
@@ -237,9 +242,23 @@ fn plain_round(cap: &Captured, workload_kubeconfig: &Path) -> Duration {
         "--backends-file",
         "/etc/capw/lb-backends",
     ]);
-    for (name, cp, data) in &cap.machines {
+    for (name, cp, version, data) in &cap.machines {
         let container = format!("{PLAIN}-{name}");
-        docker(&["run", "-d", "--name", &container, "--network", &net, IMAGE]);
+        // What the Docker provider sets: the hostname kubeadm names the Node after, and the
+        // version the node image presents.
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            &container,
+            "--hostname",
+            &container,
+            "-e",
+            &format!("CAPW_KUBERNETES_VERSION={version}"),
+            "--network",
+            &net,
+            IMAGE,
+        ]);
         if *cp {
             let ip = docker(&[
                 "inspect",
@@ -267,6 +286,36 @@ fn plain_round(cap: &Captured, workload_kubeconfig: &Path) -> Duration {
             ),
         ]);
         let cc = CloudConfig::parse(data).expect("cloud-config");
+        if !*cp {
+            // `kubeadm token create` on the control plane, as the host does for a worker.
+            let join = cc
+                .file("/run/kubeadm/kubeadm-join-config.yaml")
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
+            let token = join
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("token: "))
+                .expect("a worker's join config names its token");
+            let (id, secret) = capw_apiserver::bootstrap_token::parse(token).expect("token");
+            let later = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(900)).to_string();
+            let obj = capw_apiserver::bootstrap_token::secret_object(id, secret, &later);
+            let k = Kubectl {
+                kubeconfig: workload_kubeconfig.to_path_buf(),
+            };
+            let mut create = k.cmd(&["create", "-f", "-"]);
+            create.stdin(Stdio::piped()).stdout(Stdio::null());
+            let mut child = create.spawn().expect("kubectl");
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(obj.to_string().as_bytes())
+                .expect("write");
+            assert!(
+                child.wait().expect("kubectl").success(),
+                "creating the token"
+            );
+        }
         for f in &cc.write_files {
             docker_stdin(
                 &[
