@@ -531,13 +531,7 @@ async fn join(args: &Args) -> anyhow::Result<()> {
     let cluster_configuration =
         capw_kubeadm::with_kubernetes_version(&cluster_configuration, &version)
             .unwrap_or(cluster_configuration);
-    let mut sans: Vec<String> = cluster_configuration
-        .lines()
-        .skip_while(|l| *l != "  certSANs:")
-        .skip(1)
-        .map_while(|l| l.strip_prefix("  - "))
-        .map(String::from)
-        .collect();
+    let mut sans = config::cert_sans(&cluster_configuration);
     sans.extend(endpoint_host(&d.api_server_endpoint));
     sans.push(name.clone());
     let local_url = format!("https://127.0.0.1:{port}");

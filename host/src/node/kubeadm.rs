@@ -255,6 +255,14 @@ pub fn init_config(file: &str, text_: &str) -> Result<InitConfig, KubeadmConfigE
     })
 }
 
+/// `apiServer.certSANs` of a ClusterConfiguration document, as a control-plane join reads it
+/// from `kube-system/kubeadm-config`.
+pub fn cert_sans(cluster_configuration: &str) -> Vec<String> {
+    serde_yaml::from_str::<Value>(cluster_configuration)
+        .map(|cc| strings(&cc, "/apiServer/certSANs"))
+        .unwrap_or_default()
+}
+
 /// Reads `kubeadm join --config FILE`. Only bootstrap-token discovery is supported.
 pub fn join_config(file: &str, text_: &str) -> Result<JoinConfig, KubeadmConfigError> {
     let docs = documents(file, text_)?;
@@ -419,6 +427,7 @@ mod tests {
                     .contains("kind: ClusterConfiguration")
             );
             assert!(!c.cluster_configuration.contains("InitConfiguration"));
+            assert_eq!(cert_sans(&c.cluster_configuration), c.cert_sans);
         }
     }
 

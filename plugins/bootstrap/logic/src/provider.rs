@@ -262,7 +262,7 @@ impl Provider for Bootstrap {
             (true, true) => Role::ControlPlaneJoin,
             (false, _) => Role::WorkerJoin,
         };
-        if role != Role::Init && Join::read(&obj)?.is_none() {
+        if role != Role::Init && !discovery_filled(&obj)? {
             return Ok(waiting(
                 "WaitingForBootstrapToken",
                 "the host fills spec.joinConfiguration.discovery.bootstrapToken once the control plane is initialized",
@@ -322,78 +322,73 @@ fn strings(obj: &View, pointer: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// A join's `spec.joinConfiguration.discovery.bootstrapToken`, which the host fills as CABPK
-/// does once the control plane is initialized.
-struct Join;
-
-impl Join {
-    /// `None` until the host filled the token. Each value is checked against its shape, naming
-    /// the field: the node's kubeadm reads them, and a wrong one is better refused here than
-    /// found in a node's log.
-    fn read(obj: &View) -> Result<Option<Join>, ProviderError> {
-        const AT: &str = "/spec/joinConfiguration/discovery";
-        let invalid = |field: &str, what: &str| {
-            ProviderError::InvalidSpec(format!(
-                "{}: spec.joinConfiguration.discovery.{field} {what}",
-                obj.name()
-            ))
-        };
-        if !obj.str(&format!("{AT}/file/kubeConfigPath")).is_empty() {
-            return Err(invalid(
-                "file",
-                "is not supported by the capw bootstrap provider yet; remove it so the host fills bootstrapToken",
-            ));
-        }
-        let token = obj.str(&format!("{AT}/bootstrapToken/token"));
-        let endpoint = obj.str(&format!("{AT}/bootstrapToken/apiServerEndpoint"));
-        if token.is_empty() || endpoint.is_empty() {
-            return Ok(None);
-        }
-        let token_ok = token.split_once('.').is_some_and(|(id, secret)| {
-            let ok = |s: &str, n| {
-                s.len() == n
-                    && s.bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-            };
-            ok(id, 6) && ok(secret, 16)
-        });
-        if !token_ok {
-            return Err(invalid(
-                "bootstrapToken.token",
-                "must be a bootstrap token, [a-z0-9]{6}.[a-z0-9]{16}",
-            ));
-        }
-        if !endpoint
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
-        {
-            return Err(invalid(
-                "bootstrapToken.apiServerEndpoint",
-                "must be host:port",
-            ));
-        }
-        let hashes = strings(obj, &format!("{AT}/bootstrapToken/caCertHashes"));
-        for (i, h) in hashes.iter().enumerate() {
-            let hex = h.strip_prefix("sha256:").unwrap_or_default();
-            if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(invalid(
-                    &format!("bootstrapToken.caCertHashes[{i}]"),
-                    "must be sha256:<64 hex digits>",
-                ));
-            }
-        }
-        let unsafe_skip = obj
-            .get(&format!("{AT}/bootstrapToken/unsafeSkipCAVerification"))
-            .and_then(Value::as_bool)
-            == Some(true);
-        if hashes.is_empty() && !unsafe_skip {
-            return Err(invalid(
-                "bootstrapToken.caCertHashes",
-                "is empty and unsafeSkipCAVerification is not true: the node could not check the cluster's CA",
-            ));
-        }
-        Ok(Some(Join))
+/// Whether a join's `spec.joinConfiguration.discovery.bootstrapToken` is filled, which the host
+/// does as CABPK once the control plane is initialized. Each value is checked against its
+/// shape, naming the field: the node's kubeadm reads them, and a wrong one is better refused
+/// here than found in a node's log.
+fn discovery_filled(obj: &View) -> Result<bool, ProviderError> {
+    const AT: &str = "/spec/joinConfiguration/discovery";
+    let invalid = |field: &str, what: &str| {
+        ProviderError::InvalidSpec(format!(
+            "{}: spec.joinConfiguration.discovery.{field} {what}",
+            obj.name()
+        ))
+    };
+    if !obj.str(&format!("{AT}/file/kubeConfigPath")).is_empty() {
+        return Err(invalid(
+            "file",
+            "is not supported by the capw bootstrap provider yet; remove it so the host fills bootstrapToken",
+        ));
     }
+    let token = obj.str(&format!("{AT}/bootstrapToken/token"));
+    let endpoint = obj.str(&format!("{AT}/bootstrapToken/apiServerEndpoint"));
+    if token.is_empty() || endpoint.is_empty() {
+        return Ok(false);
+    }
+    let token_ok = token.split_once('.').is_some_and(|(id, secret)| {
+        let ok = |s: &str, n| {
+            s.len() == n
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        };
+        ok(id, 6) && ok(secret, 16)
+    });
+    if !token_ok {
+        return Err(invalid(
+            "bootstrapToken.token",
+            "must be a bootstrap token, [a-z0-9]{6}.[a-z0-9]{16}",
+        ));
+    }
+    if !endpoint
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
+    {
+        return Err(invalid(
+            "bootstrapToken.apiServerEndpoint",
+            "must be host:port",
+        ));
+    }
+    let hashes = strings(obj, &format!("{AT}/bootstrapToken/caCertHashes"));
+    for (i, h) in hashes.iter().enumerate() {
+        let hex = h.strip_prefix("sha256:").unwrap_or_default();
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(invalid(
+                &format!("bootstrapToken.caCertHashes[{i}]"),
+                "must be sha256:<64 hex digits>",
+            ));
+        }
+    }
+    let unsafe_skip = obj
+        .get(&format!("{AT}/bootstrapToken/unsafeSkipCAVerification"))
+        .and_then(Value::as_bool)
+        == Some(true);
+    if hashes.is_empty() && !unsafe_skip {
+        return Err(invalid(
+            "bootstrapToken.caCertHashes",
+            "is empty and unsafeSkipCAVerification is not true: the node could not check the cluster's CA",
+        ));
+    }
+    Ok(true)
 }
 
 fn waiting(reason: &str, message: &str) -> BootstrapStatus {
