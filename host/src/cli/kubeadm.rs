@@ -320,54 +320,110 @@ async fn init(args: &Args) -> anyhow::Result<()> {
     );
     let ca = cluster_ca(&cfg.certificates_dir)?;
     let server = server_url(&cfg.control_plane_endpoint, cfg.bind_port);
-    let local_url = format!("https://127.0.0.1:{}", cfg.bind_port);
-    let admin = args.kubernetes_dir.join("admin.conf");
-    let admin_text = signed_kubeconfig(
-        &admin,
-        &server,
-        &ca,
+    let admin = control_plane_kubeconfigs(args, &server, &ca, &name)?;
+    run_control_plane(
+        args,
+        &ControlPlane {
+            name: &name,
+            server: &server,
+            endpoint: &cfg.control_plane_endpoint,
+            ca: &ca,
+            certificates_dir: &cfg.certificates_dir,
+            port: cfg.bind_port,
+            version: &cfg.kubernetes_version,
+            kubelet_version: &kubelet_version,
+            node: &cfg.node,
+            cert_sans: cfg.cert_sans.clone(),
+            cluster_configuration: &cfg.cluster_configuration,
+            admin: &admin,
+        },
+    )
+    .await?;
+    println!("\nYour Kubernetes control-plane has initialized successfully!");
+    Ok(())
+}
+
+/// Writes `admin.conf` and `kubelet.conf` for the Node `name`, both signed by the cluster CA, as
+/// kubeadm does on a control-plane machine; returns admin.conf.
+fn control_plane_kubeconfigs(
+    args: &Args,
+    server: &str,
+    ca: &(String, String),
+    name: &str,
+) -> anyhow::Result<String> {
+    let admin = signed_kubeconfig(
+        &args.kubernetes_dir.join("admin.conf"),
+        server,
+        ca,
         "kubernetes-admin",
         &["system:masters"],
     )?;
-    let kubelet_conf = args.kubernetes_dir.join("kubelet.conf");
     signed_kubeconfig(
-        &kubelet_conf,
-        &server,
-        &ca,
+        &args.kubernetes_dir.join("kubelet.conf"),
+        server,
+        ca,
         &format!("system:node:{name}"),
         &["system:nodes"],
     )?;
-    let mut sans = cfg.cert_sans.clone();
-    sans.extend(endpoint_host(&cfg.control_plane_endpoint));
-    sans.push(name.clone());
+    Ok(admin)
+}
+
+/// A control-plane machine, `init`'s or a control-plane `join`'s, once its kubeconfigs are
+/// written.
+struct ControlPlane<'a> {
+    name: &'a str,
+    /// The cluster's endpoint as a URL.
+    server: &'a str,
+    /// The endpoint as `host:port`, for the serving certificate.
+    endpoint: &'a str,
+    ca: &'a (String, String),
+    certificates_dir: &'a str,
+    port: u16,
+    /// What this machine's API server presents at `/version`.
+    version: &'a str,
+    kubelet_version: &'a str,
+    node: &'a NodeRegistration,
+    cert_sans: Vec<String>,
+    /// Uploaded to this machine's store as `kube-system/kubeadm-config`.
+    cluster_configuration: &'a str,
+    /// admin.conf, which reaches the cluster through its endpoint.
+    admin: &'a str,
+}
+
+/// What both kinds of control-plane machine do: serve the API with the cluster's PKI, upload
+/// kubeadm-config and cluster-info to this machine's store, start the node agent and wait for
+/// the Node.
+async fn run_control_plane(args: &Args, cp: &ControlPlane<'_>) -> anyhow::Result<()> {
+    let mut sans = cp.cert_sans.clone();
+    sans.extend(endpoint_host(cp.endpoint));
+    sans.push(cp.name.to_string());
+    let local_url = format!("https://127.0.0.1:{}", cp.port);
     let local = serve(
         args,
-        &cfg.certificates_dir,
-        cfg.bind_port,
-        &cfg.kubernetes_version,
+        cp.certificates_dir,
+        cp.port,
+        cp.version,
         sans,
-        &local_kubeconfig(&ca, &local_url)?,
+        &local_kubeconfig(cp.ca, &local_url)?,
     )
     .await?;
     println!(
         "[upload-config] Storing the configuration in ConfigMap \"kubeadm-config\" in the \"kube-system\" Namespace"
     );
-    upload(&local, &cfg.cluster_configuration, &server, &ca.0).await?;
+    upload(&local, cp.cluster_configuration, cp.server, &cp.ca.0).await?;
     let mut agent = start(
         args,
         "node-agent",
         &agent_argv(
-            &name,
-            &server,
-            &kubelet_conf,
-            &kubelet_version,
-            &cfg.node,
-            Some(cfg.bind_port),
+            cp.name,
+            cp.server,
+            &args.kubernetes_dir.join("kubelet.conf"),
+            cp.kubelet_version,
+            cp.node,
+            Some(cp.port),
         ),
     )?;
-    wait_for_node(args, &client(&admin_text).await?, &name, &mut agent).await?;
-    println!("\nYour Kubernetes control-plane has initialized successfully!");
-    Ok(())
+    wait_for_node(args, &client(cp.admin).await?, cp.name, &mut agent).await
 }
 
 /// An administrator's kubeconfig for this machine's own API server.
@@ -490,25 +546,10 @@ async fn join(args: &Args) -> anyhow::Result<()> {
         cfg.certificates_dir,
         d.ca_cert_hashes
     );
-    let admin = args.kubernetes_dir.join("admin.conf");
-    let admin_text = signed_kubeconfig(
-        &admin,
-        &server,
-        &ca,
-        "kubernetes-admin",
-        &["system:masters"],
-    )?;
-    signed_kubeconfig(
-        &kubelet_conf,
-        &server,
-        &ca,
-        &format!("system:node:{name}"),
-        &["system:nodes"],
-    )?;
+    let admin = control_plane_kubeconfigs(args, &server, &ca, &name)?;
     // The cluster's configuration, read through the endpoint before this machine serves.
-    let cluster = client(&admin_text).await?;
     let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(cluster.clone(), "kube-system");
+        kube::Api::namespaced(client(&admin).await?, "kube-system");
     let deadline = Instant::now() + Duration::from_secs(args.timeout_seconds);
     let cluster_configuration = loop {
         match cms.get("kubeadm-config").await {
@@ -531,33 +572,24 @@ async fn join(args: &Args) -> anyhow::Result<()> {
     let cluster_configuration =
         capw_kubeadm::with_kubernetes_version(&cluster_configuration, &version)
             .unwrap_or(cluster_configuration);
-    let mut sans = config::cert_sans(&cluster_configuration);
-    sans.extend(endpoint_host(&d.api_server_endpoint));
-    sans.push(name.clone());
-    let local_url = format!("https://127.0.0.1:{port}");
-    let local = serve(
+    run_control_plane(
         args,
-        &cfg.certificates_dir,
-        port,
-        &version,
-        sans,
-        &local_kubeconfig(&ca, &local_url)?,
+        &ControlPlane {
+            name: &name,
+            server: &server,
+            endpoint: &d.api_server_endpoint,
+            ca: &ca,
+            certificates_dir: &cfg.certificates_dir,
+            port,
+            version: &version,
+            kubelet_version: &version,
+            node: &cfg.node,
+            cert_sans: config::cert_sans(&cluster_configuration),
+            cluster_configuration: &cluster_configuration,
+            admin: &admin,
+        },
     )
     .await?;
-    upload(&local, &cluster_configuration, &server, &ca.0).await?;
-    let mut agent = start(
-        args,
-        "node-agent",
-        &agent_argv(
-            &name,
-            &server,
-            &kubelet_conf,
-            &version,
-            &cfg.node,
-            Some(port),
-        ),
-    )?;
-    wait_for_node(args, &cluster, &name, &mut agent).await?;
     println!("\nThis node has joined the cluster and a new control plane instance was created.");
     Ok(())
 }

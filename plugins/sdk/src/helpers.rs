@@ -36,6 +36,21 @@ impl View {
             .unwrap_or_default()
     }
 
+    /// The strings of the list at a JSON pointer (none when it is absent); other items are
+    /// skipped.
+    pub fn strings(&self, pointer: &str) -> Vec<String> {
+        self.0
+            .pointer(pointer)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The value at a JSON pointer.
     pub fn get(&self, pointer: &str) -> Option<&Value> {
         self.0.pointer(pointer)

@@ -345,6 +345,26 @@ async fn boot(
     }
 }
 
+/// Serves the cluster's one workload API with the CA the bootstrap data wrote to `dir`, at
+/// `version`.
+async fn serve_from(
+    c: &SimCluster,
+    cc: &CloudConfig,
+    dir: &str,
+    version: &str,
+) -> Result<(), String> {
+    let file = |f: &str| {
+        cc.file(&format!("{}/{f}", dir.trim_end_matches('/')))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .ok_or_else(|| format!("{dir}/{f} is not among the bootstrap data's write_files"))
+    };
+    // Nothing authenticates with a bearer token: clients use certificates the CA signed.
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    c.serve(&file("ca.crt")?, &file("ca.key")?, &token, version)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// `capw kubeadm init|join`, in-process: the same configuration files read by the same code
 /// (`crate::node::kubeadm`), with the cluster's one in-process server standing for every
 /// control-plane machine's, and the node agent registering the Node as over HTTPS.
@@ -361,28 +381,20 @@ async fn kubeadm(
         .file(path)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .ok_or_else(|| format!("{path} is not among the bootstrap data's write_files"))?;
-    let file = |dir: &str, f: &str| {
-        cc.file(&format!("{}/{f}", dir.trim_end_matches('/')))
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .ok_or_else(|| format!("{dir}/{f} is not among the bootstrap data's write_files"))
-    };
-    let token = || uuid::Uuid::new_v4().simple().to_string();
-    let (registered, join) = if argv.get(1).map(String::as_str) == Some("init") {
+    let init = argv.get(1).map(String::as_str) == Some("init");
+    let (node, control_plane, version, cluster_configuration, join) = if init {
         let cfg = config::init_config(path, &text).map_err(|e| e.to_string())?;
-        let (ca, key) = (
-            file(&cfg.certificates_dir, "ca.crt")?,
-            file(&cfg.certificates_dir, "ca.key")?,
-        );
-        c.serve(&ca, &key, &token(), &cfg.kubernetes_version)
-            .await
-            .map_err(|e| e.to_string())?;
+        serve_from(c, cc, &cfg.certificates_dir, &cfg.kubernetes_version).await?;
         let version = if vm.version.is_empty() {
             cfg.kubernetes_version.clone()
         } else {
             vm.version.clone()
         };
         (
-            (cfg.node, true, version, Some(cfg.cluster_configuration)),
+            cfg.node,
+            true,
+            version,
+            Some(cfg.cluster_configuration),
             None,
         )
     } else {
@@ -391,23 +403,16 @@ async fn kubeadm(
             return Err("the VM's image names no Kubernetes version: the infrastructure provider passes the Machine's spec.version (ensure-vm-from-image)".into());
         }
         if cfg.control_plane.is_some() {
-            let (ca, key) = (
-                file(&cfg.certificates_dir, "ca.crt")?,
-                file(&cfg.certificates_dir, "ca.key")?,
-            );
-            c.serve(&ca, &key, &token(), &vm.version)
-                .await
-                .map_err(|e| e.to_string())?;
-            ((cfg.node, true, vm.version.clone(), None), None)
+            serve_from(c, cc, &cfg.certificates_dir, &vm.version).await?;
+            (cfg.node, true, vm.version.clone(), None, None)
         } else {
             let join = Join {
-                token: cfg.discovery.token.clone(),
-                pins: cfg.discovery.ca_cert_hashes.clone(),
+                token: cfg.discovery.token,
+                pins: cfg.discovery.ca_cert_hashes,
             };
-            ((cfg.node, false, vm.version.clone(), None), Some(join))
+            (cfg.node, false, vm.version.clone(), None, Some(join))
         }
     };
-    let (node, control_plane, version, cluster_configuration) = registered;
     tokio::spawn(node_agent(
         c.clone(),
         settings.node_delay,

@@ -127,8 +127,8 @@ fn cluster_facts(cluster: &View) -> capw_kubeadm::ClusterFacts {
         service_domain: cluster
             .str("/spec/clusterNetwork/serviceDomain")
             .to_string(),
-        services: strings(cluster, "/spec/clusterNetwork/services/cidrBlocks"),
-        pods: strings(cluster, "/spec/clusterNetwork/pods/cidrBlocks"),
+        services: cluster.strings("/spec/clusterNetwork/services/cidrBlocks"),
+        pods: cluster.strings("/spec/clusterNetwork/pods/cidrBlocks"),
     }
 }
 
@@ -309,19 +309,6 @@ impl Provider for Bootstrap {
     }
 }
 
-/// The strings of the list at `pointer` (none when it is absent).
-fn strings(obj: &View, pointer: &str) -> Vec<String> {
-    obj.get(pointer)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Whether a join's `spec.joinConfiguration.discovery.bootstrapToken` is filled, which the host
 /// does as CABPK once the control plane is initialized. Each value is checked against its
 /// shape, naming the field: the node's kubeadm reads them, and a wrong one is better refused
@@ -368,7 +355,7 @@ fn discovery_filled(obj: &View) -> Result<bool, ProviderError> {
             "must be host:port",
         ));
     }
-    let hashes = strings(obj, &format!("{AT}/bootstrapToken/caCertHashes"));
+    let hashes = obj.strings(&format!("{AT}/bootstrapToken/caCertHashes"));
     for (i, h) in hashes.iter().enumerate() {
         let hex = h.strip_prefix("sha256:").unwrap_or_default();
         if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
