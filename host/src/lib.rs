@@ -7,6 +7,7 @@ pub mod api;
 pub mod capabilities;
 pub mod contract;
 pub mod controllers;
+pub mod logging;
 pub mod manager;
 pub mod metrics;
 pub mod node;

@@ -14,18 +14,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match args.log_format {
-        cli::LogFormat::Json => logs.json().init(),
-        // Colour codes only where a person reads them: `capw up > up.log` stays plain text.
-        cli::LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-    }
+    // Colour codes only where a person reads them: `capw up > up.log` stays plain text.
+    capw::logging::install(
+        args.log_format == cli::LogFormat::Json,
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    );
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1090,3 +1090,57 @@ fn a_docker_engine_restarted_during_provisioning_and_the_cluster_converges() {
     assert_eq!(containers(cluster).len(), 4, "{:?}", containers(cluster));
     env.delete_cluster(cluster);
 }
+
+/// SECURITY.md "container-runtime", images: the default grant `capw-node:*` is the repository
+/// `capw-node` with any tag, matched on the parsed reference. `capw-node:5000/anything:tag`
+/// (the repository `anything` on a registry `capw-node:5000`), tagged on the engine so that a
+/// text match would run it, is refused on the DockerMachine that asks for it, naming the rule;
+/// no container of it exists, and the cluster's other Machines run on the node image.
+#[test]
+fn an_image_that_only_starts_like_an_allowed_one_is_refused() {
+    let _shared = shared_engine();
+    let cluster = "imgref";
+    let _engine = Engine::clean(cluster);
+    let env = Env::start();
+    let sneaky = "capw-node:5000/anything:tag";
+    docker(&["tag", capw::node::image::DEFAULT_TAG, sneaky]);
+    let manifest = quickstart(cluster).replace(
+        &format!("kind: DockerMachine\nmetadata:\n  name: {cluster}-worker-1\n  namespace: default\nspec: {{}}"),
+        &format!("kind: DockerMachine\nmetadata:\n  name: {cluster}-worker-1\n  namespace: default\nspec:\n  customImage: {sneaky}"),
+    );
+    assert!(
+        manifest.contains(sneaky),
+        "the fixture's worker-1 was not found"
+    );
+    env.apply(&manifest);
+    let refusal = env.eventually("worker-1's DockerMachine to show the refusal", 180, || {
+        let dm = env.json(&["get", "dockermachine", &format!("{cluster}-worker-1")]);
+        let c = condition(&dm, "PluginCallSucceeded")?;
+        let msg = c["message"].as_str()?.to_string();
+        (c["status"] == "False" && msg.contains("is not in the grant's images")).then_some(msg)
+    });
+    assert!(refusal.contains(sneaky), "{refusal}");
+    assert!(refusal.contains("containerRuntime.images"), "{refusal}");
+    // The honest Machines of the same cluster run; worker-1 never got a container.
+    env.eventually("the control plane and worker-0 Running", 180, || {
+        let ms = env.machines(cluster);
+        let running = ms
+            .iter()
+            .filter(|m| m["status"]["phase"] == "Running")
+            .count();
+        (running == 2).then_some(())
+    });
+    let all = docker(&["ps", "-a", "--format", "{{.Names}} {{.Image}}"]);
+    assert!(
+        !all.lines().any(|l| l.ends_with(sneaky)),
+        "a container of {sneaky} exists:\n{all}"
+    );
+    assert!(
+        !containers(cluster)
+            .iter()
+            .any(|c| c.0 == format!("{cluster}-{cluster}-worker-1")),
+        "worker-1 has a container"
+    );
+    env.delete_cluster(cluster);
+    let _ = Command::new("docker").args(["rmi", sneaky]).output();
+}

@@ -49,3 +49,309 @@ fn json_logs_are_one_object_per_line() {
     assert_eq!(v["level"], "INFO");
     assert_eq!(v["fields"]["message"], "capw-apiserver serving");
 }
+
+/// A `capw up` whose stderr (the host's log) goes to a file, with the hostile bootstrap
+/// provider and the in-memory provider dropped in.
+struct Up {
+    child: KillOnDrop,
+    kubeconfig: std::path::PathBuf,
+    home: std::path::PathBuf,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+fn up(format: &str) -> Up {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).expect("plugins dir");
+    for p in ["hostile-bootstrap", "inmemory"] {
+        std::fs::copy(
+            support::plugin(&format!("{p}.wasm")),
+            plugins.join(format!("{p}.wasm")),
+        )
+        .expect("copy plugin");
+    }
+    std::fs::write(plugins.join("inmemory.yaml"), "capabilities: [sim-cloud]\n").expect("yaml");
+    let log = dir.path().join("host.log");
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_capw"))
+            .args(["--log-format", format])
+            .args(["up", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("--plugins")
+            .arg(&plugins)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("capw up starts"),
+    );
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut kubeconfig = std::path::PathBuf::new();
+    for line in lines.by_ref() {
+        let line = line.expect("line");
+        if let Some(k) = line.strip_prefix("kubeconfig: ") {
+            kubeconfig = k.into();
+        }
+        if line.starts_with("watching ") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    Up {
+        child,
+        kubeconfig,
+        home,
+        log,
+        _dir: dir,
+    }
+}
+
+impl Up {
+    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let (ok, out) = support::kubectl(&self.kubeconfig, &self.home, args, stdin);
+        assert!(ok, "kubectl {args:?}: {out}");
+        out
+    }
+
+    fn eventually<T>(&self, what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out after {secs}s waiting for {what}; host log ends:\n{}",
+                self.log_text()
+                    .lines()
+                    .rev()
+                    .take(20)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()
+    }
+}
+
+/// What a plugin makes the host log, as `plugin_lines` reads it back: one host line.
+#[derive(Debug)]
+struct PluginLine {
+    bytes: usize,
+    plugin: String,
+    version: String,
+    object: String,
+    call: u64,
+    message: String,
+}
+
+/// The host's lines for plugin log calls, in either format; `bytes` counts the newline.
+fn plugin_lines(log: &str, json: bool) -> Vec<PluginLine> {
+    let target = "capw::capabilities::log::glue";
+    log.split('\n')
+        .filter(|l| l.contains(target))
+        .map(|l| {
+            let bytes = l.len() + 1;
+            if json {
+                let v: serde_json::Value = serde_json::from_str(l).expect("a JSON log line");
+                assert_eq!(v["target"], target, "{l}");
+                let f = &v["fields"];
+                let s = |k: &str| f[k].as_str().unwrap_or_default().to_string();
+                PluginLine {
+                    bytes,
+                    plugin: s("plugin"),
+                    version: s("version"),
+                    object: s("object"),
+                    call: f["call"].as_u64().expect("call"),
+                    message: s("message"),
+                }
+            } else {
+                // `... glue: MESSAGE plugin=P version=V object=O call=N`
+                let field = |k: &str| {
+                    l.rsplit(&format!(" {k}="))
+                        .next()
+                        .and_then(|r| r.split(' ').next())
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                let after = l.split_once(&format!("{target}: ")).map_or("", |(_, m)| m);
+                let message = after
+                    .rsplit_once(" plugin=")
+                    .map_or(after, |(m, _)| m)
+                    .to_string();
+                PluginLine {
+                    bytes,
+                    plugin: field("plugin"),
+                    version: field("version"),
+                    object: field("object"),
+                    call: field("call").parse().expect("call"),
+                    message,
+                }
+            }
+        })
+        .collect()
+}
+
+/// A Cluster on the in-memory provider with stand-alone Machines whose bootstrap configs are
+/// the hostile provider's, each logging what its spec says.
+fn log_cluster(forged: &[&str]) -> String {
+    let machine = |name: &str, spec: serde_json::Value| {
+        format!(
+            "---\napiVersion: cluster.x-k8s.io/v1beta2\nkind: Machine\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  clusterName: logs\n  bootstrap:\n    configRef: {{apiGroup: bootstrap.cluster.x-k8s.io, kind: HostileConfig, name: {name}}}\n  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: InMemoryMachine, name: {name}}}\n---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: InMemoryMachine\nmetadata: {{name: {name}, namespace: default}}\nspec: {{}}\n---\n{}\n",
+            serde_json::json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "HostileConfig",
+                "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+        )
+    };
+    format!(
+        "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {{name: logs, namespace: default}}\nspec:\n  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: InMemoryCluster, name: logs}}\n---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: InMemoryCluster\nmetadata: {{name: logs, namespace: default}}\nspec: {{}}\n{}{}",
+        machine("forger", serde_json::json!({"logMessages": forged})),
+        machine("flood", serde_json::json!({"logLines": 100000})),
+    )
+}
+
+/// SECURITY.md "log": line breaks, carriage returns, ANSI escapes and a forged timestamp in a
+/// plugin's messages never make a host line of their own: each log call is exactly one line,
+/// carrying its plugin, version, object and call; and the per-call cap and the rate are
+/// charged what the host's writer really wrote, which the WasmProvider reports.
+fn each_log_call_is_one_tagged_line_charged_what_it_wrote(format: &str) {
+    let json = format == "json";
+    let forged = [
+        "first\n2026-12-03T00:00:00.000000Z  WARN capw::runtime: FORGED plugin docker refused: NameMismatch",
+        "second\rFORGED overwrite",
+        "\u{1b}[2K\u{1b}[1GFORGED ansi \u{1b}[31mred",
+        "2026-12-03T00:00:00.000000Z ERROR capw: FORGED timestamp",
+    ];
+    let up = up(format);
+    up.eventually("the hostile bootstrap provider to serve", 60, || {
+        let (ok, out) = support::kubectl(
+            &up.kubeconfig,
+            &up.home,
+            &["get", "crd", "hostileconfigs.bootstrap.cluster.x-k8s.io"],
+            None,
+        );
+        ok.then_some(out)
+    });
+    up.kubectl(&["apply", "-f", "-"], Some(&log_cluster(&forged)));
+    let lines = up.eventually("both objects' plugin lines", 120, || {
+        let l = plugin_lines(&up.log_text(), json);
+        (l.iter().any(|p| p.object == "default/forger")
+            && l.iter().any(|p| p.object == "default/flood"))
+        .then_some(l)
+    });
+    let text = up.log_text();
+    // No line of the host's log is the plugin's own: every line that holds forged text is a
+    // tagged plugin line, and nothing starts a line or moves the cursor.
+    for l in text.split('\n').filter(|l| l.contains("FORGED")) {
+        assert!(
+            l.contains("capw::capabilities::log::glue"),
+            "a forged line: {l:?}"
+        );
+        assert!(
+            !l.starts_with("FORGED") && !l.starts_with("2026-12-03T00:00:00"),
+            "{l:?}"
+        );
+    }
+    assert!(
+        !text.contains('\r') && !text.contains('\u{1b}'),
+        "raw control characters in the log"
+    );
+    for p in &lines {
+        assert_eq!(p.plugin, "hostile-bootstrap", "{p:?}");
+        assert_eq!(p.version, "0.1.0", "{p:?}");
+        assert!(p.call > 0, "{p:?}");
+    }
+    // Each call of the forger logged four messages: four lines, the escaped messages.
+    let forger: Vec<&PluginLine> = lines
+        .iter()
+        .filter(|p| p.object == "default/forger")
+        .collect();
+    let mut calls: Vec<u64> = forger.iter().map(|p| p.call).collect();
+    calls.sort_unstable();
+    calls.dedup();
+    // Lines are dropped only whole, at the end of a call, when the plugin's rate runs dry.
+    let want: Vec<String> = forged
+        .iter()
+        .map(|m| capw::logging::escape(m).into_owned())
+        .collect();
+    let mut whole = 0;
+    for call in &calls {
+        let of_call: Vec<&str> = forger
+            .iter()
+            .filter(|p| p.call == *call)
+            .map(|p| p.message.as_str())
+            .collect();
+        assert!(of_call.len() <= want.len(), "call {call}: {of_call:?}");
+        for (got, m) in of_call.iter().zip(&want) {
+            assert_eq!(got, m, "call {call}");
+        }
+        whole += usize::from(of_call.len() == want.len());
+    }
+    assert!(
+        whole > 0,
+        "no call of the forger logged all four messages: {forger:?}"
+    );
+    // The flood's calls: each stops at the per-call cap (64 KiB) of bytes really written, not
+    // of a guessed 128 bytes a line (which let through several times as much).
+    let cap = capw::runtime::Limits::default().log_bytes;
+    let flood: Vec<&PluginLine> = lines
+        .iter()
+        .filter(|p| p.object == "default/flood")
+        .collect();
+    let longest = flood.iter().map(|p| p.bytes).max().unwrap_or(0);
+    let mut per_call = std::collections::BTreeMap::<u64, usize>::new();
+    for p in &flood {
+        *per_call.entry(p.call).or_default() += p.bytes;
+    }
+    for (call, bytes) in &per_call {
+        assert!(
+            bytes <= &(cap + 64),
+            "call {call} wrote {bytes} bytes over the cap {cap}"
+        );
+    }
+    let fullest = per_call.values().max().copied().unwrap_or(0);
+    assert!(
+        fullest + 2 * longest >= cap && longest > capw::capabilities::log::LOG_LINE_COST + 1,
+        "the cap ({cap}) was not what stopped the flood: {fullest} bytes in its fullest call, lines of up to {longest}"
+    );
+    // What the WasmProvider reports is what the log holds, to the byte.
+    up.eventually(
+        "status.logBytes to equal the bytes of the plugin's lines",
+        90,
+        || {
+            let written: usize = plugin_lines(&up.log_text(), json)
+                .iter()
+                .map(|p| p.bytes)
+                .sum();
+            let wp = up.kubectl(
+                &[
+                    "get",
+                    "wasmprovider",
+                    "hostile-bootstrap",
+                    "-o",
+                    "jsonpath={.status.logBytes}",
+                ],
+                None,
+            );
+            (wp.trim().parse::<usize>().ok() == Some(written)).then_some(())
+        },
+    );
+    drop(up.child);
+}
+
+#[test]
+fn plugin_log_lines_are_one_tagged_line_each_in_text() {
+    each_log_call_is_one_tagged_line_charged_what_it_wrote("text");
+}
+
+#[test]
+fn plugin_log_lines_are_one_tagged_line_each_in_json() {
+    each_log_call_is_one_tagged_line_charged_what_it_wrote("json");
+}

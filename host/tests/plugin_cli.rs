@@ -35,8 +35,10 @@ fn plugin(name: &str) -> String {
 
 #[test]
 fn verify_passes_the_well_behaved_plugin() {
-    let (ok, report) = capw(&["plugin", "verify", &plugin("echo-v1")]);
+    // Dropped in as echo.wasm, it is the WasmProvider `echo`, the name it declares.
+    let (ok, report) = capw(&["plugin", "verify", "--name", "echo", &plugin("echo-v1")]);
     assert!(ok, "{report}");
+    assert!(report.contains("ok   trust: registered as echo"), "{report}");
     assert!(
         report.contains("EchoMachine reconcile") && report.contains("meets the provider contract"),
         "{report}"
@@ -67,6 +69,55 @@ fn verify_fails_every_misbehaving_plugin_with_a_report() {
             "{name}:\n{report}"
         );
     }
+}
+
+/// `verify` applies the trust checks loading applies, so an author learns before dropping a
+/// component in: the name it will be registered under, provider groups, and kinds and CRD
+/// names that plugins beside it already hold.
+#[test]
+fn verify_applies_the_trust_checks_of_loading() {
+    let bundled = support::repo_root().join("target/plugins/bundled");
+    let bundled = bundled.display().to_string();
+    for (args, rule, words) in [
+        (
+            vec![plugin("echo-v1")],
+            "NameMismatch",
+            "is not the WasmProvider's name \"echo-v1\"",
+        ),
+        (
+            vec![plugin("hostile-core-kind")],
+            "ReservedGroup",
+            "Machine.cluster.x-k8s.io",
+        ),
+        (
+            vec!["--beside".into(), bundled.clone(), plugin("hostile-crd-shadow")],
+            "CrdNameTaken",
+            "kubeadmconfigs.bootstrap.cluster.x-k8s.io of plugin bootstrap",
+        ),
+        (
+            vec!["--beside".into(), bundled.clone(), plugin("hostile-kind-thief")],
+            "KindTaken",
+            "served by plugin docker",
+        ),
+    ] {
+        let mut argv = vec!["plugin", "verify", "--timeout", "2"];
+        argv.extend(args.iter().map(String::as_str));
+        let (ok, report) = capw(&argv);
+        assert!(!ok, "{args:?} must fail verification:\n{report}");
+        assert!(
+            report.contains(&format!("FAIL trust ({rule})")) && report.contains(words),
+            "{args:?}:\n{report}"
+        );
+    }
+    // Beside the bundled providers, an honest one of its own kinds passes.
+    let (ok, report) = capw(&[
+        "plugin",
+        "verify",
+        "--beside",
+        &bundled,
+        &plugin("third-party-control-plane"),
+    ]);
+    assert!(ok, "{report}");
 }
 
 #[test]

@@ -676,3 +676,455 @@ async fn local_files_are_private_and_module_paths_stay_in_the_plugin_dir() {
     assert_eq!(mode(&cache_key), 0o600);
     assert_eq!(mode(&e.dir.path().join("cache")), 0o700);
 }
+
+/// The example in-memory cluster `demo` (KubeadmControlPlane, MachineDeployment), applied and
+/// running: the victim, and the proof that the honest providers keep working.
+async fn demo_running(e: &Env) {
+    let example =
+        std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
+            .expect("example");
+    e.kubectl(&["apply", "-f", "-"], Some(&example));
+    let machines: Api<Machine> = Api::namespaced(e.client.clone(), "default");
+    e.eventually("demo's six Machines Running", 120, || async {
+        let l = machines.list(&ListParams::default()).await.ok()?;
+        let running = l
+            .items
+            .iter()
+            .filter(|m| m.spec.cluster_name == "demo")
+            .filter(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        (running == 6).then_some(())
+    })
+    .await;
+}
+
+/// Every Secret whose name starts with `prefix`: name → (resourceVersion, fingerprint of its
+/// data, its controller's UID).
+async fn secrets_of(e: &Env, prefix: &str) -> Vec<(String, String, String, String)> {
+    let secrets: Api<Secret> = Api::namespaced(e.client.clone(), "default");
+    let mut out: Vec<_> = secrets
+        .list(&ListParams::default())
+        .await
+        .expect("secrets")
+        .items
+        .into_iter()
+        .filter(|s| s.name_any().starts_with(prefix))
+        .map(|s| {
+            let data = serde_json::to_vec(&s.data).expect("json");
+            let controller = s
+                .owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true))
+                .map(|o| o.uid.clone())
+                .unwrap_or_default();
+            (
+                s.name_any(),
+                s.resource_version().unwrap_or_default(),
+                hex(&data),
+                controller,
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// SECURITY.md "bootstrap data Secrets": a control plane names its Machines, and the host names
+/// their bootstrap configs and data Secrets after them. A Machine named like another cluster's
+/// Secret (`demo-token`) is refused before anything is made; a Machine named after a Secret
+/// that exists (`app-credentials`) gets a config whose data Secret is never adopted: the config
+/// says `DataSecretAvailable=False, DataSecretNotOwned`, and nothing of the Secret reaches a
+/// plugin. The victims' Secrets are unchanged and the honest providers keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_cannot_get_another_clusters_secrets_handed_to_a_plugin() {
+    let e = with_hostile_providers().await;
+    demo_running(&e).await;
+    let secrets: Api<Secret> = Api::namespaced(e.client.clone(), "default");
+    let mut app = Secret::default();
+    app.metadata.name = Some("app-credentials".into());
+    app.string_data = Some([("password".to_string(), "hunter2".to_string())].into());
+    secrets
+        .create(&Default::default(), &app)
+        .await
+        .expect("app-credentials");
+    let victims_before = secrets_of(&e, "demo").await;
+    let app_before = secrets_of(&e, "app-credentials").await;
+    assert!(
+        victims_before.iter().any(|s| s.0 == "demo-token")
+            && victims_before.iter().any(|s| s.0 == "demo-kubeconfig"),
+        "{victims_before:?}"
+    );
+    let template = "apiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: InMemoryMachineTemplate\nmetadata: {name: thief, namespace: default}\nspec: {template: {spec: {}}}\n---\n";
+    let spec = |names: &[&str]| {
+        json!({"replicas": 3, "initialized": false, "version": "v1.33.0", "machineNames": names,
+            "machineTemplate": {"spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                "kind": "InMemoryMachineTemplate", "name": "thief"}}},
+            "kubeadmConfigSpec": {}})
+    };
+    e.kubectl(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{template}{}",
+            hostile_cluster("thief", spec(&["demo-token", "demo-kubeconfig"]))
+        )),
+    );
+    let cps = e.hostile_cps();
+    let c = e
+        .refusal(&cps, "thief", "the suffix of a cluster Secret")
+        .await;
+    assert_eq!(c["reason"], "PluginInvalidResult", "{c}");
+    let machines: Api<Machine> = Api::namespaced(e.client.clone(), "default");
+    for name in ["demo-token", "demo-kubeconfig"] {
+        assert!(
+            machines.get_opt(name).await.expect("get").is_none(),
+            "Machine {name} was made"
+        );
+    }
+    // A name no cluster Secret has, but a Secret of someone else's does.
+    cps.patch(
+        "thief",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": spec(&["app-credentials"])})),
+    )
+    .await
+    .expect("patch");
+    let configs = e.dynamic(
+        "bootstrap.cluster.x-k8s.io",
+        "KubeadmConfig",
+        "kubeadmconfigs",
+    );
+    let cond = e
+        .eventually(
+            "app-credentials' config to refuse the Secret",
+            120,
+            || async {
+                let o = configs.get_opt("app-credentials").await.ok()??;
+                o.data
+                    .pointer("/status/conditions")?
+                    .as_array()?
+                    .iter()
+                    .find(|c| {
+                        c["type"] == "DataSecretAvailable" && c["reason"] == "DataSecretNotOwned"
+                    })
+                    .cloned()
+            },
+        )
+        .await;
+    let msg = cond["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("Secret default/app-credentials") && msg.contains("never adopts"),
+        "{cond}"
+    );
+    let cfg = configs.get("app-credentials").await.expect("config");
+    assert!(
+        cfg.data.pointer("/status/dataSecretName").is_none(),
+        "{:?}",
+        cfg.data["status"]
+    );
+    let m = machines.get("app-credentials").await.expect("machine");
+    assert!(
+        m.spec.bootstrap.data_secret_name.is_none(),
+        "{:?}",
+        m.spec.bootstrap
+    );
+    let infra = e.dynamic(
+        "infrastructure.cluster.x-k8s.io",
+        "InMemoryMachine",
+        "inmemorymachines",
+    );
+    let im = infra.get("app-credentials").await.expect("infra machine");
+    assert_ne!(
+        im.data.pointer("/status/initialization/provisioned"),
+        Some(&json!(true)),
+        "a machine booted without its own bootstrap data"
+    );
+    assert_eq!(secrets_of(&e, "app-credentials").await, app_before);
+    assert_eq!(secrets_of(&e, "demo").await, victims_before);
+    // The honest providers kept working beside the attempts.
+    let running = machines
+        .list(&ListParams::default().labels("cluster.x-k8s.io/cluster-name=demo"))
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .filter(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .count();
+    assert_eq!(running, 6);
+}
+
+/// SECURITY.md "CRD names": a kind of the plugin's own name (`KubeadmConfigShadow`) whose CRD
+/// takes the bootstrap provider's plural is refused at validation while that provider is
+/// active (`CrdNameTaken`), and at install by the API server's field ownership once it is not
+/// (`CrdOwned`, naming the bootstrap provider's field manager). The CRD keeps serving
+/// `KubeadmConfig`, unchanged, and nothing drives the impostor's kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_name_belongs_to_one_plugin() {
+    let e = env(&[("bootstrap", "bootstrap.wasm")], &[]).await;
+    let wps: Api<capw::api::wasmprovider::WasmProvider> = Api::all(e.client.clone());
+    let validated = |name: &'static str, reason: &'static str| {
+        let wps = wps.clone();
+        async move {
+            let wp = wps.get_opt(name).await.ok()??;
+            let c = wp
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Validated")?;
+            (c.status == "False" && c.reason == reason).then_some(c.message)
+        }
+    };
+    e.eventually("bootstrap serving", 60, || async {
+        e.host.registry.get("bootstrap").map(|_| ())
+    })
+    .await;
+    let crds: Api<CustomResourceDefinition> = Api::all(e.client.clone());
+    let name = "kubeadmconfigs.bootstrap.cluster.x-k8s.io";
+    let before = crds.get(name).await.expect("crd");
+    assert_eq!(before.spec.names.kind, "KubeadmConfig");
+    std::fs::copy(
+        support::plugin("hostile-crd-shadow.wasm"),
+        e.dir.path().join("plugins/hostile-crd-shadow.wasm"),
+    )
+    .expect("drop in");
+    let msg = e
+        .eventually("the shadow refused by name", 60, || {
+            validated("hostile-crd-shadow", "CrdNameTaken")
+        })
+        .await;
+    assert!(
+        msg.contains(name) && msg.contains("plugin bootstrap") && msg.contains("spec.names.plural"),
+        "{msg}"
+    );
+    // With the bootstrap provider gone, its CRD stays, and its fields stay its manager's.
+    std::fs::remove_file(e.dir.path().join("plugins/bootstrap.wasm")).expect("remove");
+    wps.delete("bootstrap", &Default::default())
+        .await
+        .expect("delete");
+    e.eventually("bootstrap unloaded", 60, || async {
+        e.host.registry.get("bootstrap").is_none().then_some(())
+    })
+    .await;
+    e.kubectl(
+        &[
+            "annotate",
+            "wasmprovider",
+            "hostile-crd-shadow",
+            "capw.dev/retry=1",
+        ],
+        None,
+    );
+    let msg = e
+        .eventually("the shadow refused by field ownership", 60, || {
+            validated("hostile-crd-shadow", "CrdOwned")
+        })
+        .await;
+    assert!(
+        msg.contains(name) && msg.contains("capw-plugin-bootstrap"),
+        "{msg}"
+    );
+    let after = crds.get(name).await.expect("crd");
+    assert_eq!(after.spec.names.kind, "KubeadmConfig");
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert!(e.host.registry.get("hostile-crd-shadow").is_none());
+    assert!(
+        !e.host
+            .driver
+            .driven()
+            .iter()
+            .any(|k| k.starts_with("KubeadmConfigShadow")),
+        "{:?}",
+        e.host.driver.driven()
+    );
+}
+
+/// SECURITY.md "adoption": a Machine takes over the objects it references only from the
+/// MachineSet or control plane that made it, by group, kind and UID, never by a kind's name.
+/// A third-party control plane (`ThirdPartyControlPlane`, a group of its own) gets its
+/// Machines adopted and Running; a kind called `KubeadmControlPlane` in another group cannot
+/// have its Machine take a bootstrap config the real KubeadmControlPlane made, nor ask the host
+/// for a Machine named after another's objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_are_adopted_by_owner_and_role_never_by_kind_name() {
+    let e = env(
+        &[
+            ("bootstrap", "bootstrap.wasm"),
+            ("control-plane", "control-plane.wasm"),
+            ("inmemory", "inmemory.wasm"),
+            (
+                "third-party-control-plane",
+                "third-party-control-plane.wasm",
+            ),
+            ("hostile-kcp-impostor", "hostile-kcp-impostor.wasm"),
+        ],
+        &[("inmemory", "capabilities: [sim-cloud]\n")],
+    )
+    .await;
+    e.eventually("five plugins to serve", 60, || async {
+        (e.host.driver.driven().len() >= 5).then_some(())
+    })
+    .await;
+    demo_running(&e).await;
+    let cluster = |name: &str, group: &str, kind: &str, cp_spec: Value| {
+        format!(
+            "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: InMemoryCluster, name: {name}}}\n  controlPlaneRef: {{apiGroup: {group}, kind: {kind}, name: {name}}}\n---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: InMemoryCluster\nmetadata: {{name: {name}, namespace: default}}\nspec: {{}}\n---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: InMemoryMachineTemplate\nmetadata: {{name: {name}, namespace: default}}\nspec: {{template: {{spec: {{}}}}}}\n---\n{}\n",
+            json!({"apiVersion": format!("{group}/v1beta2"), "kind": kind,
+                "metadata": {"name": name, "namespace": "default"}, "spec": cp_spec})
+        )
+    };
+    let template = |name: &str| {
+        json!({"spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+            "kind": "InMemoryMachineTemplate", "name": name}}})
+    };
+    // The honest third-party control plane.
+    e.kubectl(
+        &["apply", "-f", "-"],
+        Some(&cluster(
+            "tp",
+            "controlplane.thirdparty.example",
+            "ThirdPartyControlPlane",
+            json!({"replicas": 1, "version": "v1.33.0", "machineTemplate": template("tp"), "kubeadmConfigSpec": {}}),
+        )),
+    );
+    let machines: Api<Machine> = Api::namespaced(e.client.clone(), "default");
+    let tp = e
+        .eventually(
+            "the third-party control plane's Machine Running",
+            120,
+            || async {
+                let l = machines
+                    .list(&ListParams::default().labels("cluster.x-k8s.io/cluster-name=tp"))
+                    .await
+                    .ok()?;
+                l.items
+                    .into_iter()
+                    .find(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            },
+        )
+        .await;
+    let tp_uid = tp.uid().expect("uid");
+    let controllers = |o: &DynamicObject| -> Vec<String> {
+        o.owner_references()
+            .iter()
+            .filter(|r| r.controller == Some(true))
+            .map(|r| format!("{}/{}/{}", r.kind, r.name, r.uid))
+            .collect()
+    };
+    let configs = e.dynamic(
+        "bootstrap.cluster.x-k8s.io",
+        "KubeadmConfig",
+        "kubeadmconfigs",
+    );
+    let infra = e.dynamic(
+        "infrastructure.cluster.x-k8s.io",
+        "InMemoryMachine",
+        "inmemorymachines",
+    );
+    let want = vec![format!("Machine/{}/{tp_uid}", tp.name_any())];
+    for api in [&configs, &infra] {
+        let o = api.get(&tp.name_any()).await.expect("clone");
+        assert_eq!(controllers(&o), want, "{:?}", o.metadata.owner_references);
+    }
+    // The impostor: `KubeadmControlPlane`, but in controlplane.hostile.example.
+    e.kubectl(
+        &["apply", "-f", "-"],
+        Some(&cluster(
+            "imp",
+            "controlplane.hostile.example",
+            "KubeadmControlPlane",
+            json!({"replicas": 3, "initialized": false, "machineTemplate": template("imp"),
+                "kubeadmConfigSpec": {}, "machineNames": [tp.name_any()]}),
+        )),
+    );
+    let imps = e.dynamic(
+        "controlplane.hostile.example",
+        "KubeadmControlPlane",
+        "kubeadmcontrolplanes",
+    );
+    let c = e
+        .refusal(&imps, "imp", "does not belong to this control plane")
+        .await;
+    assert_eq!(c["reason"], "PluginInvalidResult", "{c}");
+    // A config the real KubeadmControlPlane cloned, before its Machine exists.
+    let kcps = e.dynamic(
+        "controlplane.cluster.x-k8s.io",
+        "KubeadmControlPlane",
+        "kubeadmcontrolplanes",
+    );
+    let kcp = kcps.get("demo-control-plane").await.expect("kcp");
+    let imp = imps.get("imp").await.expect("imp");
+    let owner = |o: &DynamicObject, api_version: &str, kind: &str| {
+        json!([{"apiVersion": api_version, "kind": kind, "name": o.name_any(),
+            "uid": o.uid(), "controller": true, "blockOwnerDeletion": true}])
+    };
+    e.kubectl(
+        &["apply", "-f", "-"],
+        Some(
+            &json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
+                "metadata": {"name": "demo-pending", "namespace": "default",
+                    "labels": {"cluster.x-k8s.io/cluster-name": "demo", "cluster.x-k8s.io/control-plane": ""},
+                    "ownerReferences": owner(&kcp, "controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane")},
+                "spec": {}})
+            .to_string(),
+        ),
+    );
+    // A Machine the impostor "made", referencing it.
+    e.kubectl(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}\n---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: InMemoryMachine\nmetadata: {{name: grabber, namespace: default}}\nspec: {{}}\n",
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": "grabber", "namespace": "default",
+                    "labels": {"cluster.x-k8s.io/control-plane": ""},
+                    "ownerReferences": owner(&imp, "controlplane.hostile.example/v1beta2", "KubeadmControlPlane")},
+                "spec": {"clusterName": "imp", "version": "v1.33.0",
+                    "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": "demo-pending"}},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryMachine", "name": "grabber"}}})
+        )),
+    );
+    let why = e
+        .eventually(
+            "grabber to say its config is not its creator's",
+            60,
+            || async {
+                let m = machines.get_opt("grabber").await.ok()??;
+                m.status?
+                    .conditions
+                    .into_iter()
+                    .find(|c| {
+                        c.type_ == "BootstrapConfigReady" && c.message.contains("is controlled by")
+                    })
+                    .map(|c| c.message)
+            },
+        )
+        .await;
+    assert!(
+        why.contains("KubeadmControlPlane demo-control-plane") && why.contains("did not create"),
+        "{why}"
+    );
+    let pending = configs.get("demo-pending").await.expect("config");
+    assert_eq!(
+        controllers(&pending),
+        vec![format!(
+            "KubeadmControlPlane/demo-control-plane/{}",
+            kcp.uid().expect("uid")
+        )]
+    );
+    // The third-party Machine's clones are still its own.
+    for api in [&configs, &infra] {
+        let o = api.get(&tp.name_any()).await.expect("clone");
+        assert_eq!(controllers(&o), want);
+    }
+    assert!(
+        machines
+            .list(&ListParams::default().labels("cluster.x-k8s.io/cluster-name=imp"))
+            .await
+            .expect("list")
+            .items
+            .iter()
+            .all(|m| m.name_any() == "grabber"),
+        "the impostor got a Machine made"
+    );
+}

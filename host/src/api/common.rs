@@ -102,6 +102,7 @@ pub mod names {
     pub const MACHINE_FINALIZER: &str = "machine.cluster.x-k8s.io";
     pub const GROUP: &str = "cluster.x-k8s.io";
     pub const API_VERSION: &str = "cluster.x-k8s.io/v1beta2";
+    pub const API_GROUP: &str = "cluster.x-k8s.io";
     /// The annotation naming the plugin version that last reconciled a provider object.
     pub const PLUGIN_VERSION_ANNOTATION: &str = "runtime.capw.dev/plugin-version";
     pub const MACHINESET_FINALIZER: &str = "cluster.x-k8s.io/machineset";

@@ -55,8 +55,12 @@ pub struct ContainerRuntimeGrant {
     /// network namespace). Default false.
     #[serde(default)]
     pub host_namespaces: bool,
-    /// Images the plugin may run, exact or ending in `*` as a prefix (`capw-node:*`). Default:
-    /// the capw node image only (`capw-node:*`).
+    /// Images the plugin may run, matched as parsed image references (registry, repository,
+    /// tag, digest), never as text: an exact reference (`capw-node:0.1.0`,
+    /// `registry.local:5000/team/node:1.2`), or `REPOSITORY:*` for any tag of that repository
+    /// on that registry. `capw-node:*` admits `capw-node:0.1.0`, not
+    /// `capw-node:5000/other:tag` (the repository `other` on the registry `capw-node:5000`).
+    /// Default: the capw node image only (`capw-node:*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<Vec<String>>,
     /// Memory limit of each container, in MiB (default 2048).
@@ -126,6 +130,15 @@ pub struct WasmProviderStatus {
     pub timeouts: u64,
     #[serde(default)]
     pub errors: u64,
+    /// Log lines of the active version the host kept, and the bytes its log writer wrote for
+    /// them (what the per-call cap and the rate are charged).
+    #[serde(default)]
+    pub log_lines: u64,
+    #[serde(default)]
+    pub log_bytes: u64,
+    /// Bytes of log lines dropped over the per-call cap or the rate.
+    #[serde(default)]
+    pub log_dropped_bytes: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }

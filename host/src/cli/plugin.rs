@@ -16,12 +16,23 @@ pub enum Command {
         /// The component (`.wasm`) to look at.
         file: PathBuf,
     },
-    /// Check a component against the provider contract: valid metadata, CRDs that parse and
-    /// carry the contract label, and `reconcile`/`delete` on sample objects of every kind
-    /// returning within limits without trapping. Exits non-zero with a report otherwise.
+    /// Check a component against the provider contract: valid metadata, the trust checks
+    /// loading applies (its name is the one it will be registered under, its kinds are in
+    /// provider groups, its CRDs are exactly its kinds' and take no name another plugin's CRD
+    /// has), CRDs that parse and carry the contract label, and `reconcile`/`delete` on sample
+    /// objects of every kind returning within limits without trapping. Exits non-zero with a
+    /// report otherwise.
     Verify {
         /// The component (`.wasm`) to check.
         file: PathBuf,
+        /// The WasmProvider name it will be registered under; dropped into a plugin directory
+        /// as NAME.wasm, that is NAME. Default: the file's name without `.wasm`.
+        #[arg(long)]
+        name: Option<String>,
+        /// A plugin directory whose components it must fit beside: no kind or CRD name of
+        /// theirs may be taken (as `capw up --plugins DIR` would refuse it).
+        #[arg(long, value_name = "DIR")]
+        beside: Option<PathBuf>,
         /// Deadline of each sample call, in seconds.
         #[arg(long, default_value_t = 5)]
         timeout: u64,
@@ -42,7 +53,12 @@ fn read(file: &PathBuf) -> anyhow::Result<Vec<u8>> {
 pub async fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
         Command::Inspect { file } => inspect(&file).await,
-        Command::Verify { file, timeout } => verify(&file, timeout).await,
+        Command::Verify {
+            file,
+            name,
+            beside,
+            timeout,
+        } => verify(&file, name, beside.as_deref(), timeout).await,
     }
 }
 
@@ -140,7 +156,49 @@ impl Report {
     }
 }
 
-async fn verify(file: &PathBuf, timeout: u64) -> anyhow::Result<()> {
+/// What the plugins in `dir` (other than `file`) hold, each named after its file.
+async fn claims_beside(
+    rt: &capw::runtime::engine::RuntimeEngine,
+    cache: &ArtifactCache,
+    dir: &std::path::Path,
+    file: &std::path::Path,
+) -> anyhow::Result<Vec<capw::runtime::trust::Claim>> {
+    let mut out = vec![];
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    for entry in entries {
+        let path = entry?.path();
+        let Some(stem) = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .filter(|_| path.extension().is_some_and(|e| e == "wasm"))
+        else {
+            continue;
+        };
+        if path.canonicalize().ok() == file.canonicalize().ok() {
+            continue;
+        }
+        let bytes = read(&path)?;
+        let p = Plugin::load(
+            rt,
+            cache,
+            &bytes,
+            None,
+            all_capabilities(),
+            Limits::default(),
+        )
+        .await
+        .with_context(|| format!("loading {}", path.display()))?;
+        out.push(capw::runtime::trust::Claim::of(stem, &p.metadata));
+    }
+    Ok(out)
+}
+
+async fn verify(
+    file: &PathBuf,
+    name: Option<String>,
+    beside: Option<&std::path::Path>,
+    timeout: u64,
+) -> anyhow::Result<()> {
     let bytes = read(file)?;
     let rt = engine::build()?;
     let tmp = tempfile::tempdir().context("creating a scratch cache")?;
@@ -176,6 +234,25 @@ async fn verify(file: &PathBuf, timeout: u64) -> anyhow::Result<()> {
         !m.kinds.is_empty(),
         &format!("serves {} kinds", m.kinds.len()),
     );
+    let name = name.unwrap_or_else(|| {
+        file.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    });
+    let others = match beside {
+        Some(dir) => claims_beside(&rt, &cache, dir, file).await?,
+        None => vec![],
+    };
+    match capw::runtime::trust::check(&name, m, &others, &[]) {
+        Ok(()) => report.line(
+            true,
+            &format!(
+                "trust: registered as {name}, its kinds and CRDs are its own{}",
+                beside.map_or(String::new(), |d| format!(" beside {}", d.display()))
+            ),
+        ),
+        Err(e) => report.line(false, &format!("trust ({}): {e}", e.reason())),
+    }
     report.line(
         true,
         &format!(

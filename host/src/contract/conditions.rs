@@ -12,6 +12,8 @@ pub mod types {
     pub const DELETING: &str = "Deleting";
     pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
     pub const BOOTSTRAP_CONFIG_READY: &str = "BootstrapConfigReady";
+    /// A bootstrap config's: its data Secret is made (upstream's KubeadmConfig condition).
+    pub const DATA_SECRET_AVAILABLE: &str = "DataSecretAvailable";
     pub const CONTROL_PLANE_INITIALIZED: &str = "ControlPlaneInitialized";
     pub const CONTROL_PLANE_AVAILABLE: &str = "ControlPlaneAvailable";
     pub const WORKERS_AVAILABLE: &str = "WorkersAvailable";
@@ -51,6 +53,8 @@ pub mod reasons {
     pub const NO_WORKERS: &str = "NoWorkers";
     pub const DATA_SECRET_AVAILABLE: &str = "DataSecretAvailable";
     pub const DATA_SECRET_NOT_AVAILABLE: &str = "DataSecretNotAvailable";
+    /// A Secret of the data Secret's name exists that the config does not control.
+    pub const DATA_SECRET_NOT_OWNED: &str = "DataSecretNotOwned";
     pub const DATA_SECRET_PROVIDED: &str = "DataSecretProvided";
     pub const WAITING_FOR_DATA_SECRET: &str = "WaitingForDataSecret";
     pub const WAITING_FOR_INFRASTRUCTURE_DELETION: &str = "WaitingForInfrastructureDeletion";

@@ -25,6 +25,9 @@ pub enum ExternalError {
         "cannot find any versions matching contract versions [v1beta2 v1beta1] for {kind}.{group}: the CRD is missing or its contract version label(s) (cluster.x-k8s.io/v1beta2) are either missing or empty"
     )]
     NoContract { group: String, kind: String },
+    /// The object is controlled by something that did not make the one adopting it.
+    #[error("{0}")]
+    NotAdopted(String),
 }
 
 pub use crate::contract::Contract;

@@ -8,7 +8,11 @@
 //!   provider type, or a group of its own; never core, built-in or capw kinds;
 //! - a kind another active plugin serves stays that plugin's;
 //! - its CRDs are exactly the CRDs of the kinds it declares, one each, so it cannot replace the
-//!   CRDs of core kinds or of the CRD kind itself.
+//!   CRDs of core kinds or of the CRD kind itself;
+//! - no name of its CRDs (the CRD's own, plural, singular, short names, kind, list kind) is one
+//!   another active plugin's CRD in the same group has: kinds are compared by (group, kind), but
+//!   the API server serves a CRD by its name, so a kind `KubeadmConfigShadow` with the plural
+//!   `kubeadmconfigs` would replace the CRD that serves `KubeadmConfig`.
 
 use super::plugin::{PluginMetadata, ProviderType, provider_type_name};
 use serde_json::Value;
@@ -35,6 +39,138 @@ pub enum TrustError {
     },
     #[error("crds[{index}]: {why}")]
     Crd { index: usize, why: String },
+    #[error(
+        "crds[{index}]: {field} {value:?} is taken in group {group} by CRD {other_crd} of plugin {other}; a CRD name belongs to one plugin: choose names of your own, or an admin moves the kind with spec.takeOverKinds"
+    )]
+    CrdNameTaken {
+        index: usize,
+        field: &'static str,
+        value: String,
+        group: String,
+        other_crd: String,
+        other: String,
+    },
+}
+
+/// The names a CRD takes in its group, with the API server's defaults filled in.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CrdNames {
+    pub group: String,
+    pub plural: String,
+    pub singular: String,
+    pub short_names: Vec<String>,
+    pub kind: String,
+    pub list_kind: String,
+}
+
+impl CrdNames {
+    fn parse(v: &Value) -> CrdNames {
+        let s = |p: &str| {
+            v.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let kind = s("/spec/names/kind");
+        let singular = Some(s("/spec/names/singular"))
+            .filter(|x| !x.is_empty())
+            .unwrap_or_else(|| kind.to_lowercase());
+        let list_kind = Some(s("/spec/names/listKind"))
+            .filter(|x| !x.is_empty())
+            .unwrap_or_else(|| format!("{kind}List"));
+        CrdNames {
+            group: s("/spec/group"),
+            plural: s("/spec/names/plural"),
+            singular,
+            short_names: v
+                .pointer("/spec/names/shortNames")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            kind,
+            list_kind,
+        }
+    }
+
+    /// The CRD's text parsed for its names, when it is JSON or YAML.
+    pub fn of(text: &str) -> Option<CrdNames> {
+        let v: Value = serde_json::from_str(text)
+            .or_else(|_| serde_yaml::from_str(text))
+            .ok()?;
+        Some(CrdNames::parse(&v))
+    }
+
+    pub fn crd_name(&self) -> String {
+        format!("{}.{}", self.plural, self.group)
+    }
+
+    /// Names that address resources (URL path, kubectl), then names of kinds: the API server
+    /// refuses a CRD whose name of either sort another CRD of the group has.
+    fn resource_names(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("spec.names.plural", self.plural.as_str()),
+            ("spec.names.singular", self.singular.as_str()),
+        ]
+        .into_iter()
+        .chain(
+            self.short_names
+                .iter()
+                .map(|n| ("spec.names.shortNames", n.as_str())),
+        )
+    }
+
+    fn kind_names(&self) -> [(&'static str, &str); 2] {
+        [
+            ("spec.names.kind", self.kind.as_str()),
+            ("spec.names.listKind", self.list_kind.as_str()),
+        ]
+    }
+
+    /// The first of this CRD's names that `other` has too, if any.
+    fn collision(&self, other: &CrdNames) -> Option<(&'static str, String)> {
+        if self.group != other.group {
+            return None;
+        }
+        let theirs: Vec<&str> = other.resource_names().map(|(_, n)| n).collect();
+        if let Some((field, n)) = self
+            .resource_names()
+            .find(|(_, n)| !n.is_empty() && theirs.contains(n))
+        {
+            return Some((field, n.to_string()));
+        }
+        let theirs = other.kind_names().map(|(_, n)| n);
+        self.kind_names()
+            .into_iter()
+            .find(|(_, n)| !n.is_empty() && theirs.contains(n))
+            .map(|(field, n)| (field, n.to_string()))
+    }
+}
+
+/// What an active (or loading) plugin holds: its kinds and its CRDs' names.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Claim {
+    pub plugin: String,
+    pub kinds: Vec<(String, String)>,
+    pub crds: Vec<CrdNames>,
+}
+
+impl Claim {
+    pub fn of(plugin: &str, m: &PluginMetadata) -> Claim {
+        Claim {
+            plugin: plugin.to_string(),
+            kinds: m
+                .kinds
+                .iter()
+                .map(|k| (k.group.clone(), k.kind.clone()))
+                .collect(),
+            crds: m.crds.iter().filter_map(|t| CrdNames::of(t)).collect(),
+        }
+    }
 }
 
 const CAPI_PROVIDER_GROUPS: [(&str, ProviderType); 3] = [
@@ -115,12 +251,12 @@ fn crd_check(index: usize, text: &str, m: &PluginMetadata) -> Result<(String, St
     Ok((group.to_string(), kind.to_string()))
 }
 
-/// Checks `m` for the WasmProvider `admin_name`. `others` are the other active plugins, each
-/// with the `(group, kind)` pairs it serves.
+/// Checks `m` for the WasmProvider `admin_name`. `others` are what the other active plugins
+/// hold; `take_over` the kinds (`Kind.group`) the admin moved to this plugin.
 pub fn check(
     admin_name: &str,
     m: &PluginMetadata,
-    others: &[(String, Vec<(String, String)>)],
+    others: &[Claim],
     take_over: &[String],
 ) -> Result<(), TrustError> {
     if m.name != admin_name {
@@ -138,13 +274,15 @@ pub fn check(
             });
         }
         let moved = take_over.contains(&format!("{}.{}", k.kind, k.group));
-        if let Some((other, _)) = others.iter().find(|(n, ks)| {
-            !moved && n != admin_name && ks.iter().any(|(g, kk)| *g == k.group && *kk == k.kind)
+        if let Some(other) = others.iter().find(|o| {
+            !moved
+                && o.plugin != admin_name
+                && o.kinds.iter().any(|(g, kk)| *g == k.group && *kk == k.kind)
         }) {
             return Err(TrustError::KindTaken {
                 kind: k.kind.clone(),
                 group: k.group.clone(),
-                other: other.clone(),
+                other: other.plugin.clone(),
             });
         }
     }
@@ -158,6 +296,27 @@ pub fn check(
             });
         }
         seen.push(gk);
+        let names = CrdNames::of(text).unwrap_or_default();
+        let moved = take_over.contains(&format!("{}.{}", names.kind, names.group));
+        for o in others.iter().filter(|o| o.plugin != admin_name && !moved) {
+            // A CRD of a kind the admin moved here may keep the names it had.
+            for theirs in o
+                .crds
+                .iter()
+                .filter(|c| !take_over.contains(&format!("{}.{}", c.kind, c.group)))
+            {
+                if let Some((field, value)) = names.collision(theirs) {
+                    return Err(TrustError::CrdNameTaken {
+                        index: i,
+                        field,
+                        value,
+                        group: names.group.clone(),
+                        other_crd: theirs.crd_name(),
+                        other: o.plugin.clone(),
+                    });
+                }
+            }
+        }
     }
     if let Some(k) = m
         .kinds
@@ -180,6 +339,7 @@ impl TrustError {
             TrustError::ReservedGroup { .. } => "ReservedGroup",
             TrustError::KindTaken { .. } => "KindTaken",
             TrustError::Crd { .. } => "CrdMismatch",
+            TrustError::CrdNameTaken { .. } => "CrdNameTaken",
         }
     }
 }
@@ -295,10 +455,7 @@ mod tests {
             check("evil", &m, &[], &[]).unwrap_err().reason(),
             "NameMismatch"
         );
-        let others = vec![(
-            "docker".to_string(),
-            vec![(INFRA.to_string(), "DockerMachine".to_string())],
-        )];
+        let others = vec![Claim::of("docker", &m)];
         let mut thief = m.clone();
         thief.name = "thief".into();
         let e = check("thief", &thief, &others, &[]).unwrap_err();
@@ -320,5 +477,75 @@ mod tests {
             check("docker", &sneaky, &[], &[]).unwrap_err().reason(),
             "CrdMismatch"
         );
+    }
+
+    /// A kind of its own whose CRD takes another plugin's CRD name, or any of its names in the
+    /// group, is refused; the same names in another group, or after the admin moved the kind,
+    /// are not.
+    #[test]
+    fn crd_names_are_one_plugins() {
+        const BOOT: &str = "bootstrap.cluster.x-k8s.io";
+        let honest = meta(
+            "bootstrap",
+            ProviderType::Bootstrap,
+            &[(BOOT, "KubeadmConfig", "kubeadmconfigs")],
+        );
+        let others = vec![Claim::of("bootstrap", &honest)];
+        let with_names = |kind: &str, plural: &str, extra: Value| {
+            let mut m = meta("shadow", ProviderType::Bootstrap, &[(BOOT, kind, plural)]);
+            let mut v: Value = serde_json::from_str(&m.crds[0]).expect("json");
+            if let (Some(names), Some(extra)) = (v.pointer_mut("/spec/names"), extra.as_object()) {
+                for (k, x) in extra {
+                    names[k] = x.clone();
+                }
+            }
+            m.crds[0] = v.to_string();
+            m
+        };
+        for (kind, plural, extra, field) in [
+            (
+                "KubeadmConfigShadow",
+                "kubeadmconfigs",
+                serde_json::json!({}),
+                "spec.names.plural",
+            ),
+            (
+                "Shadow",
+                "shadows",
+                serde_json::json!({"singular": "kubeadmconfig"}),
+                "spec.names.singular",
+            ),
+            (
+                "Shadow",
+                "shadows",
+                serde_json::json!({"shortNames": ["kubeadmconfigs"]}),
+                "spec.names.shortNames",
+            ),
+            (
+                "Shadow",
+                "shadows",
+                serde_json::json!({"listKind": "KubeadmConfigList"}),
+                "spec.names.listKind",
+            ),
+        ] {
+            let e = check("shadow", &with_names(kind, plural, extra), &others, &[]).unwrap_err();
+            assert_eq!(e.reason(), "CrdNameTaken", "{e}");
+            assert!(e.to_string().contains(field), "{e}");
+            assert!(
+                e.to_string()
+                    .contains("kubeadmconfigs.bootstrap.cluster.x-k8s.io"),
+                "{e}"
+            );
+        }
+        let elsewhere = meta(
+            "shadow",
+            ProviderType::Bootstrap,
+            &[("example.com", "KubeadmConfig", "kubeadmconfigs")],
+        );
+        assert_eq!(check("shadow", &elsewhere, &others, &[]), Ok(()));
+        let moved = ["KubeadmConfig.bootstrap.cluster.x-k8s.io".to_string()];
+        let mut heir = honest.clone();
+        heir.name = "heir".into();
+        assert_eq!(check("heir", &heir, &others, &moved), Ok(()));
     }
 }

@@ -35,6 +35,16 @@ pub enum Error {
     /// A CRD the plugin declares could not be decoded.
     #[error("CRD {index} of the plugin is not a CustomResourceDefinition: {message}")]
     BadCrd { index: usize, message: String },
+    /// Applying a CRD would take over fields another field manager owns.
+    #[error(
+        "crds[{index}]: CRD {crd} is managed by {managers}, and applying it would take over their fields ({conflict}); a plugin installs only CRDs of its own: choose other names, or an admin moves the kind with spec.takeOverKinds"
+    )]
+    CrdOwned {
+        index: usize,
+        crd: String,
+        managers: String,
+        conflict: String,
+    },
     /// Not a failure: deletion waits for the plugin's objects to go.
     #[error("{0}")]
     Waiting(String, Duration),
@@ -66,7 +76,7 @@ pub struct Ctx {
     pub recorder: Recorder,
     /// Kinds a plugin passed the ownership check for and is installing: two plugins loading at
     /// once cannot both find a kind free, and the lock is never held across an await.
-    pub claims: std::sync::Mutex<std::collections::BTreeMap<String, Vec<(String, String)>>>,
+    pub claims: std::sync::Mutex<std::collections::BTreeMap<String, crate::runtime::trust::Claim>>,
     /// The shared reconcile skeleton (span, finalizer, metrics, retries).
     pub skeleton: Skeleton,
 }
@@ -145,18 +155,55 @@ async fn apply_crd(
         &Patch::Apply(crd),
     )
     .await?;
+    established(api, name).await;
+    Ok(())
+}
+
+async fn established(api: &Api<CustomResourceDefinition>, name: &str) {
     let established = kube::runtime::wait::await_condition(
         api.clone(),
         name,
         kube::runtime::conditions::is_crd_established(),
     );
     let _ = tokio::time::timeout(Duration::from_secs(10), established).await;
-    Ok(())
 }
 
-/// Installs (or updates) the plugin's CRDs with server-side apply and waits until they serve.
-async fn install_crds(client: &Client, plugin: &Plugin) -> Result<(), Error> {
+/// The field manager a plugin's CRDs are applied under: one per plugin, so the API server
+/// knows whose each field is, and one plugin's apply cannot silently take another's fields.
+fn plugin_manager(plugin: &str) -> String {
+    format!("capw-plugin-{plugin}")
+}
+
+/// Who else manages fields of `crd` outside its status: the managers a conflict is with.
+/// [`MANAGER`] applied every plugin's CRDs before each plugin had its own manager; its fields
+/// pass to the plugin that applies next.
+fn other_managers(crd: &CustomResourceDefinition, own: &str) -> Vec<String> {
+    let mut out: Vec<String> = crd
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|f| f.subresource.as_deref().unwrap_or_default() != "status")
+        .filter_map(|f| f.manager.clone())
+        .filter(|m| m != own && m != MANAGER)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Installs (or updates) the plugin's CRDs with server-side apply under the plugin's own field
+/// manager and waits until they serve. An apply that would take over fields another manager
+/// owns is refused ([`Error::CrdOwned`]), unless the admin moved the CRD's kind to this plugin
+/// (`spec.takeOverKinds`).
+async fn install_crds(
+    client: &Client,
+    plugin: &Plugin,
+    name: &str,
+    take_over: &[String],
+) -> Result<(), Error> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let manager = plugin_manager(name);
     for (index, text) in plugin.metadata.crds.iter().enumerate() {
         let value: serde_json::Value = serde_json::from_str(text)
             .or_else(|_| serde_yaml::from_str(text))
@@ -169,7 +216,39 @@ async fn install_crds(client: &Client, plugin: &Plugin) -> Result<(), Error> {
                 index,
                 message: e.to_string(),
             })?;
-        apply_crd(&api, &crd.name_any(), &value).await?;
+        let crd_name = crd.name_any();
+        match api
+            .patch(
+                &crd_name,
+                &PatchParams::apply(&manager),
+                &Patch::Apply(&value),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let existing = api.get(&crd_name).await?;
+                let others = other_managers(&existing, &manager);
+                let moved =
+                    take_over.contains(&format!("{}.{}", crd.spec.names.kind, crd.spec.group));
+                if !others.is_empty() && !moved {
+                    return Err(Error::CrdOwned {
+                        index,
+                        crd: crd_name,
+                        managers: others.join(", "),
+                        conflict: e.message,
+                    });
+                }
+                api.patch(
+                    &crd_name,
+                    &PatchParams::apply(&manager).force(),
+                    &Patch::Apply(&value),
+                )
+                .await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        established(&api, &crd_name).await;
     }
     Ok(())
 }
@@ -190,6 +269,9 @@ fn counters(status: &mut WasmProviderStatus, slot: &Slot) {
     status.traps = c.traps.load(Ordering::Relaxed);
     status.timeouts = c.timeouts.load(Ordering::Relaxed);
     status.errors = c.errors.load(Ordering::Relaxed);
+    status.log_lines = c.log_lines.load(Ordering::Relaxed);
+    status.log_bytes = c.log_bytes.load(Ordering::Relaxed);
+    status.log_dropped_bytes = c.log_dropped_bytes.load(Ordering::Relaxed);
 }
 
 /// `spec.module` inside the plugin directory: a relative path of plain components, which after
@@ -291,6 +373,21 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         set_status(&api, &wp, status).await?;
         return Ok(Action::await_change());
     }
+    if let Some(e) = limits(&wp).container.image_errors().first() {
+        let msg = format!("WasmProvider {name}: spec.{e}");
+        status.conditions = vec![
+            condition(
+                types::VALIDATED,
+                false,
+                "InvalidGrant",
+                &msg,
+                &old.conditions,
+            ),
+            still_active(slot.is_some(), "KeptRunning", &msg, &old.conditions),
+        ];
+        set_status(&api, &wp, status).await?;
+        return Ok(Action::await_change());
+    }
     let digest = crate::runtime::cache::sha256_hex(&bytes);
     let current = slot.as_ref().map(|s| s.current());
     if let Some(s) = &slot
@@ -359,29 +456,24 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
     .await;
     let verdict = {
         let mut claims = ctx.claims.lock().unwrap_or_else(|p| p.into_inner());
-        let mut others: Vec<(String, Vec<(String, String)>)> = ctx
+        let mut others: Vec<crate::runtime::trust::Claim> = ctx
             .registry
             .names()
             .into_iter()
             .filter(|n| *n != name)
             .filter_map(|n| {
-                let kinds = ctx
-                    .registry
-                    .get(&n)?
-                    .current()
-                    .metadata
-                    .kinds
-                    .iter()
-                    .map(|k| (k.group.clone(), k.kind.clone()))
-                    .collect();
-                Some((n, kinds))
+                let slot = ctx.registry.get(&n)?;
+                Some(crate::runtime::trust::Claim::of(
+                    &n,
+                    &slot.current().metadata,
+                ))
             })
             .collect();
         others.extend(
             claims
                 .iter()
                 .filter(|(n, _)| **n != name)
-                .map(|(n, k)| (n.clone(), k.clone())),
+                .map(|(_, c)| c.clone()),
         );
         let verdict = match loaded {
             Ok(p) => match crate::runtime::trust::check(
@@ -405,13 +497,10 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
             )),
         };
         if let Ok(p) = &verdict {
-            let kinds = p
-                .metadata
-                .kinds
-                .iter()
-                .map(|k| (k.group.clone(), k.kind.clone()))
-                .collect();
-            claims.insert(name.clone(), kinds);
+            claims.insert(
+                name.clone(),
+                crate::runtime::trust::Claim::of(&name, &p.metadata),
+            );
         }
         verdict
     };
@@ -440,7 +529,42 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
             return Ok(Action::await_change());
         }
     };
-    install_crds(&ctx.client, &plugin).await?;
+    match install_crds(&ctx.client, &plugin, &name, &wp.spec.take_over_kinds).await {
+        Ok(()) => {}
+        Err(e @ Error::CrdOwned { .. }) => {
+            ctx.claims
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&name);
+            let msg = format!("{} {e}", wp.spec.module);
+            status.conditions = vec![
+                condition(types::VALIDATED, false, "CrdOwned", &msg, &old.conditions),
+                still_active(slot.is_some(), "PreviousVersion", &msg, &old.conditions),
+            ];
+            let _ = ctx
+                .recorder
+                .publish(
+                    &Event {
+                        type_: EventType::Warning,
+                        reason: "CrdOwned".into(),
+                        note: Some(msg.clone()),
+                        action: "InstallCRDs".into(),
+                        secondary: None,
+                    },
+                    &reference,
+                )
+                .await;
+            set_status(&api, &wp, status).await?;
+            return Ok(Action::await_change());
+        }
+        Err(e) => {
+            ctx.claims
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&name);
+            return Err(e);
+        }
+    }
     status.plugin_name = Some(plugin.metadata.name.clone());
     status.active_digest = Some(plugin.digest.clone());
     status.active_version = Some(plugin.metadata.version.clone());

@@ -16,6 +16,9 @@
 //! grant's allow-list, and memory, CPU and process limits on every container.
 
 mod glue;
+mod image;
+
+pub use image::PatternError;
 
 use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
@@ -52,7 +55,7 @@ pub enum RuntimeError {
 pub struct ContainerGrant {
     pub privileged: bool,
     pub host_namespaces: bool,
-    /// Exact image references, or prefixes ending in `*`.
+    /// Exact image references, or `REPOSITORY:*` for any tag (see [`image`]).
     pub images: Vec<String>,
     pub memory_bytes: i64,
     pub nano_cpus: i64,
@@ -92,11 +95,14 @@ impl ContainerGrant {
         }
     }
 
+    /// Parsed per container asked for: rare next to what creating it costs.
     fn allows_image(&self, image: &str) -> bool {
-        self.images.iter().any(|p| match p.strip_suffix('*') {
-            Some(prefix) => image.starts_with(prefix),
-            None => image == p,
-        })
+        image::AllowList::new(&self.images).allows(image)
+    }
+
+    /// The `images` entries that are not image references (they admit nothing).
+    pub fn image_errors(&self) -> Vec<PatternError> {
+        image::AllowList::new(&self.images).errors().to_vec()
     }
 }
 

@@ -1,20 +1,21 @@
 //! The WIT side of `capw:host/log`.
 
 use super::{LOG_LINE_COST, object_ref};
+use crate::logging::{escape, written_here};
 use crate::runtime::bindings::log;
 use crate::runtime::host::HostState;
 
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) {
         let sink = &mut self.log;
+        let text = escape(&message).into_owned();
         // A line costs its record as well as its text, so empty lines are not free; and each
         // plugin has a rate across calls, so many short calls cannot flood the host's log.
-        let cost = message.len() + LOG_LINE_COST;
-        if cost > sink.left || !self.services.log_rate.take(&sink.plugin, cost) {
-            sink.dropped += cost;
+        let estimate = text.len() + sink.record;
+        if estimate > sink.left || !self.services.log_rate.admits(&sink.plugin, estimate) {
+            sink.dropped += estimate;
             return;
         }
-        sink.left -= cost;
         let enabled = match level {
             log::Level::Error => tracing::enabled!(tracing::Level::ERROR),
             log::Level::Warn => tracing::enabled!(tracing::Level::WARN),
@@ -22,21 +23,33 @@ impl log::Host for HostState {
             log::Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
             log::Level::Trace => tracing::enabled!(tracing::Level::TRACE),
         };
+        let before = written_here();
         // Working out the object's name means parsing its JSON: only when the line is emitted.
         if enabled {
             let object = sink
                 .object
                 .get_or_insert_with(|| object_ref(&sink.object_json))
                 .clone();
-            let (plugin, version) = (&sink.plugin, &sink.version);
+            let (plugin, version, call) = (&sink.plugin, &sink.version, sink.call);
             match level {
-                log::Level::Error => tracing::error!(%plugin, %version, %object, "{message}"),
-                log::Level::Warn => tracing::warn!(%plugin, %version, %object, "{message}"),
-                log::Level::Info => tracing::info!(%plugin, %version, %object, "{message}"),
-                log::Level::Debug => tracing::debug!(%plugin, %version, %object, "{message}"),
-                log::Level::Trace => tracing::trace!(%plugin, %version, %object, "{message}"),
+                log::Level::Error => tracing::error!(%plugin, %version, %object, call, "{text}"),
+                log::Level::Warn => tracing::warn!(%plugin, %version, %object, call, "{text}"),
+                log::Level::Info => tracing::info!(%plugin, %version, %object, call, "{text}"),
+                log::Level::Debug => tracing::debug!(%plugin, %version, %object, call, "{text}"),
+                log::Level::Trace => tracing::trace!(%plugin, %version, %object, call, "{text}"),
             }
         }
-        sink.lines.push((level, message));
+        let written = usize::try_from(written_here() - before).unwrap_or(usize::MAX);
+        // What was written, when the host's writer counted it; else what the line holds.
+        let cost = if written > 0 {
+            sink.record = written.saturating_sub(text.len()).max(LOG_LINE_COST);
+            written
+        } else {
+            text.len() + LOG_LINE_COST
+        };
+        sink.left = sink.left.saturating_sub(cost);
+        sink.written += written;
+        self.services.log_rate.charge(&sink.plugin, cost);
+        sink.lines.push((level, text));
     }
 }

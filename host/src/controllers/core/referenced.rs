@@ -18,15 +18,15 @@ pub struct Referenced {
     pub deprecated: Option<Deprecated>,
 }
 
-/// Reads a referenced object, watches its kind, and ensures `owner` (dropping controller
-/// references of the `replace` kinds) and the cluster-name label on it.
+/// Reads a referenced object, watches its kind, and ensures `owner` (in place of the controller
+/// reference of `creator`, see [`adopt::ensure`]) and the cluster-name label on it.
 pub async fn read_and_adopt<K: Resource<DynamicType = ()> + Send + Sync + 'static>(
     resolver: &Resolver,
     tracker: &Tracker<K>,
     ns: &str,
     reference: &ContractVersionedObjectReference,
     owner: OwnerReference,
-    replace: &[&str],
+    creator: Option<&OwnerReference>,
     cluster: &str,
 ) -> Result<Option<Referenced>, ReconcileError> {
     let Some((obj, resolved)) = resolver.get(ns, reference).await? else {
@@ -34,7 +34,12 @@ pub async fn read_and_adopt<K: Resource<DynamicType = ()> + Send + Sync + 'stati
     };
     tracker.ensure(&resolved);
     if obj.metadata.deletion_timestamp.is_none() {
-        adopt::ensure(&resolver.api(ns, &resolved), &obj, owner, replace, cluster).await?;
+        adopt::ensure(&resolver.api(ns, &resolved), &obj, owner, creator, cluster)
+            .await
+            .map_err(|e| match e {
+                adopt::AdoptError::Kube(e) => ExternalError::Kube(e),
+                e => ExternalError::NotAdopted(e.to_string()),
+            })?;
     }
     let object = ProviderObject {
         value: serde_json::to_value(&obj).unwrap_or(Value::Null),
@@ -121,10 +126,14 @@ pub async fn own_templates(
                         &resolver.api(ns, &resolved),
                         &obj,
                         adopt::owner_ref("Cluster", &cluster.name_any(), &uid, false),
-                        &[],
+                        None,
                         &cluster.name_any(),
                     )
-                    .await?;
+                    .await
+                    .map_err(|e| match e {
+                        adopt::AdoptError::Kube(e) => ExternalError::Kube(e),
+                        e => ExternalError::NotAdopted(e.to_string()),
+                    })?;
                 }
             }
         }

@@ -14,33 +14,59 @@ use crate::api::common::names::{
 };
 use crate::api::machine::Machine;
 use crate::contract::fields;
-use crate::runtime::plugin::{KindRole, MachineRequest};
+use crate::controllers::external::Resolved;
+use crate::runtime::plugin::{KindRef, KindRole, MachineRequest};
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
-async fn create_ignoring_conflict(api: &Api<DynamicObject>, obj: Value) -> Result<(), DriverError> {
+/// Why an object of `name` that exists must not be taken for this control plane's: it is
+/// neither the control plane's (a retry after a partial create) nor adopted by the Machine of
+/// the same name. A Machine made to reference it would hand someone else's object over.
+fn foreign(existing: &DynamicObject, name: &str, cp_uid: &str) -> Option<String> {
+    let ours = existing.owner_references().iter().any(|o| {
+        o.uid == cp_uid || (o.kind == "Machine" && o.api_version == API_VERSION && o.name == name)
+    });
+    (!ours).then(|| {
+        format!(
+            "machines-to-create: {} {name} exists and does not belong to this control plane; the host makes no Machine that would take over another's object: ask for another name",
+            existing.types.as_ref().map_or("object", |t| t.kind.as_str())
+        )
+    })
+}
+
+/// Creates `obj`, unless one of its name exists that is not this control plane's.
+async fn create_owned(
+    api: &Api<DynamicObject>,
+    obj: Value,
+    cp_uid: &str,
+) -> Result<(), DriverError> {
     let obj: DynamicObject =
         serde_json::from_value(obj).map_err(|e| DriverError::Invalid(e.to_string()))?;
+    let name = obj.name_any();
     match api.create(&PostParams::default(), &obj).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&name).await? {
+            Some(existing) => foreign(&existing, &name, cp_uid)
+                .map_or(Ok(()), |why| Err(DriverError::Invalid(why))),
+            None => Ok(()),
+        },
         Err(e) => Err(e.into()),
     }
 }
 
-pub(super) async fn create(
-    kctx: &KindCtx,
-    cp: &DynamicObject,
-    around: &Around,
-    requests: &[MachineRequest],
-) -> Result<(), DriverError> {
-    if requests.is_empty() || cp.metadata.deletion_timestamp.is_some() {
-        return Ok(());
-    }
-    let Some(cluster) = &around.cluster else {
-        return Ok(());
-    };
+/// What a control plane's Machines are cloned from and into.
+struct Clones {
+    template_ref: ContractVersionedObjectReference,
+    template: DynamicObject,
+    infra_kind: String,
+    infra: Resolved,
+    boot: Resolved,
+    boot_ref: KindRef,
+    spec_field: String,
+}
+
+async fn clones(kctx: &KindCtx, cp: &DynamicObject) -> Result<Clones, DriverError> {
     let ns = cp.namespace().unwrap_or_default();
     let cp_name = cp.name_any();
     let template_ref: ContractVersionedObjectReference = cp
@@ -78,17 +104,94 @@ pub(super) async fn create(
             kctx.ar.kind, kctx.plugin
         )));
     };
-    let boot_ref = &machines_role.bootstrap_config;
-    let spec_field = format!("/spec/{}", machines_role.spec_field);
+    let boot_ref = machines_role.bootstrap_config;
     let infra = resolver
         .resolve(&template_ref.api_group, &infra_kind)
         .await?;
     let boot = resolver.resolve(&boot_ref.group, &boot_ref.kind).await?;
+    Ok(Clones {
+        template_ref,
+        template,
+        infra_kind,
+        infra,
+        boot,
+        boot_ref,
+        spec_field: format!("/spec/{}", machines_role.spec_field),
+    })
+}
+
+/// Why the Machines a control plane asks for must not be made, if they must not: an object
+/// they would be cloned into exists and is someone else's. Checked before anything of the
+/// result is written, so such a result is refused whole.
+pub(super) async fn check_names(
+    kctx: &KindCtx,
+    cp: &DynamicObject,
+    requests: &[MachineRequest],
+) -> Result<(), String> {
+    if requests.is_empty() || cp.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    // A spec the clones cannot be made from is reported when they are made.
+    let Ok(c) = clones(kctx, cp).await else {
+        return Ok(());
+    };
+    let ns = cp.namespace().unwrap_or_default();
+    let cp_uid = cp.metadata.uid.clone().unwrap_or_default();
+    let resolver = &kctx.driver.resolver;
+    let machines: Api<Machine> = Api::namespaced(kctx.driver.client.clone(), &ns);
+    for req in requests {
+        match machines.get_opt(&req.name).await {
+            // This control plane's own Machine: a request repeated before the cache saw it.
+            Ok(Some(m)) if m.owner_references().iter().any(|o| o.uid == cp_uid) => continue,
+            Ok(Some(_)) => {
+                return Err(format!(
+                    "machines-to-create: Machine {} exists and does not belong to this control plane; ask for another name",
+                    req.name
+                ));
+            }
+            Ok(None) | Err(_) => {}
+        }
+        for kind in [&c.infra, &c.boot] {
+            if let Ok(Some(existing)) = resolver.api(&ns, kind).get_opt(&req.name).await
+                && let Some(why) = foreign(&existing, &req.name, &cp_uid)
+            {
+                return Err(why);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) async fn create(
+    kctx: &KindCtx,
+    cp: &DynamicObject,
+    around: &Around,
+    requests: &[MachineRequest],
+) -> Result<(), DriverError> {
+    if requests.is_empty() || cp.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let Some(cluster) = &around.cluster else {
+        return Ok(());
+    };
+    let ns = cp.namespace().unwrap_or_default();
+    let cp_name = cp.name_any();
+    let Clones {
+        template_ref,
+        template,
+        infra_kind,
+        infra,
+        boot,
+        boot_ref,
+        spec_field,
+    } = clones(kctx, cp).await?;
+    let resolver = &kctx.driver.resolver;
     let owner = json!([{
         "apiVersion": kctx.ar.api_version, "kind": kctx.ar.kind, "name": cp_name,
         "uid": cp.metadata.uid, "controller": true, "blockOwnerDeletion": true,
     }]);
     let cluster_name = cluster.name_any();
+    let cp_uid = cp.metadata.uid.clone().unwrap_or_default();
     // `spec.machineTemplate.metadata` goes onto the Machine, the infrastructure machine and the
     // bootstrap config, as upstream's KCP does; the labels the host relies on win over it.
     let template_meta = |field: &str| -> Map<String, Value> {
@@ -126,7 +229,7 @@ pub(super) async fn create(
     let annotations = Value::Object(annotations);
     let machines: Api<Machine> = Api::namespaced(kctx.driver.client.clone(), &ns);
     for req in requests {
-        create_ignoring_conflict(
+        create_owned(
             &resolver.api(&ns, &infra),
             json!({
                 "apiVersion": infra.ar.api_version, "kind": infra.ar.kind,
@@ -134,9 +237,10 @@ pub(super) async fn create(
                     "annotations": cloned_from},
                 "spec": template.data.pointer(fields::TEMPLATE_SPEC).cloned().unwrap_or(json!({})),
             }),
+            &cp_uid,
         )
         .await?;
-        create_ignoring_conflict(
+        create_owned(
             &resolver.api(&ns, &boot),
             json!({
                 "apiVersion": boot.ar.api_version, "kind": boot.ar.kind,
@@ -144,6 +248,7 @@ pub(super) async fn create(
                     "annotations": annotations},
                 "spec": cp.data.pointer(&spec_field).cloned().unwrap_or(json!({})),
             }),
+            &cp_uid,
         )
         .await?;
         // The template it was cloned from, on the Machine too: the control-plane component sees

@@ -616,11 +616,19 @@ async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driver
     let (version, result) = result;
     kctx.record_version(&obj, &version).await?;
     // A result that breaks a rule is refused whole: nothing of it is written.
-    let result = result.and_then(|r| {
-        policy::check(&obj, &around, &r)
+    let result = match result.and_then(|mut r| {
+        policy::check(&obj, &around, &mut r)
             .map(|()| r)
             .map_err(CallError::InvalidResult)
-    });
+    }) {
+        Ok(writeback::Result::ControlPlane(cp)) => {
+            match machines::check_names(kctx, &obj, &cp.machines_to_create).await {
+                Ok(()) => Ok(writeback::Result::ControlPlane(cp)),
+                Err(why) => Err(CallError::InvalidResult(why)),
+            }
+        }
+        other => other,
+    };
     match result {
         Ok(r) => writeback::write(&obj, kctx, &around, r).await,
         Err(e) => Ok(match kctx.failed(&obj, &version, &e).await? {

@@ -15,11 +15,44 @@ use crate::controllers::kubeconfig;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+/// The suffixes of the Secrets the host keeps per cluster (`<cluster>-ca` and the rest). The
+/// host names a control-plane Machine's bootstrap config, and that config's data Secret, after
+/// the Machine: a Machine name with one of these suffixes would name another cluster's Secret.
+const CLUSTER_SECRET_SUFFIXES: [&str; 6] =
+    ["-ca", "-etcd", "-proxy", "-sa", "-token", "-kubeconfig"];
+
+/// A Machine name a control plane may ask for: a DNS label (it is also a label value and a
+/// hostname), not shaped like a cluster Secret's name.
+fn machine_name(name: &str) -> Result<(), String> {
+    let label = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if !label {
+        return Err(format!(
+            "machines-to-create: {name:?} is not a Machine name of at most 63 lowercase letters, digits, '-' and '.', starting and ending alphanumeric; name Machines <control plane>-<random suffix> as upstream"
+        ));
+    }
+    if let Some(suffix) = CLUSTER_SECRET_SUFFIXES.iter().find(|s| name.ends_with(**s)) {
+        return Err(format!(
+            "machines-to-create: {name:?} ends in {suffix:?}, the suffix of a cluster Secret; the Machine's bootstrap data Secret takes the Machine's name, so name Machines <control plane>-<random suffix> as upstream"
+        ));
+    }
+    Ok(())
+}
+
 /// The most Machines a control plane may have at once, as upstream's rollout allows.
 const SURGE: i64 = 1;
 
 /// Why the result must not be written, if it must not.
-pub(super) fn check(obj: &DynamicObject, around: &Around, r: &Outcome) -> Result<(), String> {
+///
+/// A kubeconfig that passes is replaced by the one the host built from it, so what is stored as
+/// `<cluster>-kubeconfig` is what was checked: no other context, user or field of the plugin's
+/// text survives.
+pub(super) fn check(obj: &DynamicObject, around: &Around, r: &mut Outcome) -> Result<(), String> {
     let Outcome::ControlPlane(cp) = r else {
         return Ok(());
     };
@@ -28,8 +61,15 @@ pub(super) fn check(obj: &DynamicObject, around: &Around, r: &Outcome) -> Result
             .cluster
             .as_ref()
             .and_then(|c| c.spec.control_plane_endpoint.as_ref());
-        kubeconfig::sanitize(text, endpoint)
+        let clean = kubeconfig::sanitize(text, endpoint)
             .map_err(|e| format!("kubeconfig refused, nothing was written: {e}"))?;
+        cp.kubeconfig = Some(
+            serde_yaml::to_string(&clean)
+                .map_err(|e| format!("kubeconfig refused, nothing was written: {e}"))?,
+        );
+    }
+    for m in &cp.machines_to_create {
+        machine_name(&m.name)?;
     }
     let replicas = obj
         .data

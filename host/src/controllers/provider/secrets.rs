@@ -73,6 +73,7 @@ impl Maker<'_> {
             .map(|s| (*s).clone());
         let existing = match cached {
             Some(s) => {
+                self.check_cluster(&s)?;
                 self.adopt(&s).await?;
                 Some(s)
             }
@@ -96,13 +97,32 @@ impl Maker<'_> {
                 match self.api.create(&PostParams::default(), &s).await {
                     Ok(s) => Some(s),
                     Err(kube::Error::Api(e)) if e.code == 409 => {
-                        self.api.get_opt(&secret_name).await?
+                        let found = self.api.get_opt(&secret_name).await?;
+                        if let Some(s) = &found {
+                            self.check_cluster(s)?;
+                        }
+                        found
                     }
                     Err(e) => return Err(e.into()),
                 }
             }
         };
         Ok(existing.map(|s| data(&s)).unwrap_or_default())
+    }
+
+    /// A Secret labelled for another cluster is never taken as this cluster's: its name was
+    /// chosen elsewhere (say, a Machine another control plane named `<this cluster>-token`, whose
+    /// bootstrap data Secret took the name first).
+    fn check_cluster(&self, s: &Secret) -> Result<(), DriverError> {
+        match s.labels().get(CLUSTER_NAME_LABEL) {
+            Some(other) if *other != self.cluster => Err(DriverError::Invalid(format!(
+                "Secret {}/{} belongs to Cluster {other} (label {CLUSTER_NAME_LABEL}), not to Cluster {}: the host never takes another cluster's Secret as this cluster's; delete it, or rename the object that made it",
+                self.ns,
+                s.name_any(),
+                self.cluster
+            ))),
+            _ => Ok(()),
+        }
     }
 
     async fn adopt(&self, s: &Secret) -> Result<(), DriverError> {

@@ -277,7 +277,20 @@ pub(super) fn controller_ref(kctx: &KindCtx, obj: &DynamicObject) -> OwnerRefere
     }
 }
 
-/// Creates the Secret, or replaces its data when `replace` and it differs.
+/// What became of a Secret the host writes for an object.
+enum Written {
+    /// The Secret holds the data, under this object's control.
+    Stored,
+    /// A Secret of that name exists that this object does not control: it is left as it is.
+    Foreign(String),
+}
+
+/// Creates the Secret controlled by `obj`, or replaces its data when `replace` and it differs.
+///
+/// A Secret of that name that `obj` does not control is never adopted, read or written, as
+/// upstream's CABPK refuses a data Secret it did not create: names come from plugins (a
+/// control plane names its Machines, and their bootstrap configs and data Secrets after
+/// them), so a name may be another cluster's `<cluster>-token` or `<cluster>-kubeconfig`.
 async fn ensure_secret(
     kctx: &KindCtx,
     obj: &DynamicObject,
@@ -285,11 +298,9 @@ async fn ensure_secret(
     cluster: &str,
     data: BTreeMap<String, String>,
     replace: bool,
-) -> std::result::Result<(), DriverError> {
-    let api: Api<Secret> = Api::namespaced(
-        kctx.driver.client.clone(),
-        &obj.namespace().unwrap_or_default(),
-    );
+) -> std::result::Result<Written, DriverError> {
+    let ns = obj.namespace().unwrap_or_default();
+    let api: Api<Secret> = Api::namespaced(kctx.driver.client.clone(), &ns);
     let bytes: BTreeMap<String, ByteString> = data
         .into_iter()
         .map(|(k, v)| (k, ByteString(v.into_bytes())))
@@ -298,31 +309,50 @@ async fn ensure_secret(
         .driver
         .caches
         .secrets
-        .get(&ObjectRef::new(name).within(&obj.namespace().unwrap_or_default()));
-    if let Some(existing) = cached {
-        if replace && existing.data.as_ref() != Some(&bytes) {
-            let patch = json!({"data": bytes});
-            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+        .get(&ObjectRef::new(name).within(&ns))
+        .map(|s| (*s).clone());
+    let existing = match cached {
+        Some(s) => s,
+        None => {
+            let mut s = Secret {
+                data: Some(bytes.clone()),
+                type_: Some("cluster.x-k8s.io/secret".into()),
+                ..Default::default()
+            };
+            s.metadata.name = Some(name.into());
+            s.metadata.labels = Some(BTreeMap::from([(
+                CLUSTER_NAME_LABEL.to_string(),
+                cluster.to_string(),
+            )]));
+            s.metadata.owner_references = Some(vec![controller_ref(kctx, obj)]);
+            match api.create(&PostParams::default(), &s).await {
+                Ok(_) => return Ok(Written::Stored),
+                Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(name).await? {
+                    Some(s) => s,
+                    None => return Ok(Written::Stored),
+                },
+                Err(e) => return Err(e.into()),
+            }
         }
-        return Ok(());
-    }
-    let mut s = Secret {
-        data: Some(bytes),
-        type_: Some("cluster.x-k8s.io/secret".into()),
-        ..Default::default()
     };
-    s.metadata.name = Some(name.into());
-    s.metadata.labels = Some(BTreeMap::from([(
-        CLUSTER_NAME_LABEL.to_string(),
-        cluster.to_string(),
-    )]));
-    s.metadata.owner_references = Some(vec![controller_ref(kctx, obj)]);
-    match api.create(&PostParams::default(), &s).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+    let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+    let controlled = existing
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && !uid.is_empty() && o.uid == uid);
+    if !controlled {
+        return Ok(Written::Foreign(format!(
+            "Secret {ns}/{name} exists and is not controlled by {} {}: the host never adopts a Secret it did not create, so it neither reads nor writes it; delete or rename that Secret if it is stale, or give this object another name",
+            kctx.ar.kind,
+            obj.name_any()
+        )));
     }
+    if replace && existing.data.as_ref() != Some(&bytes) {
+        let patch = json!({"data": bytes});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(Written::Stored)
 }
 
 pub(super) async fn write(
@@ -398,7 +428,7 @@ pub(super) async fn write(
             if let Some(data) = &r.data {
                 // The Secret is named after the config: deterministic, as `clusterctl move` needs.
                 let name = obj.name_any();
-                ensure_secret(
+                let written = ensure_secret(
                     kctx,
                     obj,
                     &name,
@@ -410,8 +440,28 @@ pub(super) async fn write(
                     false,
                 )
                 .await?;
-                status["dataSecretName"] = json!(name);
-                set_initialization(&mut status, "dataSecretCreated", true);
+                match written {
+                    Written::Stored => {
+                        status["dataSecretName"] = json!(name);
+                        set_initialization(&mut status, "dataSecretCreated", true);
+                    }
+                    Written::Foreign(why) => {
+                        set_condition(
+                            &mut status,
+                            conditions::types::DATA_SECRET_AVAILABLE,
+                            "False",
+                            conditions::reasons::DATA_SECRET_NOT_OWNED,
+                            &why,
+                            obj.metadata.generation,
+                        );
+                        if let Some(s) = status.as_object_mut() {
+                            s.remove("dataSecretName");
+                        }
+                        set_initialization(&mut status, "dataSecretCreated", false);
+                        kctx.event(obj, true, conditions::reasons::DATA_SECRET_NOT_OWNED, why)
+                            .await;
+                    }
+                }
             }
             // Upstream's KubeadmConfig and KubeadmControlPlane report it; infrastructure kinds
             // are left alone, as their CRDs may not declare it.
@@ -438,8 +488,7 @@ pub(super) async fn write(
             }
             if let Some(kc) = &r.kubeconfig
                 && !cluster.is_empty()
-            {
-                ensure_secret(
+                && let Written::Foreign(why) = ensure_secret(
                     kctx,
                     obj,
                     &format!("{cluster}-kubeconfig"),
@@ -447,7 +496,11 @@ pub(super) async fn write(
                     BTreeMap::from([("value".to_string(), kc.clone())]),
                     true,
                 )
-                .await?;
+                .await?
+            {
+                // Upstream's KCP rotates only the kubeconfig it controls; one made by someone
+                // else is theirs (and checked like any other before the host uses it).
+                tracing::debug!(%why, "kubeconfig Secret left alone");
             }
             let was = sticky(&old, "controlPlaneInitialized", false);
             let initialized =

@@ -129,9 +129,10 @@ pub struct Counters {
     pub traps: AtomicU64,
     pub timeouts: AtomicU64,
     pub errors: AtomicU64,
-    /// Log lines the host emitted for the plugin, and the bytes (text plus line cost) it
-    /// dropped over the per-call cap or the plugin's rate.
+    /// Log lines the host kept for the plugin, the bytes its log writer wrote for them, and
+    /// the bytes (estimated) it dropped over the per-call cap or the plugin's rate.
     pub log_lines: AtomicU64,
+    pub log_bytes: AtomicU64,
     pub log_dropped_bytes: AtomicU64,
 }
 

@@ -290,6 +290,10 @@ impl Wasm {
             .counters
             .log_dropped_bytes
             .fetch_add(log.dropped as u64, Ordering::Relaxed);
+        plugin
+            .counters
+            .log_bytes
+            .fetch_add(log.written as u64, Ordering::Relaxed);
         drop(store);
         out
     }

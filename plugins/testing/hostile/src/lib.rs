@@ -5,7 +5,9 @@
 //! The control-plane and bootstrap builds take their attack from their object's spec, so one
 //! component covers every variant of a vector: `spec.kubeconfig` (returned as the workload
 //! kubeconfig), `spec.statusPatch` (returned as the status patch), `spec.createMachines` (how
-//! many Machines to ask for), `spec.logLines` (empty log lines to emit).
+//! many Machines to ask for), `spec.machineNames` (the names to ask for them by: another
+//! cluster's Secret names), `spec.logLines` (empty log lines to emit), `spec.logMessages`
+//! (messages to log, each once per call: line breaks, escapes, forged host lines).
 
 use capw_sdk::*;
 
@@ -14,6 +16,8 @@ struct Hostile;
 const CP_GROUP: &str = "controlplane.cluster.x-k8s.io";
 const BOOT_GROUP: &str = "bootstrap.cluster.x-k8s.io";
 const INFRA_GROUP: &str = "infrastructure.cluster.x-k8s.io";
+/// A group of the impostor's own, where it may call its kind anything.
+const IMPOSTOR_GROUP: &str = "controlplane.hostile.example";
 
 fn name() -> &'static str {
     if cfg!(feature = "control-plane") {
@@ -24,6 +28,10 @@ fn name() -> &'static str {
         "hostile-core-kind"
     } else if cfg!(feature = "kind-thief") {
         "hostile-kind-thief"
+    } else if cfg!(feature = "crd-shadow") {
+        "hostile-crd-shadow"
+    } else if cfg!(feature = "kcp-impostor") {
+        "hostile-kcp-impostor"
     } else {
         "hostile-crd-swap"
     }
@@ -36,6 +44,15 @@ fn patch_and_logs(obj: &View) -> Option<Value> {
         .unwrap_or(0);
     for _ in 0..lines {
         log(Level::Info, "");
+    }
+    for m in obj
+        .get("/spec/logMessages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        log(Level::Warn, m);
     }
     obj.get("/spec/statusPatch").cloned()
 }
@@ -84,6 +101,44 @@ impl Provider for Hostile {
                     }),
                 )],
                 vec![crd("cluster.x-k8s.io", "Machine", "machines", &[])],
+            )
+        } else if cfg!(feature = "crd-shadow") {
+            // Its own kind name, but the plural of KubeadmConfig's CRD: the CRD named
+            // kubeadmconfigs.bootstrap.cluster.x-k8s.io would then serve this kind.
+            (
+                ProviderType::Bootstrap,
+                vec![kind(
+                    BOOT_GROUP,
+                    "KubeadmConfigShadow",
+                    KindRole::BootstrapConfig,
+                )],
+                vec![crd(
+                    BOOT_GROUP,
+                    "KubeadmConfigShadow",
+                    "kubeadmconfigs",
+                    &[],
+                )],
+            )
+        } else if cfg!(feature = "kcp-impostor") {
+            (
+                ProviderType::ControlPlane,
+                vec![kind(
+                    IMPOSTOR_GROUP,
+                    "KubeadmControlPlane",
+                    KindRole::ControlPlane(ControlPlaneMachines {
+                        bootstrap_config: KindRef {
+                            group: BOOT_GROUP.into(),
+                            kind: "KubeadmConfig".into(),
+                        },
+                        spec_field: "kubeadmConfigSpec".into(),
+                    }),
+                )],
+                vec![crd(
+                    IMPOSTOR_GROUP,
+                    "KubeadmControlPlane",
+                    "kubeadmcontrolplanes",
+                    &[],
+                )],
             )
         } else if cfg!(feature = "kind-thief") {
             (
@@ -137,16 +192,34 @@ impl Provider for Hostile {
             .get("/spec/createMachines")
             .and_then(Value::as_u64)
             .unwrap_or(0);
+        let named = obj
+            .get("/spec/machineNames")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string);
         let machines_to_create = (0..n)
-            .map(|i| MachineRequest {
-                name: format!("{}-m{i}", obj.name()),
-                version: None,
+            .map(|i| format!("{}-m{i}", obj.name()))
+            .chain(named)
+            .map(|name| MachineRequest {
+                name,
+                version: obj
+                    .get("/spec/version")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
                 failure_domain: None,
             })
             .collect();
+        // Initialized unless its spec says otherwise: a control plane that is not yet makes
+        // its first Machine's bootstrap config run `kubeadm init`, which needs no token.
+        let initialized = obj
+            .get("/spec/initialized")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
         Ok(ControlPlaneStatus {
-            initialized: true,
-            available: true,
+            initialized,
+            available: initialized,
             endpoint: None,
             replicas: ReplicaCounts {
                 desired: 1,

@@ -33,7 +33,7 @@ async fn reconcile_external(
         &scope.ns(),
         reference,
         owner,
-        &[],
+        None,
         &c.name_any(),
     )
     .await?;

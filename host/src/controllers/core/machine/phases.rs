@@ -14,10 +14,6 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use std::time::Duration;
 
-/// Kinds that own a Machine when they create it; the Machine becomes the controller of its
-/// bootstrap config and infrastructure machine instead.
-const ON_CREATE_OWNERS: &[&str] = &["MachineSet", "MachinePool", "KubeadmControlPlane"];
-
 fn init(scope: &mut Scope) -> &mut MachineInitialization {
     scope
         .status
@@ -77,7 +73,9 @@ async fn reconcile_external(
         &scope.ns(),
         reference,
         adopt::owner_ref("Machine", &m.name_any(), &m.uid().unwrap_or_default(), true),
-        ON_CREATE_OWNERS,
+        // The MachineSet or control plane that made the Machine made its clones too; the
+        // Machine becomes their controller in its place.
+        adopt::on_create_owner(m, scope.cluster.as_deref()),
         &m.spec.cluster_name,
     )
     .await?;
