@@ -38,7 +38,10 @@ fn verify_passes_the_well_behaved_plugin() {
     // Dropped in as echo.wasm, it is the WasmProvider `echo`, the name it declares.
     let (ok, report) = capw(&["plugin", "verify", "--name", "echo", &plugin("echo-v1")]);
     assert!(ok, "{report}");
-    assert!(report.contains("ok   trust: registered as echo"), "{report}");
+    assert!(
+        report.contains("ok   trust: registered as echo"),
+        "{report}"
+    );
     assert!(
         report.contains("EchoMachine reconcile") && report.contains("meets the provider contract"),
         "{report}"
@@ -90,12 +93,20 @@ fn verify_applies_the_trust_checks_of_loading() {
             "Machine.cluster.x-k8s.io",
         ),
         (
-            vec!["--beside".into(), bundled.clone(), plugin("hostile-crd-shadow")],
+            vec![
+                "--beside".into(),
+                bundled.clone(),
+                plugin("hostile-crd-shadow"),
+            ],
             "CrdNameTaken",
             "kubeadmconfigs.bootstrap.cluster.x-k8s.io of plugin bootstrap",
         ),
         (
-            vec!["--beside".into(), bundled.clone(), plugin("hostile-kind-thief")],
+            vec![
+                "--beside".into(),
+                bundled.clone(),
+                plugin("hostile-kind-thief"),
+            ],
             "KindTaken",
             "served by plugin docker",
         ),

@@ -198,6 +198,33 @@ pub fn sanitize(text: &str, endpoint: Option<&ApiEndpoint>) -> Result<Kubeconfig
     })
 }
 
+/// The kubeconfig the host stores as `<cluster>-kubeconfig` for `text`: the one [`sanitize`]
+/// built, which is what was checked, under the names of `text`'s current context, cluster and
+/// user (upstream's `<cluster>-admin@<cluster>`, say), so users see the names they expect.
+pub fn stored(text: &str, endpoint: Option<&ApiEndpoint>) -> Result<String, KubeconfigError> {
+    let mut clean = sanitize(text, endpoint)?;
+    if let Ok(kc) = Kubeconfig::from_yaml(text)
+        && let Some(current) = kc.current_context.clone()
+        && let Some(ctx) = kc
+            .contexts
+            .iter()
+            .find(|c| c.name == current)
+            .and_then(|c| c.context.clone())
+    {
+        clean.clusters[0].name = ctx.cluster.clone();
+        clean.auth_infos[0].name = ctx.user.clone().unwrap_or_default();
+        clean.contexts[0].name = current.clone();
+        if let Some(c) = clean.contexts[0].context.as_mut() {
+            c.cluster = ctx.cluster;
+            c.user = ctx.user;
+        }
+        clean.current_context = Some(current);
+    }
+    clean.api_version = Some("v1".into());
+    clean.kind = Some("Config".into());
+    serde_yaml::to_string(&clean).map_err(|e| KubeconfigError::Parse(e.to_string()))
+}
+
 /// The server must be `https://HOST:PORT` of the Cluster's endpoint, and nothing else: no path,
 /// no user info, no other host.
 fn check_server(server: &str, endpoint: Option<&ApiEndpoint>) -> Result<(), String> {
@@ -234,6 +261,37 @@ fn check_server(server: &str, endpoint: Option<&ApiEndpoint>) -> Result<(), Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What is stored holds the checked fields under the text's names, and nothing else of it.
+    #[test]
+    fn the_stored_kubeconfig_is_the_checked_one_under_its_names() {
+        let text = serde_json::json!({
+            "apiVersion": "v1", "kind": "Config", "current-context": "demo-admin@demo",
+            "contexts": [
+                {"name": "demo-admin@demo", "context": {"cluster": "demo", "user": "demo-admin"}},
+                {"name": "other", "context": {"cluster": "elsewhere", "user": "runner"}}],
+            "clusters": [
+                {"name": "demo", "cluster": {"server": "https://127.0.0.1:6443", "certificate-authority-data": "Y2E="}},
+                {"name": "elsewhere", "cluster": {"server": "https://evil.example:443", "insecure-skip-tls-verify": true}}],
+            "users": [
+                {"name": "demo-admin", "user": {"token": "t0ken"}},
+                {"name": "runner", "user": {"exec": {"command": "/bin/sh", "apiVersion": "client.authentication.k8s.io/v1"}}}],
+        })
+        .to_string();
+        let out = stored(&text, Some(&ep())).expect("stored");
+        let kc = Kubeconfig::from_yaml(&out).expect("parses");
+        assert_eq!(kc.current_context.as_deref(), Some("demo-admin@demo"));
+        assert_eq!(
+            (kc.clusters.len(), kc.auth_infos.len(), kc.contexts.len()),
+            (1, 1, 1)
+        );
+        assert_eq!(kc.clusters[0].name, "demo");
+        assert_eq!(kc.auth_infos[0].name, "demo-admin");
+        for gone in ["evil.example", "/bin/sh", "runner", "insecure"] {
+            assert!(!out.contains(gone), "{gone} survived:\n{out}");
+        }
+        assert_eq!(sanitize(&out, Some(&ep())).map(|_| ()), Ok(()));
+    }
 
     fn ep() -> ApiEndpoint {
         ApiEndpoint {

@@ -61,10 +61,8 @@ pub(super) fn check(obj: &DynamicObject, around: &Around, r: &mut Outcome) -> Re
             .cluster
             .as_ref()
             .and_then(|c| c.spec.control_plane_endpoint.as_ref());
-        let clean = kubeconfig::sanitize(text, endpoint)
-            .map_err(|e| format!("kubeconfig refused, nothing was written: {e}"))?;
         cp.kubeconfig = Some(
-            serde_yaml::to_string(&clean)
+            kubeconfig::stored(text, endpoint)
                 .map_err(|e| format!("kubeconfig refused, nothing was written: {e}"))?,
         );
     }
