@@ -401,19 +401,21 @@ async fn a_component_reaches_docker_only_through_its_grant_and_only_its_own_cont
         ungranted.is_err(),
         "a component importing container-runtime loaded without the grant"
     );
-    let probe = Plugin::load(
-        &rt.engine,
-        &rt.cache,
-        &wasm,
-        None,
-        [Capability::Log, Capability::ContainerRuntime].into(),
-        Limits {
-            container: grant(&image).into(),
-            ..Limits::default()
-        },
-    )
-    .await
-    .expect("container-probe loads");
+    // The probe, granted the container runtime with `images` as its allow-list.
+    let load = |images: String| {
+        Plugin::load(
+            &rt.engine,
+            &rt.cache,
+            &wasm,
+            None,
+            [Capability::Log, Capability::ContainerRuntime].into(),
+            Limits {
+                container: grant(&images).into(),
+                ..Limits::default()
+            },
+        )
+    };
+    let probe = load(image.clone()).await.expect("container-probe loads");
     let ctx = Context {
         object: serde_json::json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
             "kind": "ProbeMachine", "metadata": {"name": "m", "namespace": "default"},
@@ -482,5 +484,50 @@ async fn a_component_reaches_docker_only_through_its_grant_and_only_its_own_cont
             "{extra}: a container reached the engine"
         );
     }
+    // A repository pattern admits its repository only: an image that starts with the same
+    // text but names another repository on a registry host (`<repo>:5000/anything`), tagged on
+    // the engine so a text match would run it, is refused before the engine sees it.
+    let repo = image.split(':').next().expect("repository");
+    let sneaky = format!("{repo}:5000/anything:1");
+    let tag = Command::new("docker")
+        .args(["tag", &image, &sneaky])
+        .output()
+        .expect("docker tag");
+    assert!(tag.status.success(), "docker tag {sneaky}");
+    let by_repository = load(format!("{repo}:*"))
+        .await
+        .expect("container-probe loads");
+    for (img, admitted) in [(sneaky.as_str(), false), (image.as_str(), true)] {
+        let mut obj: serde_json::Value = serde_json::from_str(&ctx.object).expect("object");
+        obj["spec"]["image"] = serde_json::json!(img);
+        let c = Context {
+            object: obj.to_string(),
+            ..ctx.clone()
+        };
+        let st = by_repository
+            .reconcile_machine(&c)
+            .await
+            .expect("reconcile");
+        let report: serde_json::Value =
+            serde_json::from_str(&st.common.status_patch.expect("report")).expect("json");
+        if admitted {
+            assert_eq!(report["create"], "ok", "{img}: {report}");
+        } else {
+            let msg = report["create"]["invalid"].as_str().unwrap_or_default();
+            assert!(
+                msg.contains("is not in the grant's images"),
+                "{img}: {report}"
+            );
+            let left = Command::new("docker")
+                .args(["inspect", &format!("container-probe.{mine}")])
+                .output()
+                .expect("docker inspect");
+            assert!(
+                !left.status.success(),
+                "{img}: a container reached the engine"
+            );
+        }
+    }
+    let _ = Command::new("docker").args(["rmi", &sneaky]).output();
     let _ = Command::new("docker").args(["rm", "-f", &foreign]).output();
 }

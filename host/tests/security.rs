@@ -322,21 +322,8 @@ async fn a_plugins_kubeconfig_may_not_run_commands_read_files_or_point_elsewhere
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubeconfig_secret_written_by_anyone_is_checked_the_same_way() {
     let e = with_hostile_providers().await;
-    let example =
-        std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
-            .expect("example");
-    e.kubectl(&["apply", "-f", "-"], Some(&example));
+    demo_running(&e).await;
     let machines: Api<Machine> = Api::namespaced(e.client.clone(), "default");
-    e.eventually("demo's six Machines Running", 120, || async {
-        let l = machines.list(&ListParams::default()).await.ok()?;
-        let running = l
-            .items
-            .iter()
-            .filter(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        (running == 6).then_some(())
-    })
-    .await;
     // The control plane would rewrite its kubeconfig; pausing it leaves the Secret to us.
     e.kubectl(
         &[
@@ -481,21 +468,7 @@ async fn results_are_bounded_and_contract_fields_are_the_hosts() {
     assert!(dropped > 0, "nothing was dropped");
     // The host is whole: another cluster still converges beside the hostile ones, and no
     // secret reached a place it did not belong.
-    let example =
-        std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
-            .expect("example");
-    e.kubectl(&["apply", "-f", "-"], Some(&example));
-    e.eventually("demo's six Machines Running", 120, || async {
-        let l = machines.list(&ListParams::default()).await.ok()?;
-        let running = l
-            .items
-            .iter()
-            .filter(|m| m.spec.cluster_name == "demo")
-            .filter(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        (running == 6).then_some(())
-    })
-    .await;
+    demo_running(&e).await;
     let patched = serde_json::to_string(&cfg.data).expect("json");
     for fp in before {
         assert!(
@@ -929,6 +902,28 @@ async fn a_crd_name_belongs_to_one_plugin() {
         before.metadata.resource_version
     );
     assert!(e.host.registry.get("hostile-crd-shadow").is_none());
+    // The honest provider comes back and serves its CRD as before, under its own manager.
+    std::fs::copy(
+        support::plugin("bootstrap.wasm"),
+        e.dir.path().join("plugins/bootstrap.wasm"),
+    )
+    .expect("drop in again");
+    e.eventually("bootstrap serving again", 60, || async {
+        e.host.registry.get("bootstrap").map(|_| ())
+    })
+    .await;
+    let again = crds.get(name).await.expect("crd");
+    assert_eq!(again.spec.names.kind, "KubeadmConfig");
+    assert!(
+        again
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|f| f.manager.as_deref() == Some("capw-plugin-bootstrap")),
+        "{:?}",
+        again.metadata.managed_fields
+    );
     assert!(
         !e.host
             .driver

@@ -98,6 +98,15 @@ fn still_active(loaded: bool, kept: &str, msg: &str, old: &[Condition]) -> Condi
     condition(types::ACTIVE, loaded, reason, msg, old)
 }
 
+/// The conditions of a version refused for `reason`: not validated, and the loaded one (if
+/// any) kept serving (`kept` says why).
+fn refused(reason: &str, msg: &str, loaded: bool, kept: &str, old: &[Condition]) -> Vec<Condition> {
+    vec![
+        condition(types::VALIDATED, false, reason, msg, old),
+        still_active(loaded, kept, msg, old),
+    ]
+}
+
 fn grants(wp: &WasmProvider) -> (BTreeSet<Capability>, Vec<String>) {
     let mut set: BTreeSet<Capability> = [Capability::Log].into();
     let mut unknown = vec![];
@@ -317,16 +326,13 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
     let path = match module_path(&ctx.plugins_dir, &wp.spec.module) {
         Ok(p) => p,
         Err(msg) => {
-            status.conditions = vec![
-                condition(
-                    types::VALIDATED,
-                    false,
-                    "ModuleOutsidePluginDir",
-                    &msg,
-                    &old.conditions,
-                ),
-                still_active(slot.is_some(), "KeptRunning", &msg, &old.conditions),
-            ];
+            status.conditions = refused(
+                "ModuleOutsidePluginDir",
+                &msg,
+                slot.is_some(),
+                "KeptRunning",
+                &old.conditions,
+            );
             set_status(&api, &wp, status).await?;
             return Ok(Action::await_change());
         }
@@ -375,16 +381,13 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
     }
     if let Some(e) = limits(&wp).container.image_errors().first() {
         let msg = format!("WasmProvider {name}: spec.{e}");
-        status.conditions = vec![
-            condition(
-                types::VALIDATED,
-                false,
-                "InvalidGrant",
-                &msg,
-                &old.conditions,
-            ),
-            still_active(slot.is_some(), "KeptRunning", &msg, &old.conditions),
-        ];
+        status.conditions = refused(
+            "InvalidGrant",
+            &msg,
+            slot.is_some(),
+            "KeptRunning",
+            &old.conditions,
+        );
         set_status(&api, &wp, status).await?;
         return Ok(Action::await_change());
     }
@@ -508,10 +511,13 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         Ok(p) => p,
         Err((reason, e)) => {
             let msg = format!("{} {e}", wp.spec.module);
-            status.conditions = vec![
-                condition(types::VALIDATED, false, reason, &msg, &old.conditions),
-                still_active(slot.is_some(), "PreviousVersion", &msg, &old.conditions),
-            ];
+            status.conditions = refused(
+                reason,
+                &msg,
+                slot.is_some(),
+                "PreviousVersion",
+                &old.conditions,
+            );
             let _ = ctx
                 .recorder
                 .publish(
@@ -537,10 +543,13 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&name);
             let msg = format!("{} {e}", wp.spec.module);
-            status.conditions = vec![
-                condition(types::VALIDATED, false, "CrdOwned", &msg, &old.conditions),
-                still_active(slot.is_some(), "PreviousVersion", &msg, &old.conditions),
-            ];
+            status.conditions = refused(
+                "CrdOwned",
+                &msg,
+                slot.is_some(),
+                "PreviousVersion",
+                &old.conditions,
+            );
             let _ = ctx
                 .recorder
                 .publish(

@@ -8,7 +8,12 @@ use crate::runtime::host::HostState;
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) {
         let sink = &mut self.log;
-        let text = escape(&message).into_owned();
+        // Most messages need no escaping: those keep their own buffer.
+        let escaped = match escape(&message) {
+            std::borrow::Cow::Owned(s) => Some(s),
+            std::borrow::Cow::Borrowed(_) => None,
+        };
+        let text = escaped.unwrap_or(message);
         // A line costs its record as well as its text, so empty lines are not free; and each
         // plugin has a rate across calls, so many short calls cannot flood the host's log.
         let estimate = text.len() + sink.record;

@@ -37,6 +37,17 @@ fn name() -> &'static str {
     }
 }
 
+/// The control-plane role whose Machines get a KubeadmConfig from `spec.kubeadmConfigSpec`.
+fn kubeadm_control_plane() -> KindRole {
+    KindRole::ControlPlane(ControlPlaneMachines {
+        bootstrap_config: KindRef {
+            group: BOOT_GROUP.into(),
+            kind: "KubeadmConfig".into(),
+        },
+        spec_field: "kubeadmConfigSpec".into(),
+    })
+}
+
 fn patch_and_logs(obj: &View) -> Option<Value> {
     let lines = obj
         .get("/spec/logLines")
@@ -65,13 +76,7 @@ impl Provider for Hostile {
                 vec![kind(
                     CP_GROUP,
                     "HostileControlPlane",
-                    KindRole::ControlPlane(ControlPlaneMachines {
-                        bootstrap_config: KindRef {
-                            group: BOOT_GROUP.into(),
-                            kind: "KubeadmConfig".into(),
-                        },
-                        spec_field: "kubeadmConfigSpec".into(),
-                    }),
+                    kubeadm_control_plane(),
                 )],
                 vec![crd(
                     CP_GROUP,
@@ -89,17 +94,7 @@ impl Provider for Hostile {
         } else if cfg!(feature = "core-kind") {
             (
                 ProviderType::ControlPlane,
-                vec![kind(
-                    "cluster.x-k8s.io",
-                    "Machine",
-                    KindRole::ControlPlane(ControlPlaneMachines {
-                        bootstrap_config: KindRef {
-                            group: BOOT_GROUP.into(),
-                            kind: "KubeadmConfig".into(),
-                        },
-                        spec_field: "kubeadmConfigSpec".into(),
-                    }),
-                )],
+                vec![kind("cluster.x-k8s.io", "Machine", kubeadm_control_plane())],
                 vec![crd("cluster.x-k8s.io", "Machine", "machines", &[])],
             )
         } else if cfg!(feature = "crd-shadow") {
@@ -125,13 +120,7 @@ impl Provider for Hostile {
                 vec![kind(
                     IMPOSTOR_GROUP,
                     "KubeadmControlPlane",
-                    KindRole::ControlPlane(ControlPlaneMachines {
-                        bootstrap_config: KindRef {
-                            group: BOOT_GROUP.into(),
-                            kind: "KubeadmConfig".into(),
-                        },
-                        spec_field: "kubeadmConfigSpec".into(),
-                    }),
+                    kubeadm_control_plane(),
                 )],
                 vec![crd(
                     IMPOSTOR_GROUP,
