@@ -168,6 +168,20 @@ impl Env {
     }
 }
 
+/// The reason and message of a WasmProvider's `Validated=False`, once it has one.
+async fn not_validated(
+    wps: &Api<capw::api::wasmprovider::WasmProvider>,
+    name: &str,
+) -> Option<(String, String)> {
+    let wp = wps.get_opt(name).await.ok()??;
+    let c = wp
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Validated")?;
+    (c.status == "False").then_some((c.reason, c.message))
+}
+
 fn hex(b: &[u8]) -> String {
     sha2::Sha256::digest(b)
         .iter()
@@ -498,18 +512,7 @@ async fn plugins_serve_only_their_own_provider_kinds_and_install_only_their_crds
         }
     };
     let wps: Api<capw::api::wasmprovider::WasmProvider> = Api::all(e.client.clone());
-    let validated = |name: &'static str| {
-        let wps = wps.clone();
-        async move {
-            let wp = wps.get_opt(name).await.ok()??;
-            let c = wp
-                .status?
-                .conditions
-                .into_iter()
-                .find(|c| c.type_ == "Validated")?;
-            (c.status == "False").then_some((c.reason, c.message))
-        }
-    };
+    let validated = |name: &'static str| not_validated(&wps, name);
     e.eventually("docker Active", 60, || async {
         let wp = wps.get_opt("docker").await.ok()??;
         wp.status?
@@ -837,13 +840,8 @@ async fn a_crd_name_belongs_to_one_plugin() {
     let validated = |name: &'static str, reason: &'static str| {
         let wps = wps.clone();
         async move {
-            let wp = wps.get_opt(name).await.ok()??;
-            let c = wp
-                .status?
-                .conditions
-                .into_iter()
-                .find(|c| c.type_ == "Validated")?;
-            (c.status == "False" && c.reason == reason).then_some(c.message)
+            let (r, message) = not_validated(&wps, name).await?;
+            (r == reason).then_some(message)
         }
     };
     e.eventually("bootstrap serving", 60, || async {

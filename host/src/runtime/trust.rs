@@ -212,7 +212,12 @@ fn group_refusal(group: &str, t: ProviderType) -> Option<String> {
     None
 }
 
-fn crd_check(index: usize, text: &str, m: &PluginMetadata) -> Result<(String, String), TrustError> {
+/// The CRD's `(group, kind)` and its names, once it is one for a declared kind.
+fn crd_check(
+    index: usize,
+    text: &str,
+    m: &PluginMetadata,
+) -> Result<((String, String), CrdNames), TrustError> {
     let bad = |why: String| TrustError::Crd { index, why };
     let v: Value = serde_json::from_str(text)
         .or_else(|_| serde_yaml::from_str(text))
@@ -248,7 +253,7 @@ fn crd_check(index: usize, text: &str, m: &PluginMetadata) -> Result<(String, St
             declared.version
         )));
     }
-    Ok((group.to_string(), kind.to_string()))
+    Ok(((group.to_string(), kind.to_string()), CrdNames::parse(&v)))
 }
 
 /// Checks `m` for the WasmProvider `admin_name`. `others` are what the other active plugins
@@ -288,7 +293,7 @@ pub fn check(
     }
     let mut seen = vec![];
     for (i, text) in m.crds.iter().enumerate() {
-        let gk = crd_check(i, text, m)?;
+        let (gk, names) = crd_check(i, text, m)?;
         if seen.contains(&gk) {
             return Err(TrustError::Crd {
                 index: i,
@@ -296,7 +301,6 @@ pub fn check(
             });
         }
         seen.push(gk);
-        let names = CrdNames::of(text).unwrap_or_default();
         let moved = take_over.contains(&format!("{}.{}", names.kind, names.group));
         for o in others.iter().filter(|o| o.plugin != admin_name && !moved) {
             // A CRD of a kind the admin moved here may keep the names it had.

@@ -308,6 +308,46 @@ fn module_path(dir: &std::path::Path, module: &str) -> Result<std::path::PathBuf
     Ok(path)
 }
 
+/// Ends the claim a plugin took on its kinds while it loaded.
+fn release_claim(ctx: &Ctx, name: &str) {
+    ctx.claims
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(name);
+}
+
+/// A version not taken for `reason`: its conditions, a Warning Event, the status; the loaded
+/// version (if any) keeps serving, and nothing is tried again until the WasmProvider changes.
+#[allow(clippy::too_many_arguments)]
+async fn refuse_version(
+    ctx: &Ctx,
+    api: &Api<WasmProvider>,
+    wp: &WasmProvider,
+    mut status: WasmProviderStatus,
+    old: &WasmProviderStatus,
+    loaded: bool,
+    reason: &str,
+    msg: String,
+    action: &str,
+) -> Result<Action, Error> {
+    status.conditions = refused(reason, &msg, loaded, "PreviousVersion", &old.conditions);
+    let _ = ctx
+        .recorder
+        .publish(
+            &Event {
+                type_: EventType::Warning,
+                reason: reason.into(),
+                note: Some(msg),
+                action: action.into(),
+                secondary: None,
+            },
+            &wp.object_ref(&()),
+        )
+        .await;
+    set_status(api, wp, status).await?;
+    Ok(Action::await_change())
+}
+
 async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
     let name = wp.name_any();
     let api: Api<WasmProvider> = Api::all(ctx.client.clone());
@@ -507,72 +547,35 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         }
         verdict
     };
+    let refuse =
+        |status: WasmProviderStatus, reason: &'static str, e: String, action: &'static str| {
+            let msg = format!("{} {e}", wp.spec.module);
+            refuse_version(
+                ctx,
+                &api,
+                &wp,
+                status,
+                &old,
+                slot.is_some(),
+                reason,
+                msg,
+                action,
+            )
+        };
     let plugin = match verdict {
         Ok(p) => p,
-        Err((reason, e)) => {
-            let msg = format!("{} {e}", wp.spec.module);
-            status.conditions = refused(
-                reason,
-                &msg,
-                slot.is_some(),
-                "PreviousVersion",
-                &old.conditions,
-            );
-            let _ = ctx
-                .recorder
-                .publish(
-                    &Event {
-                        type_: EventType::Warning,
-                        reason: reason.into(),
-                        note: Some(msg.clone()),
-                        action: "Validate".into(),
-                        secondary: None,
-                    },
-                    &reference,
-                )
-                .await;
-            set_status(&api, &wp, status).await?;
-            return Ok(Action::await_change());
-        }
+        Err((reason, e)) => return refuse(status, reason, e, "Validate").await,
     };
-    match install_crds(&ctx.client, &plugin, &name, &wp.spec.take_over_kinds).await {
+    let installed = install_crds(&ctx.client, &plugin, &name, &wp.spec.take_over_kinds).await;
+    if installed.is_err() {
+        release_claim(ctx, &name);
+    }
+    match installed {
         Ok(()) => {}
         Err(e @ Error::CrdOwned { .. }) => {
-            ctx.claims
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&name);
-            let msg = format!("{} {e}", wp.spec.module);
-            status.conditions = refused(
-                "CrdOwned",
-                &msg,
-                slot.is_some(),
-                "PreviousVersion",
-                &old.conditions,
-            );
-            let _ = ctx
-                .recorder
-                .publish(
-                    &Event {
-                        type_: EventType::Warning,
-                        reason: "CrdOwned".into(),
-                        note: Some(msg.clone()),
-                        action: "InstallCRDs".into(),
-                        secondary: None,
-                    },
-                    &reference,
-                )
-                .await;
-            set_status(&api, &wp, status).await?;
-            return Ok(Action::await_change());
+            return refuse(status, "CrdOwned", e.to_string(), "InstallCRDs").await;
         }
-        Err(e) => {
-            ctx.claims
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&name);
-            return Err(e);
-        }
+        Err(e) => return Err(e),
     }
     status.plugin_name = Some(plugin.metadata.name.clone());
     status.active_digest = Some(plugin.digest.clone());
@@ -593,10 +596,7 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
             Ok(s)
         }
     };
-    ctx.claims
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&name);
+    release_claim(ctx, &name);
     if swapped.is_ok() {
         for k in &wp.spec.take_over_kinds {
             if status.kinds.contains(k) {
@@ -718,10 +718,7 @@ async fn cleanup(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         return Err(Error::Waiting(msg, Duration::from_secs(5)));
     }
     ctx.registry.remove(&wp.name_any());
-    ctx.claims
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&wp.name_any());
+    release_claim(ctx, &wp.name_any());
     Ok(Action::await_change())
 }
 

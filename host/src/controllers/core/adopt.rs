@@ -88,8 +88,11 @@ pub enum AdoptError {
     },
 }
 
-fn group_of(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+fn group_of(api_version: &str) -> String {
+    api_version
+        .parse::<kube::core::GroupVersion>()
+        .map(|gv| gv.group)
+        .unwrap_or_default()
 }
 
 fn same_kind(a: &OwnerReference, b: &OwnerReference) -> bool {
