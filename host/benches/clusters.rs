@@ -19,12 +19,12 @@
 // Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use capw::capabilities::sim_cloud::{SimCloud, SimSettings};
 use capw::manager::{self, HostConfig};
-use capw::runtime::Limits;
-use capw::runtime::contract::*;
-use capw::runtime::plugin::{CallError, Plugin};
-use capw::runtime::slot::{Rollout, Slot};
+use capw_runtime::Limits;
+use capw_runtime::capabilities::sim_cloud::{SimCloud, SimSettings};
+use capw_runtime::contract::*;
+use capw_runtime::plugin::{CallError, Plugin};
+use capw_runtime::slot::{Rollout, Slot};
 use capw_sdk::sim_cloud as sdk_sim;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -704,10 +704,10 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
 /// end-to-end difference comes from.
 async fn probe() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let rt = capw::runtime::Runtime::new(dir.path()).expect("runtime");
+    let rt = capw_runtime::Runtime::new(dir.path()).expect("runtime");
     let bytes = std::fs::read(repo().join("target/plugins/bootstrap.wasm"))
         .expect("target/plugins/bootstrap.wasm: run scripts/build-plugins first");
-    let grants = [capw::runtime::Capability::Log].into();
+    let grants = [capw_runtime::Capability::Log].into();
     let wasm = Plugin::load(
         &rt.engine,
         &rt.cache,

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 const CLUSTER: &str = "benchc";
 const PLAIN: &str = "benchp";
-const IMAGE: &str = capw::node::image::DEFAULT_TAG;
+const IMAGE: &str = capw_node::image::DEFAULT_TAG;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

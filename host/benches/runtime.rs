@@ -15,10 +15,10 @@
 // Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use capw::runtime::cache::ArtifactCache;
-use capw::runtime::plugin::{Context, Plugin};
-use capw::runtime::slot::{Rollout, Slot};
-use capw::runtime::{Capability, Limits, engine};
+use capw_runtime::cache::ArtifactCache;
+use capw_runtime::plugin::{Context, Plugin};
+use capw_runtime::slot::{Rollout, Slot};
+use capw_runtime::{Capability, Limits, engine};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -131,7 +131,7 @@ async fn main() {
     let bulk = wasm("bulk");
     let cold_dir = tempfile::tempdir().expect("tempdir");
     let cold = ArtifactCache::new(cold_dir.path(), &rt.engine);
-    let digest = capw::runtime::cache::sha256_hex(&bulk);
+    let digest = capw_runtime::cache::sha256_hex(&bulk);
     let t = Instant::now();
     cold.load(&rt.engine, &digest, &bulk).expect("compile");
     let compile = t.elapsed();
@@ -268,7 +268,7 @@ fn report_dropin(label: &str, v: &[Duration]) {
 /// Runs `capw up` from `bin` with an empty plugin directory, then swaps echo 1.0.0 and 2.0.0 in
 /// place `rounds` times, timing each from the write to the status that names the new version.
 async fn dropin_latency(bin: &std::path::Path, rounds: usize) -> Vec<Duration> {
-    use capw::api::wasmprovider::WasmProvider;
+    use capw_api::wasmprovider::WasmProvider;
     use std::io::BufRead;
     let dir = tempfile::tempdir().expect("tempdir");
     let plugins = dir.path().join("plugins");

@@ -1,14 +1,5 @@
-//! The capw host: the core Cluster and Machine controllers, the provider driver that turns every
-//! loaded plugin into the controller of its kinds, the plugin runtime that loads Cluster API
-//! providers as sandboxed WebAssembly components, and the host capabilities plugins can be
-//! granted.
+//! The `capw` binary's library half: the manager that wires the core controllers, the provider
+//! driver and the plugin runtime into one process. The layers live in their own crates under
+//! `crates/` (see `docs/architecture.md`); this crate sits on top of all of them.
 
-pub mod api;
-pub mod capabilities;
-pub mod contract;
-pub mod controllers;
-pub mod logging;
 pub mod manager;
-pub mod metrics;
-pub mod node;
-pub mod runtime;

@@ -15,7 +15,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     // Colour codes only where a person reads them: `capw up > up.log` stays plain text.
-    capw::logging::install(
+    capw_runtime::logging::install(
         args.log_format == cli::LogFormat::Json,
         std::io::IsTerminal::is_terminal(&std::io::stderr()),
     );

@@ -3,25 +3,24 @@
 //! core Cluster and Machine controllers, the provider driver, and the `/metrics` and
 //! `/healthz` endpoint. `capw up`, `capw run`, the tests and the benchmarks all start it here.
 
-use crate::api::cluster::Cluster;
-use crate::api::common::names::CLUSTER_NAME_LABEL;
-use crate::api::machine::Machine;
-use crate::api::machinedeployment::MachineDeployment;
-use crate::api::machinehealthcheck::MachineHealthCheck;
-use crate::api::machineset::MachineSet;
-use crate::capabilities::sim_cloud::{SimCloud, SimSettings};
-use crate::controllers::core::by_cluster::ByCluster;
-use crate::controllers::core::context::CoreCtx;
-use crate::controllers::core::{
-    cluster, machine, machinedeployment, machinehealthcheck, machineset, remote,
-};
-use crate::controllers::external::{OwnerMap, Resolver, Tracker, owner_of_kind};
-use crate::controllers::fanout::Fanout;
-use crate::controllers::provider::Driver;
-use crate::controllers::relevance;
-use crate::metrics::{METRICS_CONTENT_TYPE, Metrics};
-use crate::runtime::{Registry, Runtime};
-use crate::runtime::{dropin, wasmprovider};
+use capw_api::cluster::Cluster;
+use capw_api::common::names::CLUSTER_NAME_LABEL;
+use capw_api::machine::Machine;
+use capw_api::machinedeployment::MachineDeployment;
+use capw_api::machinehealthcheck::MachineHealthCheck;
+use capw_api::machineset::MachineSet;
+use capw_core::context::CoreCtx;
+use capw_core::{cluster, machine, machinedeployment, machinehealthcheck, machineset};
+use capw_driver::Driver;
+use capw_reconcile::by_cluster::ByCluster;
+use capw_reconcile::external::{OwnerMap, Resolver, Tracker, owner_of_kind};
+use capw_reconcile::fanout::Fanout;
+use capw_reconcile::metrics::{METRICS_CONTENT_TYPE, Metrics};
+use capw_reconcile::relevance;
+use capw_reconcile::remote;
+use capw_runtime::capabilities::sim_cloud::{SimCloud, SimSettings};
+use capw_runtime::{Registry, Runtime};
+use capw_runtime::{dropin, wasmprovider};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -46,7 +45,7 @@ pub enum ManagerError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Engine(#[from] crate::runtime::engine::EngineError),
+    Engine(#[from] capw_runtime::engine::EngineError),
     #[error("cannot serve metrics on {addr}: {source}")]
     Metrics {
         addr: SocketAddr,
@@ -107,7 +106,7 @@ impl Drop for Host {
 /// Installs the host's own CRDs (server-side apply) and waits until they are established.
 pub async fn install_crds(client: &Client) -> Result<(), ManagerError> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for (_, crd) in crate::api::crds() {
+    for (_, crd) in capw_api::crds() {
         let name = crd.name_any();
         api.patch(
             &name,
@@ -147,9 +146,7 @@ type Candidates<K> = Box<dyn Fn(&str, &str) -> Vec<Arc<K>> + Send + Sync>;
 fn referrers<K>(
     store: &Store<K>,
     owner_kind: &'static str,
-    refs: for<'a> fn(
-        &'a K,
-    ) -> [Option<&'a crate::api::common::ContractVersionedObjectReference>; 2],
+    refs: for<'a> fn(&'a K) -> [Option<&'a capw_api::common::ContractVersionedObjectReference>; 2],
     candidates: Candidates<K>,
 ) -> OwnerMap<K>
 where
@@ -435,7 +432,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         runtime,
         registry: registry.clone(),
         recorder: Recorder::new(client.clone(), wasmprovider::reporter()),
-        skeleton: crate::controllers::skeleton::Skeleton::new(
+        skeleton: capw_reconcile::skeleton::Skeleton::new(
             "wasmprovider",
             wasmprovider::FINALIZER,
             metrics.clone(),
@@ -453,7 +450,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     let (machine_tx, machine_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<Machine>>();
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
     let machine_changes: Arc<Fanout<Machine>> = Arc::default();
-    let indexes = crate::controllers::core::context::Indexes::default();
+    let indexes = capw_core::context::Indexes::default();
     let machines_by_cluster = indexes.machines.clone();
     let cluster_changes: Arc<Fanout<Cluster>> = Arc::default();
     let (machines, machine_writer) = reflector::store::<Machine>();
@@ -625,7 +622,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         client.clone(),
         registry.clone(),
         resolver,
-        crate::controllers::provider::Caches {
+        capw_driver::Caches {
             clusters: clusters.clone(),
             machines: machines.clone(),
             machines_by_cluster,

@@ -7,7 +7,7 @@
 // Test code: a failed step fails the test where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use capw::capabilities::container_runtime::{
+use capw_runtime::capabilities::container_runtime::{
     ContainerGrant, ContainerRuntime, ContainerSpec, PortMapping, RuntimeError,
 };
 use std::process::Command;
@@ -365,7 +365,7 @@ async fn networks_carry_the_ownership_labels() {
 /// drives its own container and is refused the foreign one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_reaches_docker_only_through_its_grant_and_only_its_own_containers() {
-    use capw::runtime::{Capability, Context, Limits, Plugin, Runtime};
+    use capw_runtime::{Capability, Context, Limits, Plugin, Runtime};
     let image = image();
     let pid = std::process::id();
     let (mine, foreign) = (

@@ -10,13 +10,13 @@ mod support;
 fn generated_crds_match_the_checked_in_files() {
     let dir = support::repo_root().join("crds");
     let mut expected: Vec<String> = vec![];
-    for (file, crd) in capw::api::crds() {
+    for (file, crd) in capw_api::crds() {
         expected.push(file.to_string());
-        let want = capw::api::crd_yaml(&crd).expect("render");
+        let want = capw_api::crd_yaml(&crd).expect("render");
         let have = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
         assert!(
             have == want,
-            "crds/{file} is out of date with host/src/api: run `cargo run -p capw -- crds --write crds`"
+            "crds/{file} is out of date with crates/api: run `cargo run -p capw -- crds --write crds`"
         );
     }
     let mut present: Vec<String> = std::fs::read_dir(&dir)
@@ -30,7 +30,7 @@ fn generated_crds_match_the_checked_in_files() {
 
 #[test]
 fn cluster_api_crds_carry_upstream_names_and_columns() {
-    let crds = capw::api::crds();
+    let crds = capw_api::crds();
     let (_, cluster) = &crds[0];
     assert_eq!(
         cluster.metadata.name.as_deref(),

@@ -1103,7 +1103,7 @@ fn an_image_that_only_starts_like_an_allowed_one_is_refused() {
     let _engine = Engine::clean(cluster);
     let env = Env::start();
     let sneaky = "capw-node:5000/anything:tag";
-    docker(&["tag", capw::node::image::DEFAULT_TAG, sneaky]);
+    docker(&["tag", capw_node::image::DEFAULT_TAG, sneaky]);
     let manifest = quickstart(cluster).replace(
         &format!("kind: DockerMachine\nmetadata:\n  name: {cluster}-worker-1\n  namespace: default\nspec: {{}}"),
         &format!("kind: DockerMachine\nmetadata:\n  name: {cluster}-worker-1\n  namespace: default\nspec:\n  customImage: {sneaky}"),

@@ -8,10 +8,10 @@
 
 mod support;
 
-use capw::api::cluster::Cluster;
-use capw::api::machine::Machine;
-use capw::capabilities::sim_cloud::SimSettings;
 use capw::manager::{self, Host, HostConfig};
+use capw_api::cluster::Cluster;
+use capw_api::machine::Machine;
+use capw_runtime::capabilities::sim_cloud::SimSettings;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};

@@ -9,11 +9,11 @@
 
 mod support;
 
-use capw::api::machine::Machine;
-use capw::api::machinedeployment::MachineDeployment;
-use capw::api::machineset::MachineSet;
-use capw::capabilities::sim_cloud::SimSettings;
 use capw::manager::{self, Host, HostConfig};
+use capw_api::machine::Machine;
+use capw_api::machinedeployment::MachineDeployment;
+use capw_api::machineset::MachineSet;
+use capw_runtime::capabilities::sim_cloud::SimSettings;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::watcher;
@@ -450,7 +450,7 @@ async fn a_machine_deployment_scales_rolls_out_and_goes_with_its_cluster() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     env.kubectl(&["delete", "cluster", "demo", "--wait=false"], None);
     env.eventually("the Cluster to be gone", 120, || async {
-        let c: Api<capw::api::cluster::Cluster> = Api::namespaced(env.client.clone(), "default");
+        let c: Api<capw_api::cluster::Cluster> = Api::namespaced(env.client.clone(), "default");
         c.get_opt("demo").await.ok()?.is_none().then_some(())
     })
     .await;
@@ -557,7 +557,7 @@ impl Env {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_health_check_replaces_an_unhealthy_machine_and_short_circuits_when_too_many_are() {
-    use capw::api::machinehealthcheck::MachineHealthCheck;
+    use capw_api::machinehealthcheck::MachineHealthCheck;
     let env = env().await;
     env.kubectl(
         &["apply", "-f", "-"],

@@ -155,7 +155,7 @@ struct PluginLine {
 
 /// The host's lines for plugin log calls, in either format; `bytes` counts the newline.
 fn plugin_lines(log: &str, json: bool) -> Vec<PluginLine> {
-    let target = "capw::capabilities::log::glue";
+    let target = "capw_runtime::capabilities::log::glue";
     log.split('\n')
         .filter(|l| l.contains(target))
         .map(|l| {
@@ -225,7 +225,7 @@ fn log_cluster(forged: &[&str]) -> String {
 fn each_log_call_is_one_tagged_line_charged_what_it_wrote(format: &str) {
     let json = format == "json";
     let forged = [
-        "first\n2026-12-03T00:00:00.000000Z  WARN capw::runtime: FORGED plugin docker refused: NameMismatch",
+        "first\n2026-12-03T00:00:00.000000Z  WARN capw_runtime: FORGED plugin docker refused: NameMismatch",
         "second\rFORGED overwrite",
         "\u{1b}[2K\u{1b}[1GFORGED ansi \u{1b}[31mred",
         "2026-12-03T00:00:00.000000Z ERROR capw: FORGED timestamp",
@@ -252,7 +252,7 @@ fn each_log_call_is_one_tagged_line_charged_what_it_wrote(format: &str) {
     // tagged plugin line, and nothing starts a line or moves the cursor.
     for l in text.split('\n').filter(|l| l.contains("FORGED")) {
         assert!(
-            l.contains("capw::capabilities::log::glue"),
+            l.contains("capw_runtime::capabilities::log::glue"),
             "a forged line: {l:?}"
         );
         assert!(
@@ -282,7 +282,7 @@ fn each_log_call_is_one_tagged_line_charged_what_it_wrote(format: &str) {
     // Lines are dropped only whole, at the end of a call, when the plugin's rate runs dry.
     let want: Vec<String> = forged
         .iter()
-        .map(|m| capw::logging::escape(m).into_owned())
+        .map(|m| capw_runtime::logging::escape(m).into_owned())
         .collect();
     let mut whole = 0;
     for call in &calls {
@@ -303,7 +303,7 @@ fn each_log_call_is_one_tagged_line_charged_what_it_wrote(format: &str) {
     );
     // The flood's calls: each stops at the per-call cap (64 KiB) of bytes really written, not
     // of a guessed 128 bytes a line (which let through several times as much).
-    let cap = capw::runtime::Limits::default().log_bytes;
+    let cap = capw_runtime::Limits::default().log_bytes;
     let flood: Vec<&PluginLine> = lines
         .iter()
         .filter(|p| p.object == "default/flood")
@@ -321,7 +321,8 @@ fn each_log_call_is_one_tagged_line_charged_what_it_wrote(format: &str) {
     }
     let fullest = per_call.values().max().copied().unwrap_or(0);
     assert!(
-        fullest + 2 * longest >= cap && longest > capw::capabilities::log::LOG_LINE_COST + 1,
+        fullest + 2 * longest >= cap
+            && longest > capw_runtime::capabilities::log::LOG_LINE_COST + 1,
         "the cap ({cap}) was not what stopped the flood: {fullest} bytes in its fullest call, lines of up to {longest}"
     );
     // What the WasmProvider reports is what the log holds, to the byte.

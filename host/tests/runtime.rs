@@ -7,11 +7,11 @@
 
 mod support;
 
-use capw::runtime::cache::ArtifactCache;
-use capw::runtime::engine::{self, RuntimeEngine};
-use capw::runtime::plugin::{CallError, Context, Plugin, PluginError, ProviderFailure};
-use capw::runtime::slot::{Rollout, Slot, SwapError};
-use capw::runtime::{Capability, Limits};
+use capw_runtime::cache::ArtifactCache;
+use capw_runtime::engine::{self, RuntimeEngine};
+use capw_runtime::plugin::{CallError, Context, Plugin, PluginError, ProviderFailure};
+use capw_runtime::slot::{Rollout, Slot, SwapError};
+use capw_runtime::{Capability, Limits};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -74,7 +74,7 @@ fn ctx(name: &str) -> Context {
     }
 }
 
-fn reason(st: &capw::runtime::plugin::MachineStatus) -> String {
+fn reason(st: &capw_runtime::plugin::MachineStatus) -> String {
     st.common
         .conditions
         .first()
@@ -332,9 +332,9 @@ async fn ungranted_imports_and_wrong_digests_never_load() {
 async fn compiled_artifacts_are_cached_and_verified() {
     let f = fixture();
     let a = load(&f, "echo-v1", Limits::default()).await;
-    assert_eq!(a.source, capw::runtime::cache::Source::Compiled);
+    assert_eq!(a.source, capw_runtime::cache::Source::Compiled);
     let b = load(&f, "echo-v1", Limits::default()).await;
-    assert_eq!(b.source, capw::runtime::cache::Source::Cached);
+    assert_eq!(b.source, capw_runtime::cache::Source::Cached);
 }
 
 /// Every `*.cwasm` under the cache with its MAC file.
@@ -375,11 +375,11 @@ async fn a_swapped_artifact_with_its_tag_copied_along_is_recompiled_and_the_cach
     std::fs::copy(tag(&a2), tag(&a1)).expect("swap tag");
     std::fs::write(
         a1.with_extension("cwasm.sha256"),
-        capw::runtime::cache::sha256_hex(&std::fs::read(&a1).expect("read")),
+        capw_runtime::cache::sha256_hex(&std::fs::read(&a1).expect("read")),
     )
     .expect("forged checksum");
     let again = load(&f, "echo-v1", Limits::default()).await;
-    assert_eq!(again.source, capw::runtime::cache::Source::Compiled);
+    assert_eq!(again.source, capw_runtime::cache::Source::Compiled);
     assert_eq!(again.metadata.version, v1.metadata.version);
     // Private: directories 0700, files 0600, the key included.
     let mut seen = 0;

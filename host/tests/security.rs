@@ -9,9 +9,9 @@
 
 mod support;
 
-use capw::api::machine::Machine;
-use capw::capabilities::sim_cloud::SimSettings;
 use capw::manager::{self, Host, HostConfig};
+use capw_api::machine::Machine;
+use capw_runtime::capabilities::sim_cloud::SimSettings;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -170,7 +170,7 @@ impl Env {
 
 /// The reason and message of a WasmProvider's `Validated=False`, once it has one.
 async fn not_validated(
-    wps: &Api<capw::api::wasmprovider::WasmProvider>,
+    wps: &Api<capw_api::wasmprovider::WasmProvider>,
     name: &str,
 ) -> Option<(String, String)> {
     let wp = wps.get_opt(name).await.ok()??;
@@ -279,7 +279,7 @@ async fn a_plugins_kubeconfig_may_not_run_commands_read_files_or_point_elsewhere
     }
     // With the right server, each credential feature is refused by its own field.
     let endpoint = |name: &str| {
-        let clusters: Api<capw::api::cluster::Cluster> =
+        let clusters: Api<capw_api::cluster::Cluster> =
             Api::namespaced(e.client.clone(), "default");
         let name = name.to_string();
         async move {
@@ -474,7 +474,7 @@ async fn results_are_bounded_and_contract_fields_are_the_hosts() {
         counters.log_dropped_bytes.load(Ordering::Relaxed),
     );
     let per_call =
-        capw::runtime::Limits::default().log_bytes / capw::capabilities::log::LOG_LINE_COST;
+        capw_runtime::Limits::default().log_bytes / capw_runtime::capabilities::log::LOG_LINE_COST;
     assert!(
         calls >= 1 && lines <= calls * per_call as u64,
         "{lines} lines in {calls} calls"
@@ -511,7 +511,7 @@ async fn plugins_serve_only_their_own_provider_kinds_and_install_only_their_crds
                 .and_then(|c| c.metadata.resource_version)
         }
     };
-    let wps: Api<capw::api::wasmprovider::WasmProvider> = Api::all(e.client.clone());
+    let wps: Api<capw_api::wasmprovider::WasmProvider> = Api::all(e.client.clone());
     let validated = |name: &'static str| not_validated(&wps, name);
     e.eventually("docker Active", 60, || async {
         let wp = wps.get_opt("docker").await.ok()??;
@@ -629,7 +629,7 @@ async fn local_files_are_private_and_module_paths_stay_in_the_plugin_dir() {
                 .to_string(),
             ),
         );
-        let wps: Api<capw::api::wasmprovider::WasmProvider> = Api::all(e.client.clone());
+        let wps: Api<capw_api::wasmprovider::WasmProvider> = Api::all(e.client.clone());
         let reason = e
             .eventually(&format!("{name} refused"), 30, || async {
                 let wp = wps.get_opt(name).await.ok()??;
@@ -836,7 +836,7 @@ async fn a_control_plane_cannot_get_another_clusters_secrets_handed_to_a_plugin(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crd_name_belongs_to_one_plugin() {
     let e = env(&[("bootstrap", "bootstrap.wasm")], &[]).await;
-    let wps: Api<capw::api::wasmprovider::WasmProvider> = Api::all(e.client.clone());
+    let wps: Api<capw_api::wasmprovider::WasmProvider> = Api::all(e.client.clone());
     let validated = |name: &'static str, reason: &'static str| {
         let wps = wps.clone();
         async move {

@@ -254,7 +254,7 @@ fn a_worker_joins_with_a_bootstrap_token_and_then_uses_its_own_certificate() {
     let (id, secret) = capw_apiserver::bootstrap_token::parse(&token).expect("token");
     let later = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(900)).to_string();
     let secret_obj = capw_apiserver::bootstrap_token::secret_object(id, secret, &later);
-    let info = capw::node::agent::cluster_info_config_map(&api.url, &crt);
+    let info = capw_node::agent::cluster_info_config_map(&api.url, &crt);
     for obj in [secret_obj, info] {
         let (ok, out) = admin(&["create", "-f", "-"], Some(&obj.to_string()));
         assert!(ok, "{out}");

@@ -11,8 +11,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    for (file, crd) in capw::api::crds() {
-        let yaml = capw::api::crd_yaml(&crd).context("rendering a CRD")?;
+    for (file, crd) in capw_api::crds() {
+        let yaml = capw_api::crd_yaml(&crd).context("rendering a CRD")?;
         match &args.write {
             Some(dir) => {
                 std::fs::create_dir_all(dir)

@@ -3,13 +3,11 @@
 //! version that last reconciled each provider object, like `clusterctl describe cluster`.
 
 use anyhow::Context as _;
-use capw::api::cluster::Cluster;
-use capw::api::common::ContractVersionedObjectReference;
-use capw::api::common::names::{
-    CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, PLUGIN_VERSION_ANNOTATION,
-};
-use capw::api::machine::Machine;
-use capw::controllers::external::Resolver;
+use capw_api::cluster::Cluster;
+use capw_api::common::ContractVersionedObjectReference;
+use capw_api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, PLUGIN_VERSION_ANNOTATION};
+use capw_api::machine::Machine;
+use capw_reconcile::external::Resolver;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::Value;

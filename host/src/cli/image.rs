@@ -17,7 +17,7 @@ pub enum Command {
 #[derive(Debug, clap::Args)]
 pub struct BuildArgs {
     /// The image's tag; DockerMachines without spec.customImage run the default.
-    #[arg(long, default_value = capw::node::image::DEFAULT_TAG)]
+    #[arg(long, default_value = capw_node::image::DEFAULT_TAG)]
     pub tag: String,
     /// A statically linked capw to put in the image.
     #[arg(long)]
@@ -29,13 +29,13 @@ pub struct BuildArgs {
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {
     let Command::Build(args) = cmd;
-    let capw = capw::node::image::find_static_capw(args.capw.as_deref())?;
-    let opts = capw::node::image::BuildOptions {
+    let capw = capw_node::image::find_static_capw(args.capw.as_deref())?;
+    let opts = capw_node::image::BuildOptions {
         tag: &args.tag,
         capw: &capw,
         busybox: &args.busybox,
     };
-    let id = capw::node::image::build(&opts, |step| println!("==> {step}"))?;
+    let id = capw_node::image::build(&opts, |step| println!("==> {step}"))?;
     println!("built {} ({id})", args.tag);
     Ok(())
 }

@@ -19,7 +19,7 @@
 //! infrastructure provider sets as a `kindest/node:<version>` image would carry it.
 
 use anyhow::Context as _;
-use capw::node::kubeadm::{self as config, NodeRegistration};
+use capw_node::kubeadm::{self as config, NodeRegistration};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -453,16 +453,16 @@ async fn upload(
 ) -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::ConfigMap;
     let system: kube::Api<ConfigMap> = kube::Api::namespaced(local.clone(), "kube-system");
-    capw::node::agent::put_config_map(
+    capw_node::agent::put_config_map(
         &system,
-        capw::node::agent::kubeadm_config_map(cluster_configuration),
+        capw_node::agent::kubeadm_config_map(cluster_configuration),
     )
     .await
     .context("uploading kube-system/kubeadm-config")?;
     let public: kube::Api<ConfigMap> = kube::Api::namespaced(local.clone(), "kube-public");
-    capw::node::agent::put_config_map(
+    capw_node::agent::put_config_map(
         &public,
-        capw::node::agent::cluster_info_config_map(server, ca),
+        capw_node::agent::cluster_info_config_map(server, ca),
     )
     .await
     .context("uploading kube-public/cluster-info")?;

@@ -20,7 +20,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let lb = capw::node::lb::Lb::bind(capw::node::lb::Config {
+    let lb = capw_node::lb::Lb::bind(capw_node::lb::Config {
         listen: args.listen,
         backends_file: args.backends_file,
         backends: args.backends,

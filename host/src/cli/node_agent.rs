@@ -52,7 +52,7 @@ pub struct Args {
     /// The version the Node reports (`status.nodeInfo.kubeletVersion`): the Machine's
     /// `spec.version`, which the bootstrap data passes. The capw node image runs no kubelet of
     /// its own; it presents the version it was asked for.
-    #[arg(long, default_value = capw::node::agent::DEFAULT_KUBELET_VERSION)]
+    #[arg(long, default_value = capw_node::agent::DEFAULT_KUBELET_VERSION)]
     pub kubelet_version: String,
     /// This machine is a control-plane machine: the Node gets the control-plane role label and
     /// taint, and `kube-system/kube-apiserver-<node>` mirrors the API server it runs.
@@ -86,11 +86,11 @@ pub struct Args {
 pub struct Taints(Vec<serde_json::Value>);
 
 fn register_with_taints(v: &str) -> Result<Taints, String> {
-    capw::node::kubeadm::parse_taints(v).map(Taints)
+    capw_node::kubeadm::parse_taints(v).map(Taints)
 }
 
 fn node_labels(v: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
-    capw::node::kubeadm::parse_labels(v)
+    capw_node::kubeadm::parse_labels(v)
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -131,7 +131,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
         kube::Api::namespaced(workload, "kube-system");
     let local = client(&args.local_api_server).await?;
-    let registration = capw::node::agent::Registration {
+    let registration = capw_node::agent::Registration {
         name: &args.node_name,
         provider_id: &provider_id,
         addresses: &args.addresses,
@@ -142,13 +142,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut registered = false;
     loop {
-        let mut result = capw::node::agent::register(&nodes, &registration).await;
+        let mut result = capw_node::agent::register(&nodes, &registration).await;
         if args.control_plane && result.is_ok() {
             let ready = local
                 .request_text(http::Request::get("/readyz").body(Vec::new())?)
                 .await
                 .is_ok_and(|body| body.trim() == "ok");
-            result = capw::node::agent::report_api_server(&pods, &registration, ready).await;
+            result = capw_node::agent::report_api_server(&pods, &registration, ready).await;
         }
         match result {
             Ok(()) => {

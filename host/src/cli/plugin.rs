@@ -1,9 +1,9 @@
 //! `capw plugin inspect|verify FILE.wasm`.
 
 use anyhow::Context as _;
-use capw::runtime::cache::ArtifactCache;
-use capw::runtime::plugin::{self, CallError, Context, Plugin, provider_type_name};
-use capw::runtime::{Capability, Limits, engine};
+use capw_runtime::cache::ArtifactCache;
+use capw_runtime::plugin::{self, CallError, Context, Plugin, provider_type_name};
+use capw_runtime::{Capability, Limits, engine};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -40,7 +40,7 @@ pub enum Command {
 }
 
 fn all_capabilities() -> BTreeSet<Capability> {
-    capw::capabilities::TABLE
+    capw_runtime::capabilities::TABLE
         .iter()
         .map(|r| r.capability)
         .collect()
@@ -158,11 +158,11 @@ impl Report {
 
 /// What the plugins in `dir` (other than `file`) hold, each named after its file.
 async fn claims_beside(
-    rt: &capw::runtime::engine::RuntimeEngine,
+    rt: &capw_runtime::engine::RuntimeEngine,
     cache: &ArtifactCache,
     dir: &std::path::Path,
     file: &std::path::Path,
-) -> anyhow::Result<Vec<capw::runtime::trust::Claim>> {
+) -> anyhow::Result<Vec<capw_runtime::trust::Claim>> {
     let mut out = vec![];
     let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
     for entry in entries {
@@ -188,7 +188,7 @@ async fn claims_beside(
         )
         .await
         .with_context(|| format!("loading {}", path.display()))?;
-        out.push(capw::runtime::trust::Claim::of(stem, &p.metadata));
+        out.push(capw_runtime::trust::Claim::of(stem, &p.metadata));
     }
     Ok(out)
 }
@@ -243,7 +243,7 @@ async fn verify(
         Some(dir) => claims_beside(&rt, &cache, dir, file).await?,
         None => vec![],
     };
-    match capw::runtime::trust::check(&name, m, &others, &[]) {
+    match capw_runtime::trust::check(&name, m, &others, &[]) {
         Ok(()) => report.line(
             true,
             &format!(

@@ -2,9 +2,9 @@
 //! server).
 
 use anyhow::Context as _;
-use capw::capabilities::sim_cloud::SimSettings;
 use capw::manager::{self, HostConfig};
 use capw_apiserver::{Config, Server};
+use capw_runtime::capabilities::sim_cloud::SimSettings;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,0 +1,119 @@
+//! The Cluster controller (`capi-contract.md` §3): finalizer, pause, the infrastructure and
+//! control-plane phases read through the contract, phase and conditions, and the ordered
+//! deletion. Phases live in `phases.rs`, deletion in `delete.rs`, status in `status.rs`.
+
+mod delete;
+mod phases;
+mod status;
+
+use super::context::CoreCtx;
+use super::error::ReconcileError;
+use capw_api::cluster::{Cluster, ClusterStatus};
+use capw_api::common::names::CLUSTER_FINALIZER;
+use capw_api::contract::conditions::set_paused;
+use capw_reconcile::skeleton::{Phases, write_status};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often a settled Cluster is looked at again (upstream's sync period).
+const SYNC: Duration = Duration::from_secs(600);
+/// Upstream's `externalReadyWait`.
+pub(crate) const EXTERNAL_READY_WAIT: Duration = Duration::from_secs(30);
+
+/// What the phases of one reconcile work on; written back once at the end.
+pub(crate) struct Scope {
+    pub cluster: Arc<Cluster>,
+    pub status: ClusterStatus,
+    /// `spec.controlPlaneEndpoint` to set, when core copies it.
+    pub endpoint: Option<capw_api::common::ApiEndpoint>,
+    pub requeue: Option<Duration>,
+}
+
+impl Scope {
+    pub fn requeue_after(&mut self, d: Duration) {
+        self.requeue = Some(self.requeue.map_or(d, |r| r.min(d)));
+    }
+
+    pub fn ns(&self) -> String {
+        self.cluster.namespace().unwrap_or_default()
+    }
+
+    pub fn generation(&self) -> Option<i64> {
+        self.cluster.metadata.generation
+    }
+}
+
+pub(crate) use capw_api::cluster::is_paused;
+
+/// Writes what changed: the endpoint into spec, then status. Nothing when nothing changed.
+pub(crate) async fn write_back(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    let name = scope.cluster.name_any();
+    if let Some(ep) = &scope.endpoint
+        && scope.cluster.spec.control_plane_endpoint.as_ref() != Some(ep)
+    {
+        let patch = serde_json::json!({"spec": {"controlPlaneEndpoint": ep}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    write_status(&api, &name, scope.cluster.status.as_ref(), &scope.status).await?;
+    Ok(())
+}
+
+async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, ReconcileError> {
+    let mut scope = Scope {
+        status: cluster.status.clone().unwrap_or_default(),
+        cluster,
+        endpoint: None,
+        requeue: None,
+    };
+    let generation = scope.generation();
+    let paused = is_paused(&scope.cluster);
+    set_paused(
+        &mut scope.status.conditions,
+        paused,
+        "the Cluster is paused",
+        generation,
+    );
+    if paused {
+        write_back(&scope, ctx).await?;
+        return Ok(Action::await_change());
+    }
+    let mut steps = Phases::default();
+    steps.run(phases::reconcile_infrastructure(&mut scope, ctx).await);
+    steps.run(phases::reconcile_control_plane(&mut scope, ctx).await);
+    status::update(&mut scope, ctx, steps.ok());
+    write_back(&scope, ctx).await?;
+    steps.finish()?;
+    Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
+}
+
+/// Runs the Cluster controller until the process ends. `triggers` carries reconcile requests
+/// from Machines and from the dynamic watches on provider kinds.
+pub async fn run(
+    ctx: Arc<CoreCtx>,
+    own: impl futures::Stream<Item = Arc<Cluster>> + Send + 'static,
+    triggers: impl futures::Stream<Item = ObjectRef<Cluster>> + Send + 'static,
+    concurrency: u16,
+) {
+    let store = ctx.clusters.clone();
+    let controller = super::context::CoreController {
+        name: "cluster",
+        finalizer: CLUSTER_FINALIZER,
+        // A Cluster summarizes every Machine, set and deployment: the debounce folds a burst
+        // of their changes (a pool provisioning) into one reconcile and one status write.
+        debounce: Duration::from_millis(250),
+        apply: |o, ctx| Box::pin(apply(o, ctx)),
+        cleanup: |o, ctx| Box::pin(delete::reconcile_delete(o, ctx)),
+    };
+    super::context::run(ctx, store, own, triggers, concurrency, controller).await
+}
+
+/// The reference an Event about `c` is attached to.
+pub(crate) fn object_ref(c: &Cluster) -> k8s_openapi::api::core::v1::ObjectReference {
+    c.object_ref(&())
+}

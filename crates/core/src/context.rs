@@ -1,0 +1,176 @@
+//! What the core controllers share: the client, caches of Clusters and Machines (reflectors),
+//! provider kind resolution with dynamic watches, workload cluster clients, Events and metrics.
+
+use super::error::ReconcileError;
+use capw_api::cluster::Cluster;
+use capw_api::machine::Machine;
+use capw_api::machinedeployment::MachineDeployment;
+use capw_api::machinehealthcheck::MachineHealthCheck;
+use capw_api::machineset::MachineSet;
+use capw_reconcile::by_cluster::ByCluster;
+use capw_reconcile::events::publish;
+use capw_reconcile::external::{Resolver, Tracker};
+use capw_reconcile::metrics::Metrics;
+use capw_reconcile::remote::Remotes;
+use capw_reconcile::skeleton::Skeleton;
+use kube::runtime::controller::Action;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, ResourceExt};
+use std::sync::Arc;
+
+/// A phase of a core reconcile: the apply or the cleanup side of the finalizer.
+pub type Phase<K> = for<'a> fn(
+    Arc<K>,
+    &'a CoreCtx,
+) -> futures::future::BoxFuture<'a, Result<Action, ReconcileError>>;
+
+/// What tells the Cluster and Machine controllers apart.
+pub struct CoreController<K> {
+    pub name: &'static str,
+    pub finalizer: &'static str,
+    /// Folds bursts of triggers into one reconcile and one status write.
+    pub debounce: std::time::Duration,
+    pub apply: Phase<K>,
+    pub cleanup: Phase<K>,
+}
+
+/// Runs a core controller until the process ends. Changes of its own objects come from the
+/// host's shared cache (`store` and `own`), filtered so its own status writes do not wake it
+/// again; `triggers` carries requests from related objects.
+pub async fn run<K>(
+    ctx: Arc<CoreCtx>,
+    store: Store<K>,
+    own: impl futures::Stream<Item = Arc<K>> + Send + 'static,
+    triggers: impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<K>> + Send + 'static,
+    concurrency: u16,
+    c: CoreController<K>,
+) where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    let own = own
+        .map(|o| Ok((*o).clone()))
+        .predicate_filter(capw_reconcile::relevance::metadata, Default::default());
+    let (name, apply, cleanup) = (c.name, c.apply, c.cleanup);
+    let skeleton = Arc::new(Skeleton::new(name, c.finalizer, ctx.metrics.clone()));
+    let policy = skeleton.clone();
+    kube::runtime::Controller::for_stream(own, store)
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(concurrency)
+                .debounce(c.debounce),
+        )
+        .reconcile_on(triggers)
+        .run(
+            move |obj, ctx| {
+                let skeleton = skeleton.clone();
+                async move {
+                    let ns = obj.namespace().unwrap_or_default();
+                    let span = tracing::info_span!("reconcile", controller = name, object.ref = %format!("{ns}/{}", obj.name_any()));
+                    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+                    skeleton
+                        .reconcile(&api, obj, span, |o| apply(o, &ctx), |o| cleanup(o, &ctx))
+                        .await
+                }
+            },
+            move |obj, err, _ctx| policy.error_policy(&*obj, err),
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
+pub struct CoreCtx {
+    pub client: Client,
+    pub resolver: Arc<Resolver>,
+    pub remotes: std::sync::Arc<Remotes>,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub clusters: Store<Cluster>,
+    pub machines: Store<Machine>,
+    /// The caches' objects by cluster.
+    pub index: Indexes,
+    /// Machines as the core controllers' own last writes returned them (read-your-writes).
+    pub machines_written: super::written::Written<Machine>,
+    pub machine_sets: Store<MachineSet>,
+    pub machine_deployments: Store<MachineDeployment>,
+    pub machine_health_checks: Store<MachineHealthCheck>,
+    /// What MachineSets created or deleted that the Machine cache does not show yet.
+    pub expectations: crate::machineset::expectations::Expectations,
+    /// Secrets labelled with a cluster name (kubeconfigs, CAs, tokens, bootstrap data).
+    pub secrets: Store<k8s_openapi::api::core::v1::Secret>,
+    pub cluster_tracker: Arc<Tracker<Cluster>>,
+    pub machine_tracker: Arc<Tracker<Machine>>,
+}
+
+impl CoreCtx {
+    pub async fn event(
+        &self,
+        obj: &k8s_openapi::api::core::v1::ObjectReference,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        publish(&self.recorder, obj, warning, reason, note).await
+    }
+
+    /// The Machines of a cluster, from the cache.
+    pub fn machines_of(&self, ns: &str, cluster: &str) -> Vec<Arc<Machine>> {
+        self.index.machines.get(&self.machines, ns, cluster)
+    }
+
+    /// The MachineSets of a cluster, from the cache.
+    pub fn machine_sets_of(&self, ns: &str, cluster: &str) -> Vec<Arc<MachineSet>> {
+        self.index.machine_sets.get(&self.machine_sets, ns, cluster)
+    }
+
+    /// The MachineDeployments of a cluster, from the cache.
+    pub fn machine_deployments_of(&self, ns: &str, cluster: &str) -> Vec<Arc<MachineDeployment>> {
+        self.index
+            .machine_deployments
+            .get(&self.machine_deployments, ns, cluster)
+    }
+
+    /// The MachineHealthChecks of a cluster, from the cache.
+    pub fn machine_health_checks_of(
+        &self,
+        ns: &str,
+        cluster: &str,
+    ) -> Vec<Arc<MachineHealthCheck>> {
+        self.index
+            .machine_health_checks
+            .get(&self.machine_health_checks, ns, cluster)
+    }
+}
+
+/// The worker caches by cluster (`by_cluster`), fed by the host's watches.
+pub struct Indexes {
+    pub machines: Arc<ByCluster<Machine>>,
+    pub machine_sets: Arc<ByCluster<MachineSet>>,
+    pub machine_deployments: Arc<ByCluster<MachineDeployment>>,
+    pub machine_health_checks: Arc<ByCluster<MachineHealthCheck>>,
+}
+
+impl Default for Indexes {
+    fn default() -> Self {
+        Indexes {
+            machines: Arc::new(ByCluster::new(|m: &Machine| &m.spec.cluster_name)),
+            machine_sets: Arc::new(ByCluster::new(|m: &MachineSet| &m.spec.cluster_name)),
+            machine_deployments: Arc::new(ByCluster::new(|m: &MachineDeployment| {
+                &m.spec.cluster_name
+            })),
+            machine_health_checks: Arc::new(ByCluster::new(|m: &MachineHealthCheck| {
+                &m.spec.cluster_name
+            })),
+        }
+    }
+}

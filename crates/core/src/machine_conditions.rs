@@ -1,0 +1,103 @@
+//! Conditions other controllers set on a Machine (`UpToDate` by its MachineSet,
+//! `HealthCheckSucceeded` by a MachineHealthCheck, `OwnerRemediated` by both). Each write
+//! carries the resourceVersion it was computed from, and the Machine controller's own status
+//! write does too: whoever read a stale Machine is refused and reads again, so no controller
+//! drops a condition it did not know of. Writes start from the newest Machine the core
+//! controllers wrote (`written`), not a cache that has not seen that write yet.
+
+use crate::context::CoreCtx;
+use crate::error::ReconcileError;
+use capw_api::contract::conditions;
+use capw_api::machine::Machine;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+/// The condition types this module writes for other controllers; the Machine controller
+/// owns every other condition of a Machine.
+pub const OTHERS: [&str; 3] = [
+    conditions::types::UP_TO_DATE,
+    conditions::types::HEALTH_CHECK_SUCCEEDED,
+    conditions::types::OWNER_REMEDIATED,
+];
+
+/// Sets one condition on a Machine's status unless it already reads so. The write carries
+/// the resourceVersion it was computed from: a Machine that changed meanwhile is left to the
+/// next reconcile, so no controller overwrites conditions it did not read.
+pub async fn set(
+    ctx: &CoreCtx,
+    m: &Machine,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+) -> Result<(), ReconcileError> {
+    set_all(ctx, m, &[(type_, status, reason, message)]).await
+}
+
+/// Sets several conditions, each `(type, status, reason, message)`, in one guarded write.
+pub async fn set_all(
+    ctx: &CoreCtx,
+    m: &Machine,
+    updates: &[(&str, &str, &str, &str)],
+) -> Result<(), ReconcileError> {
+    let newer = ctx.machines_written.stand_in(m);
+    let m = newer.as_deref().unwrap_or(m);
+    let mut list = m.status.clone().unwrap_or_default().conditions;
+    let before = list.clone();
+    for (type_, status, reason, message) in updates {
+        conditions::set(
+            &mut list,
+            type_,
+            status,
+            reason,
+            message,
+            m.metadata.generation,
+        );
+    }
+    if list == before {
+        return Ok(());
+    }
+    patch(ctx, m, list).await
+}
+
+/// Removes a condition from a Machine's status (guarded as above).
+pub async fn remove(ctx: &CoreCtx, m: &Machine, type_: &str) -> Result<(), ReconcileError> {
+    let newer = ctx.machines_written.stand_in(m);
+    let m = newer.as_deref().unwrap_or(m);
+    let mut list = m.status.clone().unwrap_or_default().conditions;
+    let n = list.len();
+    list.retain(|c| c.type_ != type_);
+    if list.len() == n {
+        return Ok(());
+    }
+    patch(ctx, m, list).await
+}
+
+async fn patch(
+    ctx: &CoreCtx,
+    m: &Machine,
+    list: Vec<conditions::Condition>,
+) -> Result<(), ReconcileError> {
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default());
+    let patch = json!({
+        "metadata": {"resourceVersion": m.resource_version()},
+        "status": {"conditions": list},
+    });
+    match api
+        .patch_status(
+            &m.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(written) => {
+            ctx.machines_written
+                .record(m.resource_version().into_iter().collect(), written);
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

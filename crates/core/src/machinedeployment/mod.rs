@@ -1,0 +1,199 @@
+//! The MachineDeployment controller (`capi-lifecycle.md` §3): defaulting as upstream's
+//! webhook does, the cluster label and owner, the templates, adoption of MachineSets, then
+//! a rollout step (`RollingUpdate` or `OnDelete`) or, while paused, scaling only; status and
+//! conditions; deletion. The rollout arithmetic is in `rollout.rs`, pure, so the golden
+//! simulations (`simulation.rs`) run the same code; which set is current in `revisions.rs`;
+//! the MachineSet writes in `sync.rs`; status in `status.rs`.
+
+pub(crate) mod defaults;
+pub mod revisions;
+pub mod rollout;
+#[cfg(test)]
+mod simulation;
+mod status;
+mod sync;
+
+use super::context::CoreCtx;
+use super::error::ReconcileError;
+use capw_api::cluster::Cluster;
+use capw_api::common::names::{
+    DEPLOYMENT_NAME_LABEL, MACHINEDEPLOYMENT_FINALIZER, PAUSED_ANNOTATION,
+};
+use capw_api::contract::conditions::set_paused;
+use capw_api::machine::Machine;
+use capw_api::machinedeployment::{
+    MachineDeployment, MachineDeploymentSpec, MachineDeploymentStatus,
+};
+use capw_api::machineset::MachineSet;
+use capw_reconcile::skeleton::{Phases, write_status};
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use std::sync::Arc;
+use std::time::Duration;
+
+const SYNC: Duration = Duration::from_secs(600);
+
+pub(crate) struct Scope {
+    pub md: Arc<MachineDeployment>,
+    /// The spec with upstream's defaults: what this reconcile acts on.
+    pub spec: MachineDeploymentSpec,
+    pub cluster: Arc<Cluster>,
+    /// The deployment's MachineSets, oldest first.
+    pub sets: Vec<Arc<MachineSet>>,
+    /// The deployment's Machines (by its label), read from the cache once per reconcile.
+    pub machines: Vec<Arc<Machine>>,
+    pub status: MachineDeploymentStatus,
+    pub missing_templates: Vec<String>,
+    pub rollout_error: Option<String>,
+    pub requeue: Option<Duration>,
+}
+
+impl Scope {
+    pub fn ns(&self) -> String {
+        self.md.namespace().unwrap_or_default()
+    }
+
+    pub fn name(&self) -> String {
+        self.md.name_any()
+    }
+
+    pub fn generation(&self) -> Option<i64> {
+        self.md.metadata.generation
+    }
+
+    pub fn replicas(&self) -> i32 {
+        self.spec.replicas.unwrap_or(1)
+    }
+
+    pub fn object_ref(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        self.md.object_ref(&())
+    }
+}
+
+async fn write_back(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+    let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    write_status(&api, &scope.name(), scope.md.status.as_ref(), &scope.status).await?;
+    Ok(())
+}
+
+fn scope_of(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Scope, ReconcileError> {
+    let ns = md.namespace().unwrap_or_default();
+    let Some(cluster) = ctx
+        .clusters
+        .get(&ObjectRef::new(&md.spec.cluster_name).within(&ns))
+    else {
+        return Err(ReconcileError::waiting(
+            "ClusterNotFound",
+            format!(
+                "MachineDeployment {}: spec.clusterName {} names no Cluster in namespace {ns}",
+                md.name_any(),
+                md.spec.cluster_name
+            ),
+            Duration::from_secs(10),
+        ));
+    };
+    let md_name = md.name_any();
+    let machines = ctx
+        .machines_of(&ns, &md.spec.cluster_name)
+        .into_iter()
+        .filter(|m| m.labels().get(DEPLOYMENT_NAME_LABEL) == Some(&md_name))
+        .collect();
+    Ok(Scope {
+        machines,
+        spec: defaults::defaulted(&md),
+        status: md.status.clone().unwrap_or_default(),
+        md,
+        cluster,
+        sets: vec![],
+        missing_templates: vec![],
+        rollout_error: None,
+        requeue: None,
+    })
+}
+
+async fn apply(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, ReconcileError> {
+    let mut scope = scope_of(md, ctx)?;
+    let generation = scope.generation();
+    let paused = scope.md.annotations().contains_key(PAUSED_ANNOTATION)
+        || super::cluster::is_paused(&scope.cluster);
+    set_paused(
+        &mut scope.status.conditions,
+        paused,
+        "the MachineDeployment or its Cluster is paused",
+        generation,
+    );
+    if paused {
+        write_back(&scope, ctx).await?;
+        return Ok(Action::await_change());
+    }
+    let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    super::machineset::defaults::write(
+        &api,
+        &*scope.md,
+        &scope.md.spec,
+        &scope.spec,
+        &scope.spec.cluster_name,
+    )
+    .await?;
+    let mut steps = Phases::default();
+    steps.run(sync::reconcile_owner(&scope, ctx).await);
+    steps.run(sync::reconcile_templates(&mut scope, ctx).await);
+    steps.run(sync::adopt(&mut scope, ctx).await);
+    if steps.ok() {
+        steps.run(sync::rollout(&mut scope, ctx).await);
+    }
+    status::update(&mut scope, steps.ok());
+    write_back(&scope, ctx).await?;
+    steps.finish()?;
+    Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
+}
+
+/// `reconcileDelete`: every MachineSet at once; the finalizer goes once none is left.
+async fn cleanup(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, ReconcileError> {
+    let mut scope = scope_of(md, ctx)?;
+    sync::adopt(&mut scope, ctx).await?;
+    sync::delete_all(&scope, ctx).await?;
+    let remaining = scope.sets.len();
+    status::update(&mut scope, true);
+    write_back(&scope, ctx).await?;
+    if remaining > 0 {
+        return Err(ReconcileError::waiting(
+            "WaitingForMachineSetsDeletion",
+            format!(
+                "MachineDeployment {}: {remaining} MachineSets are being deleted",
+                scope.name()
+            ),
+            Duration::from_secs(10),
+        ));
+    }
+    Ok(Action::await_change())
+}
+
+/// Runs the MachineDeployment controller until the process ends.
+pub async fn run(
+    ctx: Arc<CoreCtx>,
+    own: impl futures::Stream<Item = Arc<MachineDeployment>> + Send + 'static,
+    triggers: impl futures::Stream<Item = ObjectRef<MachineDeployment>> + Send + 'static,
+    concurrency: u16,
+) {
+    let store = ctx.machine_deployments.clone();
+    let controller = super::context::CoreController {
+        name: "machinedeployment",
+        finalizer: MACHINEDEPLOYMENT_FINALIZER,
+        // Every status change of every Machine of the deployment wakes it: the debounce folds
+        // a pool's burst into one reconcile and one status write.
+        debounce: Duration::from_millis(250),
+        apply: |o, ctx| Box::pin(apply(o, ctx)),
+        cleanup: |o, ctx| Box::pin(cleanup(o, ctx)),
+    };
+    super::context::run(ctx, store, own, triggers, concurrency, controller).await
+}
+
+/// The deployment a changed MachineSet or Machine concerns: its `deployment-name` label.
+pub fn deployment_of<K: ResourceExt>(o: &K) -> Option<ObjectRef<MachineDeployment>> {
+    let ns = o.namespace()?;
+    let name = o.labels().get(DEPLOYMENT_NAME_LABEL)?;
+    Some(ObjectRef::new(name).within(&ns))
+}

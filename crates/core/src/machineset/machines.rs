@@ -1,0 +1,568 @@
+//! The MachineSet's Machines: the cluster label and owner on the set, the templates (owned by
+//! the Cluster), adoption of orphans, in-place propagation, and scaling. A new Machine gets a
+//! bootstrap config and an infrastructure machine cloned from the templates (upstream's
+//! `CreateFromTemplate`: the kind is the template's kind without `Template`), named like the
+//! Machine and annotated with where they were cloned from.
+
+use super::{RECHECK, Scope, deletion_order, preflight};
+use crate::adopt;
+use crate::context::CoreCtx;
+use crate::error::ReconcileError;
+use crate::machine_conditions;
+use crate::machinedeployment::revisions;
+use crate::naming;
+use capw_api::common::ContractVersionedObjectReference;
+use capw_api::common::names::{
+    API_VERSION, CLONED_FROM_GROUPKIND_ANNOTATION, CLONED_FROM_NAME_ANNOTATION, CLUSTER_NAME_LABEL,
+    DEPLOYMENT_NAME_LABEL, DISABLE_MACHINE_CREATE_ANNOTATION, MACHINE_FINALIZER, SET_NAME_LABEL,
+    SKIP_PREFLIGHT_ANNOTATION,
+};
+use capw_api::contract::conditions::{self, types};
+use capw_api::contract::fields;
+use capw_api::machine::Machine;
+use capw_api::machineset::MachineSet;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn now() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+/// The cluster-name label on the set (written by the defaults) and, for a stand-alone set, a
+/// plain owner reference to the Cluster.
+pub(super) async fn reconcile_owner_and_labels(
+    scope: &Scope,
+    ctx: &CoreCtx,
+) -> Result<(), ReconcileError> {
+    let ms = &scope.ms;
+    let standalone = !ms.labels().contains_key(DEPLOYMENT_NAME_LABEL)
+        && !ms
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "MachineDeployment" || o.kind == "Cluster");
+    if !standalone {
+        return Ok(());
+    }
+    let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    adopt::ensure_cluster_owner(&api, &**ms, &scope.cluster).await?;
+    Ok(())
+}
+
+/// The referenced templates: each gets an owner reference to the Cluster. A missing one is
+/// recorded (it blocks scaling up the current revision) and is not an error: an old revision
+/// must still scale down after its template is gone.
+pub(super) async fn reconcile_templates(
+    scope: &mut Scope,
+    ctx: &CoreCtx,
+) -> Result<(), ReconcileError> {
+    scope.missing_templates = crate::referenced::own_templates(
+        &ctx.resolver,
+        &scope.ns(),
+        &scope.spec.template.spec,
+        &scope.cluster,
+    )
+    .await?;
+    Ok(())
+}
+
+/// The set's Machines from the cache: those it controls, and orphans its selector matches,
+/// which it adopts (events `SuccessfulAdopt`/`FailedAdopt`). Deleting Machines stay in the
+/// set: they count in `status.replicas`.
+pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+    let ns = scope.ns();
+    let uid = scope.ms.uid().unwrap_or_default();
+    let mut mine = vec![];
+    let mut orphans = vec![];
+    // A set's Machines, and the orphans it may adopt, are in its cluster.
+    for m in ctx.machines_of(&ns, &scope.spec.cluster_name) {
+        match m
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+        {
+            Some(o) if o.uid == uid => mine.push(m),
+            Some(_) => {}
+            None => {
+                if m.spec.cluster_name == scope.spec.cluster_name
+                    && scope.spec.selector.matches(m.labels())
+                    && m.metadata.deletion_timestamp.is_none()
+                {
+                    orphans.push(m)
+                }
+            }
+        }
+    }
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
+    for m in orphans {
+        let mut refs = m.owner_references().to_vec();
+        refs.push(adopt::owner_ref("MachineSet", &scope.name(), &uid, true));
+        let patch = json!({"metadata": {
+            "ownerReferences": refs,
+            "resourceVersion": m.resource_version(),
+        }});
+        match api
+            .patch(
+                &m.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(adopted) => {
+                ctx.event(
+                    &scope.object_ref(),
+                    false,
+                    "SuccessfulAdopt",
+                    format!("Adopted Machine {}", m.name_any()),
+                )
+                .await;
+                mine.push(Arc::new(adopted));
+            }
+            // Someone else changed it first: the change wakes this set again.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+            Err(e) => {
+                ctx.event(
+                    &scope.object_ref(),
+                    true,
+                    "FailedAdopt",
+                    format!("Failed to adopt Machine {}: {e}", m.name_any()),
+                )
+                .await;
+                return Err(e.into());
+            }
+        }
+    }
+    mine.sort_by_key(|m| m.name_any());
+    let key = format!("{ns}/{}", scope.name());
+    let (created, deleted) = ctx.expectations.unmet(
+        &key,
+        |n| ctx.machines.get(&ObjectRef::new(n).within(&ns)).is_some(),
+        |n| {
+            ctx.machines
+                .get(&ObjectRef::new(n).within(&ns))
+                .is_none_or(|m| m.metadata.deletion_timestamp.is_some())
+        },
+    );
+    scope.unseen_created = created;
+    scope.unseen_deleted = deleted;
+    scope.machines = mine;
+    Ok(())
+}
+
+/// The labels every Machine of the set carries.
+fn machine_labels(scope: &Scope) -> BTreeMap<String, String> {
+    let mut labels = scope.spec.template.labels();
+    labels.insert(SET_NAME_LABEL.into(), naming::label_value(&scope.name()));
+    if let Some(md) = scope.ms.labels().get(DEPLOYMENT_NAME_LABEL) {
+        labels.insert(DEPLOYMENT_NAME_LABEL.into(), md.clone());
+    }
+    labels.insert(CLUSTER_NAME_LABEL.into(), scope.spec.cluster_name.clone());
+    labels
+}
+
+/// Clones `template` for the Machine `name` (upstream's `CreateFromTemplate`).
+async fn clone_template(
+    scope: &Scope,
+    ctx: &CoreCtx,
+    field: &str,
+    template: &ContractVersionedObjectReference,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> Result<ContractVersionedObjectReference, ReconcileError> {
+    let ns = scope.ns();
+    let Some(kind) = template
+        .kind
+        .strip_suffix("Template")
+        .filter(|k| !k.is_empty())
+    else {
+        return Err(ReconcileError::Invalid(format!(
+            "MachineSet {ns}/{}: {field} names {} {}, which is not a template: name a {}Template",
+            scope.name(),
+            template.kind,
+            template.name,
+            template.kind
+        )));
+    };
+    let Some((source, _)) = ctx.resolver.get(&ns, template).await? else {
+        return Err(ReconcileError::Invalid(format!(
+            "MachineSet {ns}/{}: {field} names {} {}, which does not exist",
+            scope.name(),
+            template.kind,
+            template.name
+        )));
+    };
+    let target = ctx.resolver.resolve(&template.api_group, kind).await?;
+    let embedded = |key: &str| -> BTreeMap<String, String> {
+        source
+            .data
+            .pointer(&format!("/spec/template/metadata/{key}"))
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default()
+    };
+    let mut all_labels = embedded("labels");
+    all_labels.extend(labels.clone());
+    let mut all_annotations = embedded("annotations");
+    all_annotations.extend(annotations.clone());
+    all_annotations.insert(CLONED_FROM_NAME_ANNOTATION.into(), template.name.clone());
+    all_annotations.insert(
+        CLONED_FROM_GROUPKIND_ANNOTATION.into(),
+        format!("{}.{}", template.kind, template.api_group),
+    );
+    let obj = json!({
+        "apiVersion": target.ar.api_version, "kind": kind,
+        "metadata": {
+            "name": name, "namespace": ns, "labels": all_labels, "annotations": all_annotations,
+            "ownerReferences": [adopt::owner_ref("MachineSet", &scope.name(), &scope.ms.uid().unwrap_or_default(), false)],
+        },
+        "spec": source.data.pointer(fields::TEMPLATE_SPEC).cloned().unwrap_or(json!({})),
+    });
+    let obj: DynamicObject =
+        serde_json::from_value(obj).map_err(|e| ReconcileError::Invalid(e.to_string()))?;
+    match ctx
+        .resolver
+        .api(&ns, &target)
+        .create(&PostParams::default(), &obj)
+        .await
+    {
+        Ok(_) => {}
+        // Left by an earlier attempt that failed after it: reuse it.
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(ContractVersionedObjectReference {
+        api_group: template.api_group.clone(),
+        kind: kind.to_string(),
+        name: name.to_string(),
+    })
+}
+
+async fn delete_clone(ctx: &CoreCtx, ns: &str, r: &ContractVersionedObjectReference) {
+    if let Ok(resolved) = ctx.resolver.resolve(&r.api_group, &r.kind).await {
+        let _ = ctx
+            .resolver
+            .api(ns, &resolved)
+            .delete(&r.name, &DeleteParams::background())
+            .await;
+    }
+}
+
+fn machine_name(scope: &Scope) -> Result<String, ReconcileError> {
+    let template = scope
+        .spec
+        .machine_naming
+        .as_ref()
+        .and_then(|n| n.template.clone());
+    match template {
+        None => Ok(naming::with_suffix(&scope.name(), &naming::random_suffix())),
+        Some(t) => naming::from_template(
+            &t,
+            &scope.spec.cluster_name,
+            ".machineSet.name",
+            &scope.name(),
+        )
+        .map_err(|e| {
+            ReconcileError::Invalid(format!(
+                "MachineSet {}/{}: spec.machineNaming.template: {e}",
+                scope.ns(),
+                scope.name()
+            ))
+        }),
+    }
+}
+
+/// Creates one Machine with its clones; on failure nothing it made is left behind.
+async fn create_one(scope: &Scope, ctx: &CoreCtx) -> Result<String, ReconcileError> {
+    let ns = scope.ns();
+    let name = machine_name(scope)?;
+    let labels = machine_labels(scope);
+    let annotations = scope.spec.template.annotations();
+    let mut spec = scope.spec.template.spec.clone();
+    spec.cluster_name = scope.spec.cluster_name.clone();
+    let mut made = vec![];
+    if let Some(config) = spec.bootstrap.config_ref.clone() {
+        let r = clone_template(
+            scope,
+            ctx,
+            "spec.template.spec.bootstrap.configRef",
+            &config,
+            &name,
+            &labels,
+            &annotations,
+        )
+        .await?;
+        made.push(r.clone());
+        spec.bootstrap.config_ref = Some(r);
+    }
+    let infra = match clone_template(
+        scope,
+        ctx,
+        "spec.template.spec.infrastructureRef",
+        &spec.infrastructure_ref,
+        &name,
+        &labels,
+        &annotations,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            for r in &made {
+                delete_clone(ctx, &ns, r).await;
+            }
+            return Err(e);
+        }
+    };
+    made.push(infra.clone());
+    spec.infrastructure_ref = infra;
+    let machine = json!({
+        "apiVersion": API_VERSION, "kind": "Machine",
+        "metadata": {
+            "name": name, "namespace": ns, "labels": labels, "annotations": annotations,
+            "finalizers": [MACHINE_FINALIZER],
+            "ownerReferences": [adopt::owner_ref("MachineSet", &scope.name(), &scope.ms.uid().unwrap_or_default(), true)],
+        },
+        "spec": spec,
+    });
+    let machine: Machine =
+        serde_json::from_value(machine).map_err(|e| ReconcileError::Invalid(e.to_string()))?;
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Err(e) = api.create(&PostParams::default(), &machine).await {
+        for r in &made {
+            delete_clone(ctx, &ns, r).await;
+        }
+        return Err(e.into());
+    }
+    Ok(name)
+}
+
+/// Whether scaling up may go on now; records why not.
+async fn may_scale_up(scope: &mut Scope, ctx: &CoreCtx) -> Result<bool, ReconcileError> {
+    if scope.is_current_revision() && !scope.missing_templates.is_empty() {
+        scope.blocked = scope.missing_templates.clone();
+        return Ok(false);
+    }
+    let failed = run_preflight(scope, ctx).await?;
+    if !failed.is_empty() {
+        scope.blocked = failed;
+        scope.requeue_after(RECHECK);
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// The preflight checks against the Cluster's control plane (read through its ref).
+pub(super) async fn run_preflight(
+    scope: &Scope,
+    ctx: &CoreCtx,
+) -> Result<Vec<String>, ReconcileError> {
+    let ns = scope.ns();
+    let cp = match scope
+        .cluster
+        .spec
+        .control_plane_ref
+        .as_ref()
+        .filter(|r| r.is_set())
+    {
+        None => None,
+        Some(r) => ctx
+            .resolver
+            .get(&ns, r)
+            .await?
+            .map(|(o, _)| preflight::ControlPlane {
+                describe: format!("{} {ns}/{}", r.kind, r.name),
+                spec_version: o
+                    .data
+                    .pointer(fields::SPEC_VERSION)
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                status_version: o
+                    .data
+                    .pointer(fields::STATUS_VERSION)
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            }),
+    };
+    let skip = scope
+        .ms
+        .annotations()
+        .get(SKIP_PREFLIGHT_ANNOTATION)
+        .cloned();
+    Ok(preflight::failures(
+        cp.as_ref(),
+        scope.spec.template.spec.version.as_deref(),
+        scope.spec.template.spec.bootstrap.config_ref.as_ref(),
+        skip.as_deref(),
+    ))
+}
+
+/// `syncReplicas`: creates the missing Machines in one pass, or deletes the surplus by
+/// deletion priority. Deleting Machines count as existing, so a replacement comes only once
+/// the Machine it replaces is gone.
+pub(super) async fn sync_replicas(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+    let ns = scope.ns();
+    let key = format!("{ns}/{}", scope.name());
+    let desired = scope.replicas();
+    // Created Machines the cache does not show yet exist all the same.
+    let current = (scope.machines.len() + scope.unseen_created.len()) as i32;
+    if desired > current {
+        if scope
+            .ms
+            .annotations()
+            .contains_key(DISABLE_MACHINE_CREATE_ANNOTATION)
+        {
+            return Ok(());
+        }
+        if !may_scale_up(scope, ctx).await? {
+            return Ok(());
+        }
+        let mut created = vec![];
+        let mut first_error = None;
+        for _ in 0..desired - current {
+            match create_one(scope, ctx).await {
+                Ok(name) => {
+                    ctx.event(
+                        &scope.object_ref(),
+                        false,
+                        "SuccessfulCreate",
+                        format!("Created Machine {name}"),
+                    )
+                    .await;
+                    created.push(name);
+                }
+                Err(e) => {
+                    ctx.event(
+                        &scope.object_ref(),
+                        true,
+                        "FailedCreate",
+                        format!("Failed to create Machine: {e}"),
+                    )
+                    .await;
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        ctx.expectations.created(&key, &created);
+        return first_error.map_or(Ok(()), Err);
+    }
+    if current > desired {
+        let order = scope
+            .spec
+            .deletion
+            .as_ref()
+            .and_then(|d| d.order.clone())
+            .unwrap_or_else(|| deletion_order::RANDOM.into());
+        let all: Vec<&Machine> = scope.machines.iter().map(|m| &**m).collect();
+        let surplus = (current - desired) as usize;
+        // Machines this set deleted count as deleting even while the cache lags behind.
+        let victims: Vec<String> = deletion_order::victims(&all, surplus, &order, now())
+            .into_iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+            .map(|m| m.name_any())
+            .filter(|n| !scope.unseen_deleted.contains(n))
+            .take(surplus.saturating_sub(scope.unseen_deleted.len()))
+            .collect();
+        let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
+        for name in &victims {
+            match api.delete(name, &DeleteParams::background()).await {
+                Ok(_) => {
+                    ctx.event(
+                        &scope.object_ref(),
+                        false,
+                        "SuccessfulDelete",
+                        format!("Deleted Machine {name}"),
+                    )
+                    .await
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        ctx.expectations.deleted(&key, &victims);
+    }
+    Ok(())
+}
+
+/// Deletes every Machine of the set (its deletion).
+pub(super) async fn delete_all(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    for m in scope
+        .machines
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+    {
+        match api.delete(&m.name_any(), &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// `syncMachines`: labels, annotations, readiness gates, minReadySeconds and the deletion
+/// timeouts follow the template in place; Machines of a deployment's set get `UpToDate`.
+pub(super) async fn sync(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+    let labels = machine_labels(scope);
+    let annotations = scope.spec.template.annotations();
+    let t = &scope.spec.template.spec;
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    let not_up_to_date = scope
+        .md
+        .as_ref()
+        .map(|md| revisions::set_not_up_to_date(&scope.ms, md, now()));
+    for m in &scope.machines {
+        if m.metadata.deletion_timestamp.is_none() {
+            let mut patch = serde_json::Map::new();
+            let missing = |want: &BTreeMap<String, String>, have: &BTreeMap<String, String>| {
+                want.iter().any(|(k, v)| have.get(k) != Some(v))
+            };
+            if missing(&labels, m.labels()) || missing(&annotations, m.annotations()) {
+                patch.insert(
+                    "metadata".into(),
+                    json!({"labels": labels, "annotations": annotations}),
+                );
+            }
+            if m.spec.readiness_gates != t.readiness_gates
+                || m.spec.min_ready_seconds != t.min_ready_seconds
+                || m.spec.deletion != t.deletion
+            {
+                patch.insert(
+                    "spec".into(),
+                    json!({"readinessGates": t.readiness_gates, "minReadySeconds": t.min_ready_seconds, "deletion": t.deletion}),
+                );
+            }
+            if !patch.is_empty() {
+                api.patch(
+                    &m.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&Value::Object(patch)),
+                )
+                .await?;
+            }
+        }
+        if let Some(reasons) = &not_up_to_date {
+            let (status, reason, message) = if reasons.is_empty() {
+                ("True", conditions::reasons::UP_TO_DATE, String::new())
+            } else {
+                let lines: Vec<String> = reasons.iter().map(|r| format!("* {r}")).collect();
+                (
+                    "False",
+                    conditions::reasons::NOT_UP_TO_DATE,
+                    lines.join("\n"),
+                )
+            };
+            machine_conditions::set(ctx, m, types::UP_TO_DATE, status, reason, &message).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The set's Machines as plain references, for the pure helpers.
+pub(super) fn refs(scope: &Scope) -> Vec<&Machine> {
+    scope.machines.iter().map(|m| &**m).collect()
+}

@@ -1,0 +1,142 @@
+//! The provider objects a Cluster or Machine references, as core handles them in both
+//! controllers: read one (starting its dynamic watch, adopting it, and picking up the v1beta1
+//! failure fields it carries), and delete one in a deletion step.
+
+use super::adopt;
+use super::error::ReconcileError;
+use capw_api::common::{ContractVersionedObjectReference, Deprecated, V1Beta1Deprecated};
+use capw_api::contract::ProviderObject;
+use capw_reconcile::external::{ExternalError, Resolver, Tracker};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
+use kube::api::DeleteParams;
+use serde_json::Value;
+
+/// A referenced object as JSON, with the legacy failure fields core copies (without effect).
+pub struct Referenced {
+    pub object: ProviderObject,
+    pub deprecated: Option<Deprecated>,
+}
+
+/// Reads a referenced object, watches its kind, and ensures `owner` (in place of the controller
+/// reference of `creator`, see [`adopt::ensure`]) and the cluster-name label on it.
+pub async fn read_and_adopt<K: Resource<DynamicType = ()> + Send + Sync + 'static>(
+    resolver: &Resolver,
+    tracker: &Tracker<K>,
+    ns: &str,
+    reference: &ContractVersionedObjectReference,
+    owner: OwnerReference,
+    creator: Option<&OwnerReference>,
+    cluster: &str,
+) -> Result<Option<Referenced>, ReconcileError> {
+    let Some((obj, resolved)) = resolver.get(ns, reference).await? else {
+        return Ok(None);
+    };
+    tracker.ensure(&resolved);
+    if obj.metadata.deletion_timestamp.is_none() {
+        adopt::ensure(&resolver.api(ns, &resolved), &obj, owner, creator, cluster)
+            .await
+            .map_err(|e| match e {
+                adopt::AdoptError::Kube(e) => ExternalError::Kube(e),
+                e => ExternalError::NotAdopted(e.to_string()),
+            })?;
+    }
+    let object = ProviderObject {
+        value: serde_json::to_value(&obj).unwrap_or(Value::Null),
+        contract: resolved.contract,
+    };
+    let (reason, message) = object.failure();
+    let deprecated = (reason.is_some() || message.is_some()).then(|| Deprecated {
+        v1beta1: Some(V1Beta1Deprecated {
+            failure_reason: reason,
+            failure_message: message.map(|m| {
+                format!(
+                    "Failure detected from referenced resource {}.{} with name {}: {m}",
+                    reference.kind, reference.api_group, reference.name
+                )
+            }),
+        }),
+    });
+    Ok(Some(Referenced { object, deprecated }))
+}
+
+/// Deletes a referenced object unless it is gone or going; returns whether it still exists.
+pub async fn delete<K: Resource<DynamicType = ()> + Send + Sync + 'static>(
+    resolver: &Resolver,
+    tracker: &Tracker<K>,
+    ns: &str,
+    reference: Option<&ContractVersionedObjectReference>,
+) -> Result<bool, ReconcileError> {
+    let Some(r) = reference.filter(|r| r.is_set()) else {
+        return Ok(false);
+    };
+    let found = match resolver.get(ns, r).await {
+        Ok(f) => f,
+        // No CRD serves the kind any more, so no object of it can exist.
+        Err(ExternalError::NoContract { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let Some((obj, resolved)) = found else {
+        return Ok(false);
+    };
+    tracker.ensure(&resolved);
+    if obj.metadata.deletion_timestamp.is_none() {
+        match resolver
+            .api(ns, &resolved)
+            .delete(&r.name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(true)
+}
+
+/// The templates a MachineSet's or MachineDeployment's Machine template references: each gets
+/// a plain owner reference to the Cluster (upstream's `getTemplatesAndSetOwner`). Returns the
+/// ones that do not exist, for the caller to report: a missing template blocks scaling up, not
+/// the rest of the reconcile.
+pub async fn own_templates(
+    resolver: &Resolver,
+    ns: &str,
+    spec: &capw_api::machine::MachineSpec,
+    cluster: &capw_api::cluster::Cluster,
+) -> Result<Vec<String>, ReconcileError> {
+    use kube::ResourceExt;
+    let refs = [
+        Some(spec.infrastructure_ref.clone()),
+        spec.bootstrap.config_ref.clone(),
+    ];
+    let uid = cluster.uid().unwrap_or_default();
+    let mut missing = vec![];
+    for r in refs
+        .into_iter()
+        .flatten()
+        .filter(|r| r.is_set() && r.kind.ends_with("Template"))
+    {
+        match resolver.get(ns, &r).await? {
+            None => missing.push(format!("{} {ns}/{} does not exist", r.kind, r.name)),
+            Some((obj, resolved)) => {
+                if obj.metadata.deletion_timestamp.is_none()
+                    && !obj.owner_references().iter().any(|o| o.uid == uid)
+                {
+                    adopt::ensure(
+                        &resolver.api(ns, &resolved),
+                        &obj,
+                        adopt::owner_ref("Cluster", &cluster.name_any(), &uid, false),
+                        None,
+                        &cluster.name_any(),
+                    )
+                    .await
+                    .map_err(|e| match e {
+                        adopt::AdoptError::Kube(e) => ExternalError::Kube(e),
+                        e => ExternalError::NotAdopted(e.to_string()),
+                    })?;
+                }
+            }
+        }
+    }
+    Ok(missing)
+}

@@ -1,0 +1,586 @@
+//! Writing a plugin's typed result back (DESIGN.md §5): contract fields in spec and status,
+//! the status patch and conditions, the bootstrap data Secret, `<cluster>-kubeconfig`, and the
+//! control plane's Machines. Each write happens only when it changes something.
+
+use super::context::Around;
+use super::{DriverError, KindCtx};
+use capw_api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL};
+use capw_api::contract::conditions;
+use capw_reconcile::skeleton::write_status;
+use capw_runtime::plugin::{BootstrapStatus, ClusterStatus, ControlPlaneStatus, MachineStatus};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub(super) enum Result {
+    InfraCluster(ClusterStatus),
+    InfraMachine(MachineStatus),
+    Bootstrap(BootstrapStatus),
+    ControlPlane(ControlPlaneStatus),
+}
+
+/// RFC 7386 merge of `patch` into `target`.
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+pub(super) fn set_condition(
+    status: &mut Value,
+    type_: &str,
+    s: &str,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
+    let mut list = super::condition_list(status);
+    conditions::set(&mut list, type_, s, reason, message, generation);
+    if !status.is_object() {
+        *status = json!({});
+    }
+    status["conditions"] = serde_json::to_value(list).unwrap_or(Value::Null);
+}
+
+pub(super) async fn patch_status(
+    kctx: &KindCtx,
+    obj: &DynamicObject,
+    status: Value,
+) -> std::result::Result<(), DriverError> {
+    let api = kctx.api(&obj.namespace().unwrap_or_default());
+    write_status(&api, &obj.name_any(), obj.data.get("status"), &status).await?;
+    Ok(())
+}
+
+async fn patch_spec(
+    kctx: &KindCtx,
+    obj: &DynamicObject,
+    spec: Map<String, Value>,
+) -> std::result::Result<(), DriverError> {
+    let current = obj.data.get("spec");
+    let changed = spec
+        .iter()
+        .any(|(k, v)| current.and_then(|s| s.get(k)) != Some(v));
+    if !changed {
+        return Ok(());
+    }
+    kctx.api(&obj.namespace().unwrap_or_default())
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": spec})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Applies the common part of a result: the status patch (contract fields are set after it,
+/// so it cannot override them) and the conditions.
+fn common(
+    obj: &DynamicObject,
+    c: &capw_runtime::plugin::Common,
+) -> std::result::Result<Value, DriverError> {
+    let mut status = obj
+        .data
+        .get("status")
+        .filter(|s| s.is_object())
+        .cloned()
+        .unwrap_or(json!({}));
+    if let Some(p) = &c.status_patch {
+        let patch: Value = serde_json::from_str(p)
+            .map_err(|e| DriverError::Invalid(format!("status-patch: {e}")))?;
+        merge(&mut status, &patch);
+    }
+    for cond in &c.conditions {
+        set_condition(
+            &mut status,
+            &cond.type_,
+            cond.status.as_str(),
+            &cond.reason,
+            &cond.message,
+            obj.metadata.generation,
+        );
+    }
+    Ok(status)
+}
+
+/// Sets `status.initialization.<field>`, making `initialization` an object if it is not one: a
+/// plugin's CRD may type it however it likes, and the host must never panic over it.
+fn set_initialization(status: &mut Value, field: &str, value: bool) {
+    if !status.is_object() {
+        *status = json!({});
+    }
+    let init = &mut status["initialization"];
+    if !init.is_object() {
+        *init = json!({});
+    }
+    init[field] = json!(value);
+}
+
+/// The Kubernetes versions the control plane's Machines run, lowest first, with how many run
+/// each: upstream's `status.versions`. What runs, not what the spec asks for.
+fn observed_versions(machines: &[capw_api::machine::Machine]) -> Vec<(String, usize)> {
+    let key = |v: &str| -> Vec<u64> {
+        v.trim_start_matches('v')
+            .split(['.', '-', '+'])
+            .take(3)
+            .map(|p| p.parse().unwrap_or(0))
+            .collect()
+    };
+    let mut counts: BTreeMap<(Vec<u64>, String), usize> = BTreeMap::new();
+    for v in machines.iter().filter_map(|m| m.spec.version.as_deref()) {
+        *counts.entry((key(v), v.to_string())).or_default() += 1;
+    }
+    counts.into_iter().map(|((_, v), n)| (v, n)).collect()
+}
+
+fn sticky(status: &Value, field: &str, now: bool) -> bool {
+    now || status
+        .pointer(&format!("/initialization/{field}"))
+        .and_then(Value::as_bool)
+        == Some(true)
+}
+
+/// Upstream's KubeadmControlPlane is initialized once `kube-system/kubeadm-config` exists in
+/// the workload cluster, which `kubeadm init` uploads: the host looks there before it records
+/// a KubeadmControlPlane's claim. Other control-plane kinds are taken at their word (a hosted
+/// control plane runs no kubeadm).
+async fn kubeadm_initialized(kctx: &KindCtx, obj: &DynamicObject, cluster: &str) -> bool {
+    if kctx.ar.kind != "KubeadmControlPlane" || kctx.ar.group != "controlplane.cluster.x-k8s.io" {
+        return true;
+    }
+    let ns = obj.namespace().unwrap_or_default();
+    let caches = &kctx.driver.caches;
+    let client = match caches
+        .remotes
+        .client(&caches.secrets, &caches.clusters, &ns, cluster)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(error = %e, "no workload client yet");
+            return false;
+        }
+    };
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client, "kube-system");
+    match config_maps.get_opt("kubeadm-config").await {
+        Ok(found) => found.is_some(),
+        Err(e) => {
+            tracing::debug!(error = %e, "reading kube-system/kubeadm-config failed");
+            false
+        }
+    }
+}
+
+/// KCP's first rollout step (`updateKubeadmConfigMap`): once a control-plane Machine runs
+/// another version than `spec.version`, the workload's `kube-system/kubeadm-config` names the
+/// version the control plane rolls to, before the first Machine is replaced, as upstream.
+/// Steady state costs nothing: the ConfigMap is read only while a Machine is outdated. A
+/// failure is retried with the next reconcile; the roll itself does not wait for it.
+async fn update_kubeadm_config(
+    kctx: &KindCtx,
+    obj: &DynamicObject,
+    cluster: &str,
+    around: &Around,
+) {
+    if kctx.ar.kind != "KubeadmControlPlane" || kctx.ar.group != "controlplane.cluster.x-k8s.io" {
+        return;
+    }
+    let Some(want) = obj.data.pointer("/spec/version").and_then(Value::as_str) else {
+        return;
+    };
+    let rolling = around.owned_machines.iter().any(|m| {
+        m.metadata.deletion_timestamp.is_none() && m.spec.version.as_deref() != Some(want)
+    });
+    if !rolling {
+        return;
+    }
+    let ns = obj.namespace().unwrap_or_default();
+    let caches = &kctx.driver.caches;
+    let Ok(client) = caches
+        .remotes
+        .client(&caches.secrets, &caches.clusters, &ns, cluster)
+        .await
+    else {
+        return;
+    };
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client, "kube-system");
+    let current = match config_maps.get_opt("kubeadm-config").await {
+        Ok(Some(cm)) => cm,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::debug!(error = %e, "reading kube-system/kubeadm-config failed");
+            return;
+        }
+    };
+    let Some(updated) = current
+        .data
+        .as_ref()
+        .and_then(|d| d.get("ClusterConfiguration"))
+        .and_then(|cc| capw_kubeadm::with_kubernetes_version(cc, want))
+    else {
+        return;
+    };
+    let patch = json!({
+        "metadata": {"resourceVersion": current.metadata.resource_version},
+        "data": {"ClusterConfiguration": updated},
+    });
+    match config_maps
+        .patch(
+            "kubeadm-config",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => tracing::info!(
+            version = want,
+            "kubeadm-config names the version the control plane rolls to"
+        ),
+        Err(e) => tracing::debug!(error = %e, "updating kube-system/kubeadm-config failed"),
+    }
+}
+
+fn requeue(c: &capw_runtime::plugin::Common) -> Action {
+    match c.requeue_after_seconds {
+        Some(s) => Action::requeue(Duration::from_secs(u64::from(s.max(1)))),
+        None => Action::requeue(Duration::from_secs(600)),
+    }
+}
+
+pub(super) fn controller_ref(kctx: &KindCtx, obj: &DynamicObject) -> OwnerReference {
+    OwnerReference {
+        api_version: kctx.ar.api_version.clone(),
+        kind: kctx.ar.kind.clone(),
+        name: obj.name_any(),
+        uid: obj.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// What became of a Secret the host writes for an object.
+enum Written {
+    /// The Secret holds the data, under this object's control.
+    Stored,
+    /// A Secret of that name exists that this object does not control: it is left as it is.
+    Foreign(String),
+}
+
+/// Creates the Secret controlled by `obj`, or replaces its data when `replace` and it differs.
+///
+/// A Secret of that name that `obj` does not control is never adopted, read or written, as
+/// upstream's CABPK refuses a data Secret it did not create: names come from plugins (a
+/// control plane names its Machines, and their bootstrap configs and data Secrets after
+/// them), so a name may be another cluster's `<cluster>-token` or `<cluster>-kubeconfig`.
+async fn ensure_secret(
+    kctx: &KindCtx,
+    obj: &DynamicObject,
+    name: &str,
+    cluster: &str,
+    data: BTreeMap<String, String>,
+    replace: bool,
+) -> std::result::Result<Written, DriverError> {
+    let ns = obj.namespace().unwrap_or_default();
+    let api: Api<Secret> = Api::namespaced(kctx.driver.client.clone(), &ns);
+    let bytes: BTreeMap<String, ByteString> = data
+        .into_iter()
+        .map(|(k, v)| (k, ByteString(v.into_bytes())))
+        .collect();
+    let cached = kctx
+        .driver
+        .caches
+        .secrets
+        .get(&ObjectRef::new(name).within(&ns))
+        .map(|s| (*s).clone());
+    let existing = match cached {
+        Some(s) => s,
+        None => {
+            let mut s = Secret {
+                data: Some(bytes.clone()),
+                type_: Some("cluster.x-k8s.io/secret".into()),
+                ..Default::default()
+            };
+            s.metadata.name = Some(name.into());
+            s.metadata.labels = Some(BTreeMap::from([(
+                CLUSTER_NAME_LABEL.to_string(),
+                cluster.to_string(),
+            )]));
+            s.metadata.owner_references = Some(vec![controller_ref(kctx, obj)]);
+            match api.create(&PostParams::default(), &s).await {
+                Ok(_) => return Ok(Written::Stored),
+                Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(name).await? {
+                    Some(s) => s,
+                    None => return Ok(Written::Stored),
+                },
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+    let controlled = existing
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && !uid.is_empty() && o.uid == uid);
+    if !controlled {
+        return Ok(Written::Foreign(format!(
+            "Secret {ns}/{name} exists and is not controlled by {} {}: the host never adopts a Secret it did not create, so it neither reads nor writes it; delete or rename that Secret if it is stale, or give this object another name",
+            kctx.ar.kind,
+            obj.name_any()
+        )));
+    }
+    if replace && existing.data.as_ref() != Some(&bytes) {
+        let patch = json!({"data": bytes});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(Written::Stored)
+}
+
+pub(super) async fn write(
+    obj: &DynamicObject,
+    kctx: &KindCtx,
+    around: &Around,
+    result: Result,
+) -> std::result::Result<Action, DriverError> {
+    let old = obj.data.get("status").cloned().unwrap_or(json!({}));
+    let cluster = around
+        .cluster
+        .as_ref()
+        .map(|c| c.name_any())
+        .unwrap_or_default();
+    let (mut status, action) = match result {
+        Result::InfraCluster(r) => {
+            let mut status = common(obj, &r.common)?;
+            if let Some(ep) = &r.control_plane_endpoint {
+                let mut spec = Map::new();
+                spec.insert(
+                    "controlPlaneEndpoint".into(),
+                    json!({"host": ep.host, "port": ep.port}),
+                );
+                patch_spec(kctx, obj, spec).await?;
+            }
+            let provisioned = sticky(&old, "provisioned", r.provisioned);
+            set_initialization(&mut status, "provisioned", provisioned);
+            if !r.failure_domains.is_empty() {
+                status["failureDomains"] = r
+                    .failure_domains
+                    .iter()
+                    .map(|f| {
+                        json!({"name": f.name, "controlPlane": f.control_plane,
+                            "attributes": f.attributes.iter().cloned().collect::<BTreeMap<_, _>>()})
+                    })
+                    .collect();
+            }
+            (status, requeue(&r.common))
+        }
+        Result::InfraMachine(r) => {
+            let mut status = common(obj, &r.common)?;
+            if let Some(pid) = r.provider_id.as_ref().filter(|p| !p.is_empty()) {
+                // The provider ID is set once: a later, different one is ignored.
+                let current = obj
+                    .data
+                    .pointer(capw_api::contract::fields::PROVIDER_ID)
+                    .and_then(Value::as_str);
+                if current.is_none_or(str::is_empty) {
+                    let mut spec = Map::new();
+                    spec.insert("providerID".into(), json!(pid));
+                    patch_spec(kctx, obj, spec).await?;
+                }
+            }
+            let provisioned = sticky(&old, "provisioned", r.provisioned);
+            set_initialization(&mut status, "provisioned", provisioned);
+            if !r.addresses.is_empty() {
+                status["addresses"] = r
+                    .addresses
+                    .iter()
+                    .map(|a| json!({"type": a.type_, "address": a.address}))
+                    .collect();
+            }
+            if let Some(fd) = &r.failure_domain {
+                status["failureDomain"] = json!(fd);
+            }
+            if r.interruptible {
+                status["interruptible"] = json!(true);
+            }
+            (status, requeue(&r.common))
+        }
+        Result::Bootstrap(r) => {
+            let mut status = common(obj, &r.common)?;
+            if let Some(data) = &r.data {
+                // The Secret is named after the config: deterministic, as `clusterctl move` needs.
+                let name = obj.name_any();
+                let written = ensure_secret(
+                    kctx,
+                    obj,
+                    &name,
+                    &cluster,
+                    BTreeMap::from([
+                        ("value".to_string(), data.value.clone()),
+                        ("format".to_string(), data.format.as_str().to_string()),
+                    ]),
+                    false,
+                )
+                .await?;
+                match written {
+                    Written::Stored => {
+                        status["dataSecretName"] = json!(name);
+                        set_initialization(&mut status, "dataSecretCreated", true);
+                    }
+                    Written::Foreign(why) => {
+                        set_condition(
+                            &mut status,
+                            conditions::types::DATA_SECRET_AVAILABLE,
+                            "False",
+                            conditions::reasons::DATA_SECRET_NOT_OWNED,
+                            &why,
+                            obj.metadata.generation,
+                        );
+                        if let Some(s) = status.as_object_mut() {
+                            s.remove("dataSecretName");
+                        }
+                        set_initialization(&mut status, "dataSecretCreated", false);
+                        kctx.event(obj, true, conditions::reasons::DATA_SECRET_NOT_OWNED, why)
+                            .await;
+                    }
+                }
+            }
+            // Upstream's KubeadmConfig and KubeadmControlPlane report it; infrastructure kinds
+            // are left alone, as their CRDs may not declare it.
+            status["observedGeneration"] = json!(obj.metadata.generation);
+            let action = match around.requeue_within {
+                // The bootstrap token's upkeep needs a look within this time.
+                Some(d) => {
+                    let asked = r.common.requeue_after_seconds.map(u64::from);
+                    Action::requeue(asked.map_or(d, |s| d.min(Duration::from_secs(s.max(1)))))
+                }
+                None => requeue(&r.common),
+            };
+            (status, action)
+        }
+        Result::ControlPlane(r) => {
+            let mut status = common(obj, &r.common)?;
+            if let Some(ep) = &r.endpoint {
+                let mut spec = Map::new();
+                spec.insert(
+                    "controlPlaneEndpoint".into(),
+                    json!({"host": ep.host, "port": ep.port}),
+                );
+                patch_spec(kctx, obj, spec).await?;
+            }
+            if let Some(kc) = &r.kubeconfig
+                && !cluster.is_empty()
+                && let Written::Foreign(why) = ensure_secret(
+                    kctx,
+                    obj,
+                    &format!("{cluster}-kubeconfig"),
+                    &cluster,
+                    BTreeMap::from([("value".to_string(), kc.clone())]),
+                    true,
+                )
+                .await?
+            {
+                // Upstream's KCP rotates only the kubeconfig it controls; one made by someone
+                // else is theirs (and checked like any other before the host uses it).
+                tracing::debug!(%why, "kubeconfig Secret left alone");
+            }
+            let was = sticky(&old, "controlPlaneInitialized", false);
+            let initialized =
+                was || (r.initialized && kubeadm_initialized(kctx, obj, &cluster).await);
+            set_initialization(&mut status, "controlPlaneInitialized", initialized);
+            if initialized {
+                update_kubeadm_config(kctx, obj, &cluster, around).await;
+            }
+            // The workload cluster is not watched: look again soon.
+            let recheck = r.initialized && !initialized;
+            // The host knows both: the labels it puts on the Machines it creates, and the
+            // versions they run. A plugin's word on either would be a claim, not an observation.
+            status["selector"] = json!(format!(
+                "{CLUSTER_NAME_LABEL}={cluster},{CONTROL_PLANE_LABEL}"
+            ));
+            let versions = observed_versions(&around.owned_machines);
+            match versions.first() {
+                // `version` is the deprecated field upstream fills from `versions[0]`.
+                Some((v, _)) => {
+                    status["version"] = json!(v);
+                    status["versions"] = versions
+                        .iter()
+                        .map(|(v, n)| json!({"version": v, "replicas": n}))
+                        .collect();
+                }
+                None => {
+                    if let Some(s) = status.as_object_mut() {
+                        s.remove("version");
+                        s.remove("versions");
+                    }
+                }
+            }
+            status["observedGeneration"] = json!(obj.metadata.generation);
+            // Observed, not reported: every Machine the control plane owns, as upstream counts.
+            status["replicas"] = json!(around.owned_machines.len());
+            status["readyReplicas"] = json!(r.replicas.ready);
+            status["availableReplicas"] = json!(r.replicas.available);
+            status["upToDateReplicas"] = json!(r.replicas.up_to_date);
+            super::machines::create(kctx, obj, around, &r.machines_to_create).await?;
+            super::machines::delete(kctx, obj, around, &r.machines_to_delete).await?;
+            let action = if recheck {
+                Action::requeue(Duration::from_millis(500))
+            } else {
+                requeue(&r.common)
+            };
+            (status, action)
+        }
+    };
+    kctx.succeeded(obj, &mut status);
+    patch_status(kctx, obj, status).await?;
+    Ok(action)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn merge_follows_rfc7386() {
+        let mut t = serde_json::json!({"a": 1, "b": {"c": 2, "d": 3}});
+        super::merge(
+            &mut t,
+            &serde_json::json!({"a": null, "b": {"c": 5}, "e": [1]}),
+        );
+        assert_eq!(t, serde_json::json!({"b": {"c": 5, "d": 3}, "e": [1]}));
+    }
+
+    /// Versions sort as versions (v1.9 before v1.10), lowest first, with their counts.
+    #[test]
+    fn observed_versions_are_lowest_first_with_counts() {
+        let machine = |v: &str| -> capw_api::machine::Machine {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": v}, "spec": {"clusterName": "c", "version": v,
+                    "bootstrap": {}, "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "n"}}}))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let ms = ["v1.10.0", "v1.9.3", "v1.10.0"].map(machine);
+        assert_eq!(
+            super::observed_versions(&ms),
+            [("v1.9.3".to_string(), 1), ("v1.10.0".to_string(), 2)]
+        );
+        assert!(super::observed_versions(&[]).is_empty());
+    }
+}

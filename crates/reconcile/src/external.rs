@@ -1,0 +1,282 @@
+//! Provider objects as core finds them: resolved through their CRD's contract label (read
+//! through [`capw_api::contract`]), cached, and watched dynamically once core first reads a kind
+//! (upstream's "external tracker").
+
+use super::fanout::Fanout;
+use capw_api::common::ContractVersionedObjectReference;
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Why a provider object could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ExternalError {
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// No CRD serves the kind, or its contract label is missing.
+    #[error(
+        "cannot find any versions matching contract versions [v1beta2 v1beta1] for {kind}.{group}: the CRD is missing or its contract version label(s) (cluster.x-k8s.io/v1beta2) are either missing or empty"
+    )]
+    NoContract { group: String, kind: String },
+    /// The object is controlled by something that did not make the one adopting it.
+    #[error("{0}")]
+    NotAdopted(String),
+}
+
+pub use capw_api::contract::Contract;
+
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub ar: ApiResource,
+    pub contract: Contract,
+}
+
+/// Resolves provider kinds and remembers them, and keeps a cache (a reflector) of every kind
+/// read through it, so core reads provider objects from memory after the first list.
+pub struct Resolver {
+    client: Client,
+    kinds: Mutex<HashMap<(String, String), Resolved>>,
+    caches: Mutex<HashMap<(String, String), KindCache>>,
+}
+
+struct KindCache {
+    store: Store<DynamicObject>,
+    ready: Arc<AtomicBool>,
+    changes: Arc<Fanout<DynamicObject>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The apiVersion a contract label allows: the highest Kubernetes-sorted of `v1beta1_v1beta2`.
+fn pick_version(label: &str) -> Option<String> {
+    fn rank(v: &str) -> (u32, u32, u32) {
+        let rest = v.trim_start_matches('v');
+        let major: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let after = &rest[major.len()..];
+        let (stage, n) = if let Some(n) = after.strip_prefix("alpha") {
+            (0, n)
+        } else if let Some(n) = after.strip_prefix("beta") {
+            (1, n)
+        } else {
+            (2, "0")
+        };
+        (major.parse().unwrap_or(0), stage, n.parse().unwrap_or(0))
+    }
+    label
+        .split('_')
+        .filter(|v| !v.is_empty())
+        .max_by_key(|v| rank(v))
+        .map(str::to_string)
+}
+
+impl Resolver {
+    pub fn new(client: Client) -> Arc<Resolver> {
+        Arc::new(Resolver {
+            client,
+            kinds: Mutex::new(HashMap::new()),
+            caches: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub async fn resolve(&self, group: &str, kind: &str) -> Result<Resolved, ExternalError> {
+        let key = (group.to_string(), kind.to_string());
+        if let Some(r) = lock(&self.kinds).get(&key) {
+            return Ok(r.clone());
+        }
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let list = crds.list(&ListParams::default()).await?;
+        let crd = list
+            .items
+            .iter()
+            .find(|c| c.spec.group == group && c.spec.names.kind == kind);
+        let labels = crd.and_then(|c| c.metadata.labels.as_ref());
+        let found = labels.and_then(|l| {
+            [
+                ("cluster.x-k8s.io/v1beta2", Contract::V1Beta2),
+                ("cluster.x-k8s.io/v1beta1", Contract::V1Beta1),
+            ]
+            .iter()
+            .find_map(|(k, c)| l.get(*k).and_then(|v| pick_version(v)).map(|v| (v, *c)))
+        });
+        let (Some(crd), Some((version, contract))) = (crd, found) else {
+            return Err(ExternalError::NoContract {
+                group: group.into(),
+                kind: kind.into(),
+            });
+        };
+        let r = Resolved {
+            ar: ApiResource {
+                group: group.into(),
+                version: version.clone(),
+                api_version: format!("{group}/{version}"),
+                kind: kind.into(),
+                plural: crd.spec.names.plural.clone(),
+            },
+            contract,
+        };
+        lock(&self.kinds).insert(key, r.clone());
+        Ok(r)
+    }
+
+    pub fn api(&self, ns: &str, r: &Resolved) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), ns, &r.ar)
+    }
+
+    /// Starts the cache of a kind (once); every change it sees goes to the subscribers.
+    fn cache(&self, r: &Resolved) -> (Store<DynamicObject>, bool, Arc<Fanout<DynamicObject>>) {
+        let key = (r.ar.group.clone(), r.ar.kind.clone());
+        let mut caches = lock(&self.caches);
+        if let Some(c) = caches.get(&key) {
+            return (
+                c.store.clone(),
+                c.ready.load(Ordering::Acquire),
+                c.changes.clone(),
+            );
+        }
+        let writer = Writer::new(r.ar.clone());
+        let store = writer.as_reader();
+        let ready = Arc::new(AtomicBool::new(false));
+        let changes: Arc<Fanout<DynamicObject>> = Arc::default();
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &r.ar);
+        {
+            let (store, ready) = (store.clone(), ready.clone());
+            tokio::spawn(async move {
+                if store.wait_until_ready().await.is_ok() {
+                    ready.store(true, Ordering::Release);
+                }
+            });
+        }
+        let fanout = changes.clone();
+        tokio::spawn(async move {
+            let mut stream = reflector(writer, watcher(api, watcher::Config::default()))
+                .default_backoff()
+                .touched_objects()
+                .boxed();
+            while let Some(ev) = stream.next().await {
+                let Ok(obj) = ev else { continue };
+                fanout.send(&Arc::new(obj));
+            }
+        });
+        caches.insert(
+            key,
+            KindCache {
+                store: store.clone(),
+                ready,
+                changes: changes.clone(),
+            },
+        );
+        (store, false, changes)
+    }
+
+    /// Every change of objects of kind `r`, from now on.
+    pub fn subscribe(
+        &self,
+        r: &Resolved,
+    ) -> tokio::sync::mpsc::UnboundedReceiver<Arc<DynamicObject>> {
+        self.cache(r).2.subscribe()
+    }
+
+    /// The referenced object, or `None` when it does not exist. Served from the kind's cache
+    /// once it has listed; a change the cache has not seen yet arrives as a watch event, which
+    /// reconciles the reader again.
+    pub async fn get(
+        &self,
+        ns: &str,
+        reference: &ContractVersionedObjectReference,
+    ) -> Result<Option<(DynamicObject, Resolved)>, ExternalError> {
+        let r = self.resolve(&reference.api_group, &reference.kind).await?;
+        let (store, ready, _) = self.cache(&r);
+        if ready {
+            let key = ObjectRef::new_with(&reference.name, r.ar.clone()).within(ns);
+            return Ok(store.get(&key).map(|o| ((*o).clone(), r)));
+        }
+        Ok(self
+            .api(ns, &r)
+            .get_opt(&reference.name)
+            .await?
+            .map(|o| (o, r)))
+    }
+}
+
+/// Maps a changed provider object to the objects of type `K` to reconcile.
+pub type OwnerMap<K> = Arc<dyn Fn(&DynamicObject) -> Vec<ObjectRef<K>> + Send + Sync>;
+
+/// Starts a watch per provider kind the first time a controller reads one, and turns each
+/// change into a reconcile request for the owning object of type `K`.
+pub struct Tracker<K: Resource<DynamicType = ()>> {
+    resolver: Arc<Resolver>,
+    seen: Mutex<HashSet<(String, String)>>,
+    tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<K>>,
+    owner: OwnerMap<K>,
+}
+
+impl<K: Resource<DynamicType = ()> + Send + Sync + 'static> Tracker<K> {
+    /// A tracker sending reconcile requests into `tx`.
+    pub fn new(
+        resolver: Arc<Resolver>,
+        owner: OwnerMap<K>,
+        tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<K>>,
+    ) -> Arc<Tracker<K>> {
+        Arc::new(Tracker {
+            resolver,
+            seen: Mutex::new(HashSet::new()),
+            tx,
+            owner,
+        })
+    }
+
+    pub fn ensure(&self, r: &Resolved) {
+        let key = (r.ar.group.clone(), r.ar.kind.clone());
+        if !lock(&self.seen).insert(key) {
+            return;
+        }
+        let mut changes = self.resolver.subscribe(r);
+        let tx = self.tx.clone();
+        let owner = self.owner.clone();
+        tokio::spawn(async move {
+            while let Some(obj) = changes.recv().await {
+                for r in owner(&obj) {
+                    if tx.send(r).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// The owner reference of `kind` in `cluster.x-k8s.io`, as an ObjectRef in the object's namespace.
+pub fn owner_of_kind<K: Resource<DynamicType = ()>>(
+    obj: &DynamicObject,
+    kind: &str,
+) -> Option<ObjectRef<K>> {
+    let ns = obj.metadata.namespace.clone()?;
+    obj.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))
+        .map(|o| ObjectRef::new(&o.name).within(&ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_version_of_a_contract_label_wins() {
+        assert_eq!(pick_version("v1beta1_v1beta2").as_deref(), Some("v1beta2"));
+        assert_eq!(pick_version("v1alpha4_v1beta1").as_deref(), Some("v1beta1"));
+        assert_eq!(pick_version("v1beta2_v1").as_deref(), Some("v1"));
+        assert_eq!(pick_version(""), None);
+    }
+}

@@ -1,0 +1,139 @@
+//! What changes of an object wake which controller. Controllers write status often; waking
+//! on every write would re-run each reconcile (and each plugin call) once per write for
+//! nothing, so each watch passes only the changes the woken reconcile depends on.
+
+use capw_api::cluster::Cluster;
+use capw_api::common::names::PLUGIN_VERSION_ANNOTATION;
+use capw_api::machine::Machine;
+use capw_api::machinedeployment::MachineDeployment;
+use capw_api::machineset::MachineSet;
+use kube::{Resource, ResourceExt};
+use std::hash::{Hash, Hasher};
+
+fn hash_of(v: impl Hash) -> Option<u64> {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.hash(&mut h);
+    Some(h.finish())
+}
+
+/// Everything but status: spec (through the generation), labels, annotations (except the
+/// plugin version the driver records), owner references, finalizers and deletion.
+pub fn metadata<K: Resource>(o: &K) -> Option<u64> {
+    let meta = o.meta();
+    let annotations: Vec<(&String, &String)> = o
+        .annotations()
+        .iter()
+        .filter(|(k, _)| k.as_str() != PLUGIN_VERSION_ANNOTATION)
+        .collect();
+    let owners: Vec<(&str, &str, &str, Option<bool>)> = o
+        .owner_references()
+        .iter()
+        .map(|r| {
+            (
+                r.api_version.as_str(),
+                r.kind.as_str(),
+                r.uid.as_str(),
+                r.controller,
+            )
+        })
+        .collect();
+    hash_of((
+        meta.generation,
+        o.labels(),
+        annotations,
+        owners,
+        o.finalizers(),
+        meta.deletion_timestamp.is_some(),
+    ))
+}
+
+/// What provider objects of a Machine depend on: its spec, annotations, pause and deletion.
+pub fn machine_for_providers(m: &Machine) -> Option<u64> {
+    let paused = m.status.as_ref().is_some_and(|s| {
+        capw_api::contract::conditions::is_true(
+            &s.conditions,
+            capw_api::contract::conditions::types::PAUSED,
+        )
+    });
+    hash_of((
+        m.metadata.generation,
+        m.annotations(),
+        paused,
+        m.metadata.deletion_timestamp.is_some(),
+    ))
+}
+
+/// What provider objects of a Cluster depend on: its spec, annotations, deletion, and whether
+/// its control plane is initialized (workers' bootstrap waits for that).
+pub fn cluster_for_providers(c: &Cluster) -> Option<u64> {
+    let initialized = c
+        .status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.control_plane_initialized);
+    hash_of((
+        c.metadata.generation,
+        c.annotations(),
+        c.metadata.deletion_timestamp.is_some(),
+        initialized,
+    ))
+}
+
+/// What a Machine depends on of its Cluster: spec (pause) and annotations.
+pub fn cluster_for_machines(c: &Cluster) -> Option<u64> {
+    hash_of((c.metadata.generation, c.annotations()))
+}
+
+/// Which owners an object has, by kind: what decides whether a Cluster counts a MachineSet
+/// on its own or through its MachineDeployment.
+fn owner_kinds<K: Resource>(o: &K) -> Vec<&str> {
+    o.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .map(|r| r.kind.as_str())
+        .collect()
+}
+
+/// What a Cluster's worker counters read of a MachineSet: its desired replicas, its counters,
+/// whether a deployment owns it, and deletion. Its many other status writes wake no Cluster.
+pub fn machine_set_for_cluster(ms: &MachineSet) -> Option<u64> {
+    let counters = ms.status.as_ref().map(|s| {
+        (
+            s.replicas,
+            s.ready_replicas,
+            s.available_replicas,
+            s.up_to_date_replicas,
+        )
+    });
+    hash_of((
+        ms.spec.replicas,
+        counters,
+        ms.labels()
+            .get(capw_api::common::names::DEPLOYMENT_NAME_LABEL),
+        owner_kinds(ms),
+        ms.metadata.deletion_timestamp.is_some(),
+    ))
+}
+
+/// What a Cluster's worker counters and `WorkersAvailable` read of a MachineDeployment: its
+/// desired replicas, its counters, its `Available` condition and deletion.
+pub fn machine_deployment_for_cluster(md: &MachineDeployment) -> Option<u64> {
+    let status = md.status.as_ref().map(|s| {
+        (
+            s.replicas,
+            s.ready_replicas,
+            s.available_replicas,
+            s.up_to_date_replicas,
+            capw_api::contract::conditions::is_true(
+                &s.conditions,
+                capw_api::contract::conditions::types::AVAILABLE,
+            ),
+        )
+    });
+    hash_of((
+        md.spec.replicas,
+        status,
+        md.metadata.deletion_timestamp.is_some(),
+    ))
+}

@@ -1,0 +1,104 @@
+//! Clients for workload clusters, built from the `<cluster>-kubeconfig` Secret the control plane
+//! provider wrote (upstream's ClusterCache, without the cache: a Machine reads its Node by
+//! providerID when it reconciles). Nothing in the Secret is trusted: the kubeconfig must pass
+//! [`crate::kubeconfig::sanitize`] against the Cluster's endpoint, and the client is built from
+//! what that returns.
+
+use capw_api::cluster::Cluster;
+use k8s_openapi::api::core::v1::Secret;
+use kube::config::KubeConfigOptions;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Config};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error(
+        "Secret {0} does not exist yet, or lacks the label cluster.x-k8s.io/cluster-name; the control plane provider writes it"
+    )]
+    Missing(String),
+    #[error("Secret {0} has no key `value` holding a kubeconfig")]
+    NoValue(String),
+    #[error("Secret {0} does not hold a usable kubeconfig: {1}")]
+    Invalid(String, String),
+    #[error("Secret {secret} was refused: {error}")]
+    Refused {
+        secret: String,
+        error: crate::kubeconfig::KubeconfigError,
+    },
+}
+
+/// Clients by `namespace/cluster`, rebuilt when the Secret changes.
+#[derive(Default)]
+pub struct Remotes {
+    clients: Mutex<HashMap<String, (String, Client)>>,
+}
+
+impl Remotes {
+    /// The client of a workload cluster. `secrets` caches the Secrets labelled with a cluster
+    /// name: upstream requires that label on `<cluster>-kubeconfig` for the same reason.
+    pub async fn client(
+        &self,
+        secrets: &Store<Secret>,
+        clusters: &Store<Cluster>,
+        ns: &str,
+        cluster: &str,
+    ) -> Result<Client, RemoteError> {
+        let name = format!("{cluster}-kubeconfig");
+        let secret = secrets
+            .get(&ObjectRef::new(&name).within(ns))
+            .ok_or_else(|| RemoteError::Missing(format!("{ns}/{name}")))?;
+        let endpoint = clusters
+            .get(&ObjectRef::new(cluster).within(ns))
+            .and_then(|c| c.spec.control_plane_endpoint.clone());
+        // A moved endpoint invalidates the client as much as a changed Secret does.
+        let rv = format!(
+            "{}@{:?}",
+            secret.metadata.resource_version.clone().unwrap_or_default(),
+            endpoint.as_ref().map(|e| (&e.host, e.port))
+        );
+        let key = format!("{ns}/{cluster}");
+        if let Some((seen, c)) = self
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            && *seen == rv
+        {
+            return Ok(c.clone());
+        }
+        let bytes = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .ok_or_else(|| RemoteError::NoValue(format!("{ns}/{name}")))?;
+        let invalid = |e: String| RemoteError::Invalid(format!("{ns}/{name}"), e);
+        let text = String::from_utf8(bytes.0.clone()).map_err(|e| invalid(e.to_string()))?;
+        let kc = crate::kubeconfig::sanitize(&text, endpoint.as_ref()).map_err(|error| {
+            RemoteError::Refused {
+                secret: format!("{ns}/{name}"),
+                error,
+            }
+        })?;
+        let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| invalid(e.to_string()))?;
+        config.connect_timeout = Some(Duration::from_secs(5));
+        config.read_timeout = Some(Duration::from_secs(10));
+        let client = Client::try_from(config).map_err(|e| invalid(e.to_string()))?;
+        self.clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, (rv, client.clone()));
+        Ok(client)
+    }
+
+    pub fn forget(&self, ns: &str, cluster: &str) {
+        self.clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&format!("{ns}/{cluster}"));
+    }
+}
