@@ -531,6 +531,80 @@ async fn finalizers_and_owner_references_are_rebuilt_and_idle_writes_nothing() {
     );
 }
 
+/// The API server's writes so far (POST, PUT, PATCH and DELETE), by method.
+async fn writes(client: &Client) -> BTreeMap<String, u64> {
+    let req = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = client.request_text(req).await.expect("metrics");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("capw_apiserver_requests_total{method=\""))
+        .filter_map(|l| {
+            let (m, rest) = l.split_once('"')?;
+            let n = rest.rsplit(' ').next()?.parse().ok()?;
+            ["POST", "PUT", "PATCH", "DELETE"]
+                .contains(&m)
+                .then(|| (m.to_string(), n))
+        })
+        .collect()
+}
+
+/// A provider reconcile that finds nothing to change writes nothing: the driver holds its
+/// writes in one deferred scope, and the scope skips what equals the object as read. Each
+/// infrastructure machine is woken by a label (a change the driver watches); the test's own
+/// label PATCHes are the only writes the API server may see.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_steady_provider_reconcile_writes_nothing() {
+    let env = env("inmemory.wasm", MANIFEST).await;
+    env.kubectl(&["apply", "-f", "-"], Some(&example()));
+    env.converged("demo", 6).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let machines = env.dynamic(
+        "infrastructure.cluster.x-k8s.io",
+        "InMemoryMachine",
+        "inmemorymachines",
+    );
+    let all = machines
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items;
+    assert_eq!(all.len(), 6, "the example's six machines");
+    let (before, calls) = (writes(&env.client).await, env.calls());
+    for m in &all {
+        let patch = json!({"metadata": {"labels": {"example.com/touched": "yes"}}});
+        machines
+            .patch(
+                &m.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .expect("label");
+    }
+    env.eventually(
+        "the plugin to be called for each touched machine",
+        60,
+        || async { (env.calls() >= calls + all.len() as u64).then_some(()) },
+    )
+    .await;
+    // Let whatever the reconciles would write land.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = writes(&env.client).await;
+    let delta: BTreeMap<&String, u64> = after
+        .iter()
+        .map(|(m, n)| (m, n - before.get(m).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let patch = "PATCH".to_string();
+    assert_eq!(
+        delta,
+        BTreeMap::from([(&patch, all.len() as u64)]),
+        "writes beyond the test's own {} label patches",
+        all.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_paused_cluster_gets_no_plugin_calls_until_unpaused() {
     let env = env("inmemory.wasm", MANIFEST).await;

@@ -35,7 +35,7 @@ struct Env {
 }
 
 async fn env() -> Env {
-    // RUST_LOG=capw=debug shows the host's reconciles when a test fails.
+    // RUST_LOG=capw_core=debug,capw_driver=debug shows the host's reconciles when a test fails.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()

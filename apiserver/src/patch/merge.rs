@@ -1,26 +1,8 @@
-//! RFC 7386 JSON merge patch.
+//! RFC 7386 JSON merge patch: the `json-patch` crate's (one merge for the whole workspace; the
+//! provider driver uses it too). The vectors below pin the behaviour the server relies on: a
+//! non-object target becomes an object before an object patch merges into it.
 
-use serde_json::Value;
-
-/// Applies `patch` to `target` in place: objects merge recursively, `null` deletes, anything else replaces.
-pub fn merge(target: &mut Value, patch: &Value) {
-    let Value::Object(patch) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Default::default());
-    }
-    if let Value::Object(map) = target {
-        for (k, v) in patch {
-            if v.is_null() {
-                map.remove(k);
-            } else {
-                merge(map.entry(k.clone()).or_insert(Value::Null), v);
-            }
-        }
-    }
-}
+pub use json_patch::merge;
 
 #[cfg(test)]
 mod tests {

@@ -169,3 +169,38 @@ where
     .await?;
     Ok(true)
 }
+
+/// Claims `obj` for a MachineSet or MachineDeployment over its resourceVersion: adds
+/// `controller` to its owner references when given (an orphan its selector matches) and sets
+/// `labels`. `None` when someone changed or deleted it first: that change wakes the owner
+/// again, as upstream's controller-ref manager retries.
+pub async fn claim<K>(
+    api: &Api<K>,
+    obj: &K,
+    controller: Option<OwnerReference>,
+    labels: serde_json::Map<String, serde_json::Value>,
+) -> Result<Option<K>, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    use kube::ResourceExt;
+    let mut refs = obj.owner_references().to_vec();
+    refs.extend(controller);
+    let patch = json!({"metadata": {
+        "ownerReferences": refs,
+        "labels": labels,
+        "resourceVersion": obj.resource_version(),
+    }});
+    match api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(claimed) => Ok(Some(claimed)),
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
+}

@@ -17,6 +17,7 @@
 //! store, so a control-plane roll can start a store without it) is created again with the
 //! same token.
 
+use super::scope::Scope;
 use super::{DriverError, KindCtx};
 use capw_api::cluster::Cluster;
 use capw_api::common::names::CONTROL_PLANE_LABEL;
@@ -86,6 +87,7 @@ fn token_secret(token: &str, now: jiff::Timestamp) -> Option<Secret> {
 pub(super) async fn reconcile(
     kctx: &KindCtx,
     obj: &DynamicObject,
+    scope: &mut Scope,
     cluster: Option<&Cluster>,
     machine: Option<&Machine>,
     ca_cert: Option<&str>,
@@ -201,14 +203,7 @@ pub(super) async fn reconcile(
         });
     }
     tracing::info!(config = %obj.name_any(), control_plane, "filling the join discovery");
-    let body = json!({"spec": {"joinConfiguration": {"discovery": {"bootstrapToken": patch}}}});
-    kctx.api(&obj.namespace().unwrap_or_default())
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&body),
-        )
-        .await?;
+    scope.merge_spec(&json!({"joinConfiguration": {"discovery": {"bootstrapToken": patch}}}));
     Ok(Next::AwaitChange)
 }
 

@@ -9,6 +9,7 @@ mod context;
 mod discovery;
 mod machines;
 mod policy;
+mod scope;
 mod secrets;
 mod writeback;
 
@@ -24,13 +25,13 @@ use capw_reconcile::skeleton::{Failure, Skeleton, finalizer_wait};
 use capw_runtime::plugin::{CallError, KindRole, ProviderFailure};
 use capw_runtime::{Context, Registry};
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -460,27 +461,26 @@ impl KindCtx {
     async fn failed(
         &self,
         obj: &DynamicObject,
+        scope: &mut scope::Scope,
         version: &str,
         e: &CallError,
-    ) -> Result<Option<Duration>, DriverError> {
+    ) -> Option<Duration> {
         let key = Self::key(obj);
         let n = self.failures.record(&key);
         let (after, reason) = backoff(e, n);
         let message = format!("plugin {} {version}: {e}", self.plugin);
-        let mut status = obj.data.get("status").cloned().unwrap_or(json!({}));
         writeback::set_condition(
-            &mut status,
+            &mut scope.status,
             types::PLUGIN_CALL_SUCCEEDED,
             "False",
             reason,
             &message,
             obj.metadata.generation,
         );
-        writeback::patch_status(self, obj, status).await?;
         if n == 1 || n.is_power_of_two() {
             self.event(obj, true, reason, message).await;
         }
-        Ok(after)
+        after
     }
 
     fn succeeded(&self, obj: &DynamicObject, status: &mut Value) {
@@ -519,20 +519,11 @@ impl KindCtx {
     }
 
     /// Notes which plugin version reconciled the object (written only when it changes).
-    async fn record_version(&self, obj: &DynamicObject, version: &str) -> Result<(), DriverError> {
-        let value = format!("{}/{version}", self.plugin);
-        if obj.annotations().get(PLUGIN_VERSION_ANNOTATION) == Some(&value) {
-            return Ok(());
-        }
-        let patch = json!({"metadata": {"annotations": {PLUGIN_VERSION_ANNOTATION: value}}});
-        self.api(&obj.namespace().unwrap_or_default())
-            .patch(
-                &obj.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
-        Ok(())
+    fn record_version(&self, scope: &mut scope::Scope, version: &str) {
+        scope.annotate(
+            PLUGIN_VERSION_ANNOTATION,
+            format!("{}/{version}", self.plugin),
+        );
     }
 }
 
@@ -557,19 +548,34 @@ async fn call<T>(
     Ok((version, r))
 }
 
+/// Reconciles through one [`scope::Scope`]: whatever the phases decide is written once, at the
+/// end, even when a phase failed (as upstream's deferred patch).
 async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, DriverError> {
-    let around = context::gather(&obj, kctx).await?;
+    let mut scope = scope::Scope::new(&obj);
+    let result = apply_phases(&obj, kctx, &mut scope).await;
+    let written = scope
+        .close(&kctx.api(&obj.namespace().unwrap_or_default()))
+        .await;
+    let action = result?;
+    written?;
+    Ok(action)
+}
+
+async fn apply_phases(
+    obj: &DynamicObject,
+    kctx: &KindCtx,
+    scope: &mut scope::Scope,
+) -> Result<Action, DriverError> {
+    let around = context::gather(obj, kctx).await?;
     if around.paused {
-        let mut status = obj.data.get("status").cloned().unwrap_or(json!({}));
         writeback::set_condition(
-            &mut status,
+            &mut scope.status,
             types::PAUSED,
             "True",
             types::PAUSED,
             "the object or its Cluster is paused",
             obj.metadata.generation,
         );
-        writeback::patch_status(kctx, &obj, status).await?;
         return Ok(Action::await_change());
     }
     if !around.owned {
@@ -586,7 +592,8 @@ async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driver
             .map(|(_, v)| v.as_str());
         match discovery::reconcile(
             kctx,
-            &obj,
+            obj,
+            scope,
             around.cluster.as_ref(),
             around.machine.as_ref(),
             ca,
@@ -614,15 +621,15 @@ async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driver
             .map_ok(writeback::Result::ControlPlane),
     };
     let (version, result) = result;
-    kctx.record_version(&obj, &version).await?;
+    kctx.record_version(scope, &version);
     // A result that breaks a rule is refused whole: nothing of it is written.
     let result = match result.and_then(|mut r| {
-        policy::check(&obj, &around, &mut r)
+        policy::check(obj, &around, &mut r)
             .map(|()| r)
             .map_err(CallError::InvalidResult)
     }) {
         Ok(writeback::Result::ControlPlane(cp)) => {
-            match machines::check_names(kctx, &obj, &cp.machines_to_create).await {
+            match machines::check_names(kctx, obj, &cp.machines_to_create).await {
                 Ok(()) => Ok(writeback::Result::ControlPlane(cp)),
                 Err(why) => Err(CallError::InvalidResult(why)),
             }
@@ -630,8 +637,8 @@ async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driver
         other => other,
     };
     match result {
-        Ok(r) => writeback::write(&obj, kctx, &around, r).await,
-        Err(e) => Ok(match kctx.failed(&obj, &version, &e).await? {
+        Ok(r) => writeback::write(obj, kctx, scope, &around, r).await,
+        Err(e) => Ok(match kctx.failed(obj, scope, &version, &e).await {
             Some(d) => Action::requeue(d),
             None => Action::await_change(),
         }),
@@ -669,7 +676,11 @@ async fn cleanup(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driv
             )),
         )),
         Err(e) => {
-            let after = kctx.failed(&obj, &version, &e).await?;
+            let mut scope = scope::Scope::new(&obj);
+            let after = kctx.failed(&obj, &mut scope, &version, &e).await;
+            scope
+                .close(&kctx.api(&obj.namespace().unwrap_or_default()))
+                .await?;
             Err(DriverError::Waiting(
                 e.to_string(),
                 after.unwrap_or(Duration::from_secs(60)),

@@ -3,10 +3,10 @@
 //! control plane's Machines. Each write happens only when it changes something.
 
 use super::context::Around;
+use super::scope::Scope;
 use super::{DriverError, KindCtx};
 use capw_api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL};
 use capw_api::contract::conditions;
-use capw_reconcile::skeleton::write_status;
 use capw_runtime::plugin::{BootstrapStatus, ClusterStatus, ControlPlaneStatus, MachineStatus};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -26,22 +26,6 @@ pub(super) enum Result {
     ControlPlane(ControlPlaneStatus),
 }
 
-/// RFC 7386 merge of `patch` into `target`.
-fn merge(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        (t, p) => *t = p.clone(),
-    }
-}
-
 pub(super) fn set_condition(
     status: &mut Value,
     type_: &str,
@@ -56,38 +40,6 @@ pub(super) fn set_condition(
         *status = json!({});
     }
     status["conditions"] = serde_json::to_value(list).unwrap_or(Value::Null);
-}
-
-pub(super) async fn patch_status(
-    kctx: &KindCtx,
-    obj: &DynamicObject,
-    status: Value,
-) -> std::result::Result<(), DriverError> {
-    let api = kctx.api(&obj.namespace().unwrap_or_default());
-    write_status(&api, &obj.name_any(), obj.data.get("status"), &status).await?;
-    Ok(())
-}
-
-async fn patch_spec(
-    kctx: &KindCtx,
-    obj: &DynamicObject,
-    spec: Map<String, Value>,
-) -> std::result::Result<(), DriverError> {
-    let current = obj.data.get("spec");
-    let changed = spec
-        .iter()
-        .any(|(k, v)| current.and_then(|s| s.get(k)) != Some(v));
-    if !changed {
-        return Ok(());
-    }
-    kctx.api(&obj.namespace().unwrap_or_default())
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": spec})),
-        )
-        .await?;
-    Ok(())
 }
 
 /// Applies the common part of a result: the status patch (contract fields are set after it,
@@ -105,7 +57,7 @@ fn common(
     if let Some(p) = &c.status_patch {
         let patch: Value = serde_json::from_str(p)
             .map_err(|e| DriverError::Invalid(format!("status-patch: {e}")))?;
-        merge(&mut status, &patch);
+        json_patch::merge(&mut status, &patch);
     }
     for cond in &c.conditions {
         set_condition(
@@ -136,14 +88,9 @@ fn set_initialization(status: &mut Value, field: &str, value: bool) {
 /// The Kubernetes versions the control plane's Machines run, lowest first, with how many run
 /// each: upstream's `status.versions`. What runs, not what the spec asks for.
 fn observed_versions(machines: &[capw_api::machine::Machine]) -> Vec<(String, usize)> {
-    let key = |v: &str| -> Vec<u64> {
-        v.trim_start_matches('v')
-            .split(['.', '-', '+'])
-            .take(3)
-            .map(|p| p.parse().unwrap_or(0))
-            .collect()
-    };
-    let mut counts: BTreeMap<(Vec<u64>, String), usize> = BTreeMap::new();
+    // A version that does not parse sorts first, by its text.
+    let key = |v: &str| semver::Version::parse(v.trim_start_matches('v')).ok();
+    let mut counts: BTreeMap<(Option<semver::Version>, String), usize> = BTreeMap::new();
     for v in machines.iter().filter_map(|m| m.spec.version.as_deref()) {
         *counts.entry((key(v), v.to_string())).or_default() += 1;
     }
@@ -355,9 +302,12 @@ async fn ensure_secret(
     Ok(Written::Stored)
 }
 
+/// Maps a checked result onto the reconcile's scope (spec fields and status), and makes the
+/// other objects it asks for (the bootstrap data Secret, `<cluster>-kubeconfig`, Machines).
 pub(super) async fn write(
     obj: &DynamicObject,
     kctx: &KindCtx,
+    scope: &mut Scope,
     around: &Around,
     result: Result,
 ) -> std::result::Result<Action, DriverError> {
@@ -376,7 +326,7 @@ pub(super) async fn write(
                     "controlPlaneEndpoint".into(),
                     json!({"host": ep.host, "port": ep.port}),
                 );
-                patch_spec(kctx, obj, spec).await?;
+                scope.merge_spec(&Value::Object(spec));
             }
             let provisioned = sticky(&old, "provisioned", r.provisioned);
             set_initialization(&mut status, "provisioned", provisioned);
@@ -403,7 +353,7 @@ pub(super) async fn write(
                 if current.is_none_or(str::is_empty) {
                     let mut spec = Map::new();
                     spec.insert("providerID".into(), json!(pid));
-                    patch_spec(kctx, obj, spec).await?;
+                    scope.merge_spec(&Value::Object(spec));
                 }
             }
             let provisioned = sticky(&old, "provisioned", r.provisioned);
@@ -484,7 +434,7 @@ pub(super) async fn write(
                     "controlPlaneEndpoint".into(),
                     json!({"host": ep.host, "port": ep.port}),
                 );
-                patch_spec(kctx, obj, spec).await?;
+                scope.merge_spec(&Value::Object(spec));
             }
             if let Some(kc) = &r.kubeconfig
                 && !cluster.is_empty()
@@ -550,7 +500,7 @@ pub(super) async fn write(
         }
     };
     kctx.succeeded(obj, &mut status);
-    patch_status(kctx, obj, status).await?;
+    scope.status = status;
     Ok(action)
 }
 
@@ -559,7 +509,7 @@ mod tests {
     #[test]
     fn merge_follows_rfc7386() {
         let mut t = serde_json::json!({"a": 1, "b": {"c": 2, "d": 3}});
-        super::merge(
+        json_patch::merge(
             &mut t,
             &serde_json::json!({"a": null, "b": {"c": 5}, "e": [1]}),
         );

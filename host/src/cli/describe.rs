@@ -74,7 +74,27 @@ fn counts(obj: &Value) -> String {
     format!("{}/{}", n("/status/readyReplicas"), n("/spec/replicas"))
 }
 
-/// Readiness and the message of the first condition that is not True (the one to read).
+/// Condition types whose good state is False (upstream's negative polarity), as clusterctl
+/// reads them.
+const NEGATIVE: &[&str] = &[
+    "Paused",
+    "Deleting",
+    "ScalingUp",
+    "ScalingDown",
+    "RollingOut",
+    "Remediating",
+    "Updating",
+];
+
+/// Whether a condition is not in its good state: True for most, False for [`NEGATIVE`] ones.
+/// Only those get a message, as in clusterctl.
+fn needs_attention(c: &Value) -> bool {
+    let negative = c["type"].as_str().is_some_and(|t| NEGATIVE.contains(&t));
+    let good = if negative { "False" } else { "True" };
+    c["status"] != good
+}
+
+/// Readiness and the message of the first condition not in its good state (the one to read).
 fn summary(status: Option<&Value>, ready_type: &str) -> (String, String) {
     let conds: Vec<&Value> = status
         .and_then(|s| s.get("conditions"))
@@ -86,13 +106,15 @@ fn summary(status: Option<&Value>, ready_type: &str) -> (String, String) {
         .and_then(|c| c["status"].as_str())
         .unwrap_or("-")
         .to_string();
+    // Deleting and scaling say what is happening, not what is wrong: the phase column shows
+    // those.
     let why = conds
         .iter()
         .find(|c| {
-            c["status"] == "False"
+            needs_attention(c)
                 && !matches!(
                     c["type"].as_str(),
-                    Some("Paused" | "Deleting" | "ScalingUp" | "ScalingDown")
+                    Some("Deleting" | "ScalingUp" | "ScalingDown")
                 )
         })
         .map(|c| {
@@ -370,4 +392,45 @@ pub async fn run(cmd: Command) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cond(t: &str, s: &str, reason: &str) -> Value {
+        json!({"type": t, "status": s, "reason": reason, "message": ""})
+    }
+
+    #[test]
+    fn a_condition_in_its_good_state_has_no_message() {
+        let status = json!({"conditions": [
+            cond("Available", "True", "Available"),
+            cond("RollingOut", "False", "NotRollingOut"),
+            cond("Paused", "False", "NotPaused"),
+        ]});
+        assert_eq!(
+            summary(Some(&status), "Available"),
+            ("True".to_string(), String::new())
+        );
+    }
+
+    #[test]
+    fn the_first_condition_out_of_its_good_state_is_the_message() {
+        let status = json!({"conditions": [
+            cond("Available", "True", "Available"),
+            cond("RollingOut", "True", "RollingOut"),
+            cond("MachinesReady", "False", "NotReady"),
+        ]});
+        assert_eq!(
+            summary(Some(&status), "Available").1,
+            "RollingOut: RollingOut"
+        );
+        let status = json!({"conditions": [cond("InfrastructureReady", "Unknown", "Waiting")]});
+        assert_eq!(
+            summary(Some(&status), "Ready").1,
+            "InfrastructureReady: Waiting"
+        );
+    }
 }

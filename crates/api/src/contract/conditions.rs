@@ -147,8 +147,14 @@ pub fn updated(
         observed_generation: generation,
         last_transition_time: time,
         reason: reason.into(),
-        message: message.into(),
+        message: one_line(message),
     }
+}
+
+/// A condition's message as one readable line: an error's own line breaks and indentation
+/// (a wasm validation error pretty-prints the bytes it expected) fold into single spaces.
+pub fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Sets condition `type_` in `list`, keeping its transition time when the status is unchanged.
@@ -299,6 +305,16 @@ pub fn mirror(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_is_one_line() {
+        assert_eq!(
+            one_line("bad magic number - expected=[\n    0x0,\n    0x61,\n]\n"),
+            "bad magic number - expected=[ 0x0, 0x61, ]"
+        );
+        let c = updated(&[], "Validated", "False", "Invalid", "a\n  b", None);
+        assert_eq!(c.message, "a b");
+    }
 
     #[test]
     fn transition_time_survives_an_unchanged_status() {

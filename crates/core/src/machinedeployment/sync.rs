@@ -80,45 +80,24 @@ pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reconc
             mine.push(ms);
             continue;
         }
-        let mut refs = ms.owner_references().to_vec();
-        if orphan {
-            if ms.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            refs.push(adopt::owner_ref(
-                "MachineDeployment",
-                &scope.name(),
-                &uid,
-                true,
-            ));
+        if orphan && ms.metadata.deletion_timestamp.is_some() {
+            continue;
         }
-        let patch = json!({"metadata": {
-            "ownerReferences": refs,
-            "labels": {DEPLOYMENT_NAME_LABEL: scope.name()},
-            "resourceVersion": ms.resource_version(),
-        }});
-        match api
-            .patch(
-                &ms.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(updated) => {
-                if orphan {
-                    ctx.event(
-                        &scope.object_ref(),
-                        false,
-                        "SuccessfulAdopt",
-                        format!("Adopted MachineSet {}", ms.name_any()),
-                    )
-                    .await;
-                }
-                mine.push(Arc::new(updated));
+        let controller =
+            orphan.then(|| adopt::owner_ref("MachineDeployment", &scope.name(), &uid, true));
+        let labels =
+            serde_json::Map::from_iter([(DEPLOYMENT_NAME_LABEL.to_string(), json!(scope.name()))]);
+        if let Some(updated) = adopt::claim(&api, &*ms, controller, labels).await? {
+            if orphan {
+                ctx.event(
+                    &scope.object_ref(),
+                    false,
+                    "SuccessfulAdopt",
+                    format!("Adopted MachineSet {}", ms.name_any()),
+                )
+                .await;
             }
-            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
-            Err(e) => return Err(e.into()),
+            mine.push(Arc::new(updated));
         }
     }
     mine.sort_by(|a, b| {

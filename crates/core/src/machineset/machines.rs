@@ -98,21 +98,9 @@ pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reconc
     }
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
     for m in orphans {
-        let mut refs = m.owner_references().to_vec();
-        refs.push(adopt::owner_ref("MachineSet", &scope.name(), &uid, true));
-        let patch = json!({"metadata": {
-            "ownerReferences": refs,
-            "resourceVersion": m.resource_version(),
-        }});
-        match api
-            .patch(
-                &m.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(adopted) => {
+        let controller = adopt::owner_ref("MachineSet", &scope.name(), &uid, true);
+        match adopt::claim(&api, &*m, Some(controller), Default::default()).await {
+            Ok(Some(adopted)) => {
                 ctx.event(
                     &scope.object_ref(),
                     false,
@@ -123,7 +111,7 @@ pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reconc
                 mine.push(Arc::new(adopted));
             }
             // Someone else changed it first: the change wakes this set again.
-            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+            Ok(None) => {}
             Err(e) => {
                 ctx.event(
                     &scope.object_ref(),

@@ -1,0 +1,167 @@
+//! The writes of one reconcile to its provider object, deferred to its end as core's `Scope`
+//! and upstream's patch helper do: the phases change the scope, and [`Scope::close`] writes
+//! what differs from the object as it was read, and nothing when nothing changed.
+//!
+//! Kubernetes takes a custom resource's metadata and spec on the object and its status on the
+//! `status` subresource (which ignores everything else), so a reconcile that changes both
+//! writes each once: the plugin version annotation and the contract's spec fields share the
+//! first write, conditions and status fields the second.
+
+use super::DriverError;
+use capw_reconcile::skeleton::write_status;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Map, Value, json};
+
+/// What one reconcile wants its provider object to hold.
+pub(super) struct Scope {
+    name: String,
+    /// The object as the reconcile read it.
+    annotations: std::collections::BTreeMap<String, String>,
+    spec: Value,
+    status_before: Option<Value>,
+    /// Annotations to set.
+    set_annotations: Map<String, Value>,
+    /// The reconcile's spec changes, as one merge patch.
+    spec_patch: Value,
+    /// The status the reconcile builds; written when it differs from `status_before`.
+    pub(super) status: Value,
+}
+
+/// The requests [`Scope::close`] sends.
+#[derive(Debug, PartialEq)]
+pub(super) struct Writes {
+    /// One merge patch of metadata and spec.
+    pub(super) object: Option<Value>,
+    /// The status as a whole, through the status subresource.
+    pub(super) status: Option<Value>,
+}
+
+impl Scope {
+    pub(super) fn new(obj: &DynamicObject) -> Scope {
+        let spec = obj.data.get("spec").cloned().unwrap_or(Value::Null);
+        let status_before = obj.data.get("status").cloned();
+        Scope {
+            name: obj.name_any(),
+            annotations: obj.annotations().clone(),
+            spec,
+            spec_patch: json!({}),
+            status: status_before
+                .clone()
+                .filter(Value::is_object)
+                .unwrap_or_else(|| json!({})),
+            status_before,
+            set_annotations: Map::new(),
+        }
+    }
+
+    pub(super) fn annotate(&mut self, key: &str, value: String) {
+        if self.annotations.get(key) != Some(&value) {
+            self.set_annotations.insert(key.into(), json!(value));
+        }
+    }
+
+    /// Merges `patch` (RFC 7386) into the spec. The driver only sets fields, so folding the
+    /// patches into one is their composition.
+    pub(super) fn merge_spec(&mut self, patch: &Value) {
+        json_patch::merge(&mut self.spec_patch, patch);
+    }
+
+    /// What [`Scope::close`] would send.
+    pub(super) fn writes(&self) -> Writes {
+        let mut object = Map::new();
+        if !self.set_annotations.is_empty() {
+            object.insert(
+                "metadata".into(),
+                json!({"annotations": self.set_annotations}),
+            );
+        }
+        let mut after = self.spec.clone();
+        json_patch::merge(&mut after, &self.spec_patch);
+        if after != self.spec {
+            object.insert("spec".into(), self.spec_patch.clone());
+        }
+        Writes {
+            object: (!object.is_empty()).then_some(Value::Object(object)),
+            status: (self.status_before.as_ref() != Some(&self.status))
+                .then(|| self.status.clone()),
+        }
+    }
+
+    /// Writes what changed, the object first, then its status.
+    pub(super) async fn close(self, api: &Api<DynamicObject>) -> Result<(), DriverError> {
+        let writes = self.writes();
+        if let Some(patch) = &writes.object {
+            api.patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+        }
+        if let Some(status) = &writes.status {
+            write_status(api, &self.name, None::<&Value>, status).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(data: Value) -> DynamicObject {
+        let mut o = DynamicObject::new(
+            "m1",
+            &kube::api::ApiResource {
+                group: "infrastructure.cluster.x-k8s.io".into(),
+                version: "v1beta2".into(),
+                api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
+                kind: "DockerMachine".into(),
+                plural: "dockermachines".into(),
+            },
+        );
+        o.metadata.annotations =
+            Some([("capw.dev/plugin-version".to_string(), "p/1".to_string())].into());
+        o.data = data;
+        o
+    }
+
+    #[test]
+    fn a_steady_reconcile_writes_nothing() {
+        let obj = object(json!({"spec": {"providerID": "x"}, "status": {"ready": true}}));
+        let mut s = Scope::new(&obj);
+        s.annotate("capw.dev/plugin-version", "p/1".into());
+        s.merge_spec(&json!({"providerID": "x"}));
+        s.status["ready"] = json!(true);
+        assert_eq!(
+            s.writes(),
+            Writes {
+                object: None,
+                status: None
+            }
+        );
+    }
+
+    #[test]
+    fn annotation_and_spec_share_one_write() {
+        let obj = object(json!({"spec": {"image": "i"}}));
+        let mut s = Scope::new(&obj);
+        s.annotate("capw.dev/plugin-version", "p/2".into());
+        s.merge_spec(&json!({"providerID": "docker:///m1"}));
+        s.status["ready"] = json!(true);
+        let w = s.writes();
+        assert_eq!(
+            w.object,
+            Some(json!({
+                "metadata": {"annotations": {"capw.dev/plugin-version": "p/2"}},
+                "spec": {"providerID": "docker:///m1"},
+            }))
+        );
+        assert_eq!(w.status, Some(json!({"ready": true})));
+    }
+
+    /// A status that is not an object (a plugin's CRD may type it any way) is rebuilt as one.
+    #[test]
+    fn a_status_that_is_not_an_object_starts_empty() {
+        let obj = object(json!({"spec": {}, "status": "garbage"}));
+        let s = Scope::new(&obj);
+        assert_eq!(s.writes().status, Some(json!({})));
+    }
+}
