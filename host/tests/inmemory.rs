@@ -558,7 +558,21 @@ async fn a_steady_provider_reconcile_writes_nothing() {
     let env = env("inmemory.wasm", MANIFEST).await;
     env.kubectl(&["apply", "-f", "-"], Some(&example()));
     env.converged("demo", 6).await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Converged is not yet idle: workers' Nodes and the sets' counts still settle. Start from
+    // a quiet API server: ten seconds without a write.
+    let mut last = writes(&env.client).await;
+    for round in 0.. {
+        assert!(
+            round < 12,
+            "the API server was still written to after two minutes"
+        );
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let now = writes(&env.client).await;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
     let machines = env.dynamic(
         "infrastructure.cluster.x-k8s.io",
         "InMemoryMachine",
@@ -570,6 +584,43 @@ async fn a_steady_provider_reconcile_writes_nothing() {
         .expect("list")
         .items;
     assert_eq!(all.len(), 6, "the example's six machines");
+    // The runtime's own status writes of the WasmProviders (their log counters move when a
+    // plugin logs) are not the driver's: they are counted by a watch and allowed for.
+    let providers: Api<DynamicObject> = Api::all_with(
+        env.client.clone(),
+        &ApiResource {
+            group: "runtime.capw.dev".into(),
+            version: "v1alpha1".into(),
+            api_version: "runtime.capw.dev/v1alpha1".into(),
+            kind: "WasmProvider".into(),
+            plural: "wasmproviders".into(),
+        },
+    );
+    let from = providers
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("resourceVersion");
+    let provider_writes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let watching = {
+        let (count, mut stream) = (
+            provider_writes.clone(),
+            providers
+                .watch(&kube::api::WatchParams::default(), &from)
+                .await
+                .expect("watch")
+                .boxed(),
+        );
+        tokio::spawn(async move {
+            while let Some(Ok(ev)) = stream.next().await {
+                if matches!(ev, kube::api::WatchEvent::Modified(_)) {
+                    count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        })
+    };
     let (before, calls) = (writes(&env.client).await, env.calls());
     for m in &all {
         let patch = json!({"metadata": {"labels": {"example.com/touched": "yes"}}});
@@ -596,12 +647,15 @@ async fn a_steady_provider_reconcile_writes_nothing() {
         .map(|(m, n)| (m, n - before.get(m).copied().unwrap_or(0)))
         .filter(|(_, n)| *n > 0)
         .collect();
-    let patch = "PATCH".to_string();
-    assert_eq!(
-        delta,
-        BTreeMap::from([(&patch, all.len() as u64)]),
-        "writes beyond the test's own {} label patches",
-        all.len()
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    watching.abort();
+    let allowed = provider_writes.load(std::sync::atomic::Ordering::Relaxed);
+    let patches = delta.get(&"PATCH".to_string()).copied().unwrap_or(0);
+    let labels = all.len() as u64;
+    assert!(
+        delta.keys().all(|m| *m == "PATCH") && (labels..=labels + allowed).contains(&patches),
+        "writes beyond the test's own {labels} label patches and {allowed} WasmProvider status \
+         writes: {delta:?}"
     );
 }
 
