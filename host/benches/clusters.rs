@@ -1,6 +1,6 @@
 //! Clusters from apply to Running with the in-memory provider, Wasm against native.
 //!
-//! `cargo bench -p capw --bench clusters` brings CAPW_BENCH_CLUSTERS (default 1000) clusters,
+//! `cargo bench -p capw-cli --bench clusters` brings CAPW_BENCH_CLUSTERS (default 1000) clusters,
 //! each with one control-plane Machine and three workers, from creation to every Machine
 //! Running, twice in one run: once with the bundled providers as components (from
 //! `scripts/build-plugins`), once with the same providers' logic crates (`plugins/*/logic`)
@@ -19,7 +19,7 @@
 // Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use capw::manager::{self, HostConfig};
+use capw_cli::manager::{self, HostConfig};
 use capw_runtime::Limits;
 use capw_runtime::capabilities::sim_cloud::{SimCloud, SimSettings};
 use capw_runtime::contract::*;

@@ -1,6 +1,6 @@
 //! The Docker provider against plain `docker run` and `docker exec`, side by side in one run.
 //!
-//! `scripts/build-plugins && cargo bench -p capw --bench docker` (needs dockerd and the static
+//! `scripts/build-plugins && cargo bench -p capw-cli --bench docker` (needs dockerd and the static
 //! capw that `scripts/test` builds) starts `capw up` with the bundled providers, then for each of
 //! CAPW_BENCH_ROUNDS rounds (default 3):
 //! 1. capw: `kubectl apply` of the quickstart (1 control-plane Machine, 2 workers) until all three

@@ -10,7 +10,7 @@
 //!     swaps (warm artifact cache). With `CAPW_BASELINE=/path/to/capw`, the same is measured for
 //!     that binary in the same run, side by side.
 //!
-//! Run: `scripts/build-plugins && cargo bench -p capw --bench runtime`.
+//! Run: `scripts/build-plugins && cargo bench -p capw-cli --bench runtime`.
 
 // Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

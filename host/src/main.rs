@@ -6,7 +6,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 /// The host and the embedded API server allocate and free many small objects per request;
-/// glibc's allocator spent more CPU on that than the controllers did (`cargo bench -p capw
+/// glibc's allocator spent more CPU on that than the controllers did (`cargo bench -p capw-cli
 /// --bench clusters`, see docs/benchmarks.md).
 #[cfg(not(target_env = "musl"))]
 #[global_allocator]

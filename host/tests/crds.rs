@@ -1,5 +1,5 @@
 //! `crds/` holds the CRDs generated from the host's Rust types; this fails when they drift.
-//! Regenerate with `cargo run -p capw -- crds --write crds`.
+//! Regenerate with `cargo run -p capw-cli -- crds --write crds`.
 
 // Test code: a failed step fails the test where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -16,7 +16,7 @@ fn generated_crds_match_the_checked_in_files() {
         let have = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
         assert!(
             have == want,
-            "crds/{file} is out of date with crates/api: run `cargo run -p capw -- crds --write crds`"
+            "crds/{file} is out of date with crates/api: run `cargo run -p capw-cli -- crds --write crds`"
         );
     }
     let mut present: Vec<String> = std::fs::read_dir(&dir)

@@ -39,7 +39,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
-        "capw",
+        "capw-cli",
         &[
             "capw-api",
             "capw-reconcile",

@@ -9,10 +9,10 @@
 
 mod support;
 
-use capw::manager::{self, Host, HostConfig};
 use capw_api::machine::Machine;
 use capw_api::machinedeployment::MachineDeployment;
 use capw_api::machineset::MachineSet;
+use capw_cli::manager::{self, Host, HostConfig};
 use capw_runtime::capabilities::sim_cloud::SimSettings;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};

@@ -28,13 +28,13 @@ const KUBEADM: &str = "#!/bin/sh\nexec capw kubeadm \"$@\"\n";
 pub enum ImageError {
     #[error(
         "{0} is not a statically linked binary, and node containers have no C library. Build a static capw with \
-         `cargo build --release --target x86_64-unknown-linux-musl -p capw` (Debian: apt-get install musl-tools) \
+         `cargo build --release --target x86_64-unknown-linux-musl -p capw-cli` (Debian: apt-get install musl-tools) \
          and pass --capw target/x86_64-unknown-linux-musl/release/capw"
     )]
     NotStatic(PathBuf),
     #[error(
         "no static capw found (looked at {0}). Build one with \
-         `cargo build --release --target x86_64-unknown-linux-musl -p capw` (Debian: apt-get install musl-tools), \
+         `cargo build --release --target x86_64-unknown-linux-musl -p capw-cli` (Debian: apt-get install musl-tools), \
          or pass --capw PATH"
     )]
     NoStaticCapw(String),

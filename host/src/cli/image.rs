@@ -10,7 +10,7 @@ pub enum Command {
     ///
     /// The static capw comes from --capw, or is this binary when it is static, or the newest
     /// build in target/x86_64-unknown-linux-musl/. Make one with
-    /// `cargo build --release --target x86_64-unknown-linux-musl -p capw`.
+    /// `cargo build --release --target x86_64-unknown-linux-musl -p capw-cli`.
     Build(BuildArgs),
 }
 

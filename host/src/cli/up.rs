@@ -2,8 +2,8 @@
 //! server).
 
 use anyhow::Context as _;
-use capw::manager::{self, HostConfig};
 use capw_apiserver::{Config, Server};
+use capw_cli::manager::{self, HostConfig};
 use capw_runtime::capabilities::sim_cloud::SimSettings;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
