@@ -2,6 +2,7 @@
 //! provider kind resolution with dynamic watches, workload cluster clients, Events and metrics.
 
 use super::error::ReconcileError;
+use crate::caches::Feeds;
 use capw_api::cluster::Cluster;
 use capw_api::machine::Machine;
 use capw_api::machinedeployment::MachineDeployment;
@@ -15,15 +16,107 @@ use capw_reconcile::remote::Remotes;
 use capw_reconcile::skeleton::Skeleton;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio_stream::wrappers::UnboundedReceiverStream;
 
 /// A phase of a core reconcile: the apply or the cleanup side of the finalizer.
 pub type Phase<K> = for<'a> fn(
     Arc<K>,
     &'a CoreCtx,
 ) -> futures::future::BoxFuture<'a, Result<Action, ReconcileError>>;
+
+/// A core controller as the manager starts it: the kind it owns, and the one `setup` that
+/// declares its watches on the shared caches ([`crate::caches::Feeds`]) and the mappers from a
+/// change to its own objects. The future it returns runs the controller; the manager polls it
+/// once [`CoreCtx::wait_until_ready`] holds.
+pub struct Registration {
+    /// The kind it reconciles, as its CRD names it.
+    pub owns: &'static str,
+    pub setup: fn(&Arc<CoreCtx>, &Feeds, &Concurrency) -> futures::future::BoxFuture<'static, ()>,
+}
+
+/// How many objects of a kind reconcile at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Concurrency {
+    pub clusters: u16,
+    /// Machines, and the sets, deployments and checks of them.
+    pub machines: u16,
+}
+
+/// Reconcile requests that come from outside the shared caches (a tracker of provider objects),
+/// taken once by the controller's `setup`.
+pub struct Requests<K: kube::Resource> {
+    tx: UnboundedSender<ObjectRef<K>>,
+    rx: Mutex<Option<UnboundedReceiver<ObjectRef<K>>>>,
+}
+
+impl<K: kube::Resource> Default for Requests<K> {
+    fn default() -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        Requests {
+            tx,
+            rx: Mutex::new(Some(rx)),
+        }
+    }
+}
+
+impl<K: kube::Resource + 'static> Requests<K> {
+    pub(crate) fn sender(&self) -> UnboundedSender<ObjectRef<K>> {
+        self.tx.clone()
+    }
+
+    /// The requests, for the one controller that reconciles `K`; a second taker gets none.
+    pub(crate) fn take(&self) -> futures::stream::BoxStream<'static, ObjectRef<K>>
+    where
+        K::DynamicType: Send + Sync,
+    {
+        use futures::StreamExt;
+        match self.rx.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(rx) => UnboundedReceiverStream::new(rx).boxed(),
+            None => futures::stream::empty().boxed(),
+        }
+    }
+}
+
+/// The Cluster changes that matter to the objects of a cluster: its pause and annotations, not
+/// its status, which the Cluster controller rewrites as its Machines move.
+pub(crate) fn relevant_cluster_changes(
+    feeds: &Feeds,
+) -> impl futures::Stream<Item = Arc<Cluster>> + Send + 'static {
+    use futures::StreamExt;
+    let mut seen: HashMap<(String, String), u64> = HashMap::new();
+    crate::caches::watch(&feeds.clusters).filter(move |c| {
+        let relevance = capw_reconcile::relevance::cluster_for_machines(c).unwrap_or_default();
+        let key = (c.namespace().unwrap_or_default(), c.name_any());
+        futures::future::ready(seen.insert(key, relevance) != Some(relevance))
+    })
+}
+
+/// Requests for the objects `of` a Cluster, on each of its [`relevant_cluster_changes`].
+pub(crate) fn on_cluster_change<K>(
+    ctx: &Arc<CoreCtx>,
+    feeds: &Feeds,
+    of: fn(&CoreCtx, &str, &str) -> Vec<Arc<K>>,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + 'static,
+{
+    use futures::StreamExt;
+    let ctx = ctx.clone();
+    relevant_cluster_changes(feeds).flat_map(move |c| {
+        let ns = c.namespace().unwrap_or_default();
+        let refs: Vec<_> = of(&ctx, &ns, &c.name_any())
+            .iter()
+            .map(|o| ObjectRef::from_obj(&**o))
+            .collect();
+        futures::stream::iter(refs)
+    })
+}
 
 /// What tells the Cluster and Machine controllers apart.
 pub struct CoreController<K> {
@@ -113,6 +206,18 @@ pub struct CoreCtx {
 }
 
 impl CoreCtx {
+    /// Until every shared cache has listed the world once: controllers read the caches.
+    ///
+    /// Call it from one task only: kube-runtime's `wait_until_ready` keeps one waker per store,
+    /// so a second task waiting on the same store at the same time may never be woken.
+    pub async fn wait_until_ready(&self) {
+        let _ = self.clusters.wait_until_ready().await;
+        let _ = self.machines.wait_until_ready().await;
+        let _ = self.machine_sets.wait_until_ready().await;
+        let _ = self.machine_deployments.wait_until_ready().await;
+        let _ = self.machine_health_checks.wait_until_ready().await;
+    }
+
     pub async fn event(
         &self,
         obj: &k8s_openapi::api::core::v1::ObjectReference,

@@ -1,10 +1,11 @@
-//! The core controllers, Cluster and Machine (`capi-contract.md` §3 and §4), and the plumbing
-//! only they use. Each controller is a folder: `mod.rs` wires it (the reconcile skeleton, the
-//! triggers), `phases.rs` reads its provider objects through the contract, `status.rs` sums up
+//! The core controllers (`capi-contract.md` §3 and §4, `capi-lifecycle.md`), and the plumbing
+//! only they use. Each controller is a folder: `mod.rs` wires it (the reconcile skeleton),
+//! `watches.rs` declares what wakes it (its `setup`, listed in [`CONTROLLERS`]), `phases.rs` reads its provider objects through the contract, `status.rs` sums up
 //! its status and conditions, `delete.rs` deletes in order.
 
 pub mod adopt;
 pub mod aggregate;
+pub mod caches;
 pub mod cluster;
 pub mod context;
 pub mod error;
@@ -16,3 +17,12 @@ pub mod machineset;
 pub mod naming;
 pub mod referenced;
 pub mod written;
+
+/// Every core controller. Adding one is a folder with its `setup` and a line here.
+pub const CONTROLLERS: &[context::Registration] = &[
+    cluster::CONTROLLER,
+    machine::CONTROLLER,
+    machineset::CONTROLLER,
+    machinedeployment::CONTROLLER,
+    machinehealthcheck::CONTROLLER,
+];

@@ -1,16 +1,25 @@
 //! The provider objects a Cluster or Machine references, as core handles them in both
 //! controllers: read one (starting its dynamic watch, adopting it, and picking up the v1beta1
-//! failure fields it carries), and delete one in a deletion step.
+//! failure fields it carries), and delete one in a deletion step; and back from a changed
+//! provider object to the Cluster or Machine that references it, for the trackers.
 
 use super::adopt;
 use super::error::ReconcileError;
+use capw_api::cluster::Cluster;
+use capw_api::common::names::CLUSTER_NAME_LABEL;
 use capw_api::common::{ContractVersionedObjectReference, Deprecated, V1Beta1Deprecated};
 use capw_api::contract::ProviderObject;
-use capw_reconcile::external::{ExternalError, Resolver, Tracker};
+use capw_api::machine::Machine;
+use capw_reconcile::by_cluster::ByCluster;
+use capw_reconcile::external::{ExternalError, OwnerMap, Resolver, Tracker, owner_of_kind};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
+use kube::ResourceExt;
 use kube::api::DeleteParams;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
+use std::sync::Arc;
 
 /// A referenced object as JSON, with the legacy failure fields core copies (without effect).
 pub struct Referenced {
@@ -139,4 +148,91 @@ pub async fn own_templates(
         }
     }
     Ok(missing)
+}
+
+/// The objects of `K` that may refer to a provider object of cluster `.1` in namespace `.0`.
+type Candidates<K> = Box<dyn Fn(&str, &str) -> Vec<Arc<K>> + Send + Sync>;
+
+/// The owner of a provider object, or, when it has no owner yet (just cloned from a template)
+/// or lost its references, the objects whose refs name it, so it is adopted or put back right
+/// away, not at the next resync. The search is narrowed to the object's cluster when it
+/// carries the cluster-name label, as every object capw clones does: a scan of every Machine
+/// for each new object made creating a thousand clusters quadratic.
+fn referrers<K>(
+    store: &Store<K>,
+    owner_kind: &'static str,
+    refs: for<'a> fn(&'a K) -> [Option<&'a ContractVersionedObjectReference>; 2],
+    candidates: Candidates<K>,
+) -> OwnerMap<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let store = store.clone();
+    Arc::new(move |o: &DynamicObject| {
+        if let Some(r) = owner_of_kind::<K>(o, owner_kind) {
+            return vec![r];
+        }
+        let Some(types) = o.types.as_ref() else {
+            return vec![];
+        };
+        let group = types.api_version.split('/').next().unwrap_or_default();
+        let ns = o.metadata.namespace.as_deref().unwrap_or_default();
+        let names_it = |k: &K| {
+            refs(k).into_iter().flatten().any(|r| {
+                r.kind == types.kind
+                    && r.api_group == group
+                    && Some(&r.name) == o.metadata.name.as_ref()
+            })
+        };
+        let pick = |k: &Arc<K>| names_it(k).then(|| ObjectRef::from_obj(&**k));
+        match o.labels().get(CLUSTER_NAME_LABEL) {
+            Some(cluster) => candidates(ns, cluster).iter().filter_map(pick).collect(),
+            None => store
+                .state()
+                .iter()
+                .filter(|k| k.meta().namespace.as_deref() == Some(ns))
+                .filter_map(pick)
+                .collect(),
+        }
+    })
+}
+
+/// The Cluster a changed infrastructure cluster or control plane belongs to.
+pub(crate) fn referrers_of_cluster(store: &Store<Cluster>) -> OwnerMap<Cluster> {
+    let clusters = store.clone();
+    referrers(
+        store,
+        "Cluster",
+        |c| {
+            [
+                c.spec.infrastructure_ref.as_ref(),
+                c.spec.control_plane_ref.as_ref(),
+            ]
+        },
+        Box::new(move |ns, name| {
+            clusters
+                .get(&ObjectRef::new(name).within(ns))
+                .into_iter()
+                .collect()
+        }),
+    )
+}
+
+/// The Machine a changed infrastructure machine or bootstrap config belongs to.
+pub(crate) fn referrers_of_machine(
+    store: &Store<Machine>,
+    index: Arc<ByCluster<Machine>>,
+) -> OwnerMap<Machine> {
+    let machines = store.clone();
+    referrers(
+        store,
+        "Machine",
+        |m| {
+            [
+                Some(&m.spec.infrastructure_ref),
+                m.spec.bootstrap.config_ref.as_ref(),
+            ]
+        },
+        Box::new(move |ns, cluster| index.get(&machines, ns, cluster)),
+    )
 }

@@ -24,6 +24,8 @@ use std::time::Duration;
 
 /// The finalizer that keeps a WasmProvider until the objects of its kinds are gone.
 pub const FINALIZER: &str = "runtime.capw.dev/objects-remain";
+/// The kind this controller reconciles.
+pub const OWNS: &str = "WasmProvider";
 const MANAGER: &str = "capw-runtime";
 
 /// Failures of one reconcile; all are retried with backoff.

@@ -5,8 +5,9 @@
 mod delete;
 mod phases;
 mod status;
+mod watches;
 
-use super::context::CoreCtx;
+use super::context::{CoreCtx, Registration};
 use super::error::ReconcileError;
 use capw_api::cluster::{Cluster, ClusterStatus};
 use capw_api::common::names::CLUSTER_FINALIZER;
@@ -92,9 +93,15 @@ async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, Reconcile
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
 }
 
+/// The Cluster controller, as the manager starts it.
+pub const CONTROLLER: Registration = Registration {
+    owns: "Cluster",
+    setup: watches::setup,
+};
+
 /// Runs the Cluster controller until the process ends. `triggers` carries reconcile requests
 /// from Machines and from the dynamic watches on provider kinds.
-pub async fn run(
+async fn run(
     ctx: Arc<CoreCtx>,
     own: impl futures::Stream<Item = Arc<Cluster>> + Send + 'static,
     triggers: impl futures::Stream<Item = ObjectRef<Cluster>> + Send + 'static,

@@ -7,8 +7,9 @@ mod delete;
 mod node;
 mod phases;
 mod status;
+mod watches;
 
-use super::context::CoreCtx;
+use super::context::{CoreCtx, Registration};
 use super::error::ReconcileError;
 use super::machine_conditions::OTHERS;
 use capw_api::cluster::Cluster;
@@ -200,8 +201,14 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
 }
 
+/// The Machine controller, as the manager starts it.
+pub const CONTROLLER: Registration = Registration {
+    owns: "Machine",
+    setup: watches::setup,
+};
+
 /// Runs the Machine controller until the process ends.
-pub async fn run(
+async fn run(
     ctx: Arc<CoreCtx>,
     own: impl futures::Stream<Item = Arc<Machine>> + Send + 'static,
     triggers: impl futures::Stream<Item = ObjectRef<Machine>> + Send + 'static,

@@ -12,8 +12,9 @@ pub mod rollout;
 mod simulation;
 mod status;
 mod sync;
+mod watches;
 
-use super::context::CoreCtx;
+use super::context::{CoreCtx, Registration};
 use super::error::ReconcileError;
 use capw_api::cluster::Cluster;
 use capw_api::common::names::{
@@ -171,8 +172,14 @@ async fn cleanup(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, Re
     Ok(Action::await_change())
 }
 
+/// The MachineDeployment controller, as the manager starts it.
+pub const CONTROLLER: Registration = Registration {
+    owns: "MachineDeployment",
+    setup: watches::setup,
+};
+
 /// Runs the MachineDeployment controller until the process ends.
-pub async fn run(
+async fn run(
     ctx: Arc<CoreCtx>,
     own: impl futures::Stream<Item = Arc<MachineDeployment>> + Send + 'static,
     triggers: impl futures::Stream<Item = ObjectRef<MachineDeployment>> + Send + 'static,
@@ -192,7 +199,7 @@ pub async fn run(
 }
 
 /// The deployment a changed MachineSet or Machine concerns: its `deployment-name` label.
-pub fn deployment_of<K: ResourceExt>(o: &K) -> Option<ObjectRef<MachineDeployment>> {
+pub(crate) fn deployment_of<K: ResourceExt>(o: &K) -> Option<ObjectRef<MachineDeployment>> {
     let ns = o.namespace()?;
     let name = o.labels().get(DEPLOYMENT_NAME_LABEL)?;
     Some(ObjectRef::new(name).within(&ns))

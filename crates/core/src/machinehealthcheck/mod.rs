@@ -6,8 +6,9 @@
 //! MachineSet, or the control plane) remediates. The verdict rules are in `targets.rs`.
 
 pub mod targets;
+mod watches;
 
-use super::context::CoreCtx;
+use super::context::{CoreCtx, Registration};
 use super::error::ReconcileError;
 use super::machine_conditions;
 use capw_api::common::names::{
@@ -288,8 +289,14 @@ async fn cleanup(_: Arc<MachineHealthCheck>, _: &CoreCtx) -> Result<Action, Reco
     Ok(Action::await_change())
 }
 
+/// The MachineHealthCheck controller, as the manager starts it.
+pub const CONTROLLER: Registration = Registration {
+    owns: "MachineHealthCheck",
+    setup: watches::setup,
+};
+
 /// Runs the MachineHealthCheck controller until the process ends.
-pub async fn run(
+async fn run(
     ctx: Arc<CoreCtx>,
     own: impl futures::Stream<Item = Arc<MachineHealthCheck>> + Send + 'static,
     triggers: impl futures::Stream<Item = ObjectRef<MachineHealthCheck>> + Send + 'static,
@@ -304,14 +311,4 @@ pub async fn run(
         cleanup: |o, ctx| Box::pin(cleanup(o, ctx)),
     };
     super::context::run(ctx, store, own, triggers, concurrency, controller).await
-}
-
-/// The checks a changed Machine concerns: those of its Cluster whose selector matches it.
-pub fn checks_of_machine(ctx: &CoreCtx, m: &Machine) -> Vec<ObjectRef<MachineHealthCheck>> {
-    let ns = m.namespace().unwrap_or_default();
-    ctx.machine_health_checks_of(&ns, &m.spec.cluster_name)
-        .iter()
-        .filter(|c| c.spec.selector.matches(m.labels()))
-        .map(|c| ObjectRef::from_obj(&**c))
-        .collect()
 }

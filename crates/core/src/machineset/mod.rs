@@ -12,8 +12,9 @@ mod machines;
 pub mod preflight;
 mod remediation;
 mod status;
+mod watches;
 
-use super::context::CoreCtx;
+use super::context::{CoreCtx, Registration};
 use super::error::ReconcileError;
 use capw_api::cluster::Cluster;
 use capw_api::common::names::{DEPLOYMENT_NAME_LABEL, MACHINESET_FINALIZER, PAUSED_ANNOTATION};
@@ -195,8 +196,14 @@ async fn cleanup(ms: Arc<MachineSet>, ctx: &CoreCtx) -> Result<Action, Reconcile
     Ok(Action::await_change())
 }
 
+/// The MachineSet controller, as the manager starts it.
+pub const CONTROLLER: Registration = Registration {
+    owns: "MachineSet",
+    setup: watches::setup,
+};
+
 /// Runs the MachineSet controller until the process ends.
-pub async fn run(
+async fn run(
     ctx: Arc<CoreCtx>,
     own: impl futures::Stream<Item = Arc<MachineSet>> + Send + 'static,
     triggers: impl futures::Stream<Item = ObjectRef<MachineSet>> + Send + 'static,
@@ -212,25 +219,4 @@ pub async fn run(
         cleanup: |o, ctx| Box::pin(cleanup(o, ctx)),
     };
     super::context::run(ctx, store, own, triggers, concurrency, controller).await
-}
-
-/// The MachineSets a changed Machine concerns: its controller, or for an orphan every set in
-/// its namespace whose selector matches it (which may adopt it).
-pub fn sets_of_machine(ctx: &CoreCtx, m: &Machine) -> Vec<ObjectRef<MachineSet>> {
-    let ns = m.namespace().unwrap_or_default();
-    if let Some(owner) = m
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true))
-    {
-        if owner.kind == "MachineSet" {
-            return vec![ObjectRef::new(&owner.name).within(&ns)];
-        }
-        return vec![];
-    }
-    ctx.machine_sets_of(&ns, &m.spec.cluster_name)
-        .iter()
-        .filter(|s| s.spec.selector.matches(m.labels()))
-        .map(|s| ObjectRef::from_obj(&**s))
-        .collect()
 }
