@@ -707,7 +707,7 @@ async fn probe() {
     let rt = capw_runtime::Runtime::new(dir.path()).expect("runtime");
     let bytes = std::fs::read(repo().join("target/plugins/bootstrap.wasm"))
         .expect("target/plugins/bootstrap.wasm: run scripts/build-plugins first");
-    let grants = [capw_runtime::Capability::Log].into();
+    let grants = [capw_runtime::Capability::LOG].into();
     let wasm = Plugin::load(
         &rt.engine,
         &rt.cache,

@@ -81,7 +81,7 @@ fn native_echo(ctx: &Context) -> (bool, String, String) {
 }
 
 fn grants() -> BTreeSet<Capability> {
-    [Capability::Log].into()
+    [Capability::LOG].into()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -142,7 +142,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     let metrics = Arc::new(Metrics::default());
     let runtime = Arc::new(Runtime::new(&config.cache_dir)?);
     let sim = SimCloud::new(config.sim.clone());
-    let _ = runtime.engine.services.sim_cloud.set(sim.clone());
+    runtime.engine.services.backends.provide(sim.clone());
     let registry = Arc::new(Registry::default());
     let wp = Arc::new(wasmprovider::Ctx {
         claims: Default::default(),

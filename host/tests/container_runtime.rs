@@ -393,7 +393,7 @@ async fn a_component_reaches_docker_only_through_its_grant_and_only_its_own_cont
         &rt.cache,
         &wasm,
         None,
-        [Capability::Log].into(),
+        [Capability::LOG].into(),
         Limits::default(),
     )
     .await;
@@ -408,9 +408,11 @@ async fn a_component_reaches_docker_only_through_its_grant_and_only_its_own_cont
             &rt.cache,
             &wasm,
             None,
-            [Capability::Log, Capability::ContainerRuntime].into(),
+            [Capability::LOG, Capability::CONTAINER_RUNTIME].into(),
             Limits {
-                container: grant(&images).into(),
+                grants: capw_runtime::capabilities::Grants::default()
+                    .with(grant(&images))
+                    .into(),
                 ..Limits::default()
             },
         )

@@ -43,7 +43,7 @@ fn fixture() -> Fixture {
 }
 
 fn log_only() -> BTreeSet<Capability> {
-    [Capability::Log].into()
+    [Capability::LOG].into()
 }
 
 fn limits(timeout: Duration) -> Limits {
@@ -286,7 +286,7 @@ async fn ungranted_imports_and_wrong_digests_never_load() {
         "{err}"
     );
     // Granted, it loads (and its stub capability answers).
-    let granted: BTreeSet<Capability> = [Capability::Log, Capability::ContainerRuntime].into();
+    let granted: BTreeSet<Capability> = [Capability::LOG, Capability::CONTAINER_RUNTIME].into();
     let p = Plugin::load(
         &f.rt,
         &f.cache,

@@ -15,8 +15,8 @@ pub struct HostState {
     pub(crate) limits: StoreLimits,
     pub log: LogSink,
     pub(crate) services: std::sync::Arc<super::Services>,
-    pub(crate) container_grant:
-        std::sync::Arc<crate::capabilities::container_runtime::ContainerGrant>,
+    /// What the plugin's grants say, per capability.
+    pub(crate) grants: std::sync::Arc<crate::capabilities::Grants>,
 }
 
 impl HostState {
@@ -48,7 +48,7 @@ impl HostState {
             limits: store_limits,
             log: LogSink::new(plugin, version, object_json, limits.log_bytes),
             services,
-            container_grant: limits.container.clone(),
+            grants: limits.grants.clone(),
         }
     }
 }

@@ -43,19 +43,14 @@ pub use plugin::{CallError, Plugin, PluginError};
 
 pub use crate::capabilities::Capability;
 
-/// The backends of the granted host interfaces, shared by every plugin of the process. One left
-/// unset answers `unavailable`.
+/// What every plugin of the process shares: the capabilities' backends, and each plugin's fair
+/// share of concurrent calls.
 #[derive(Default)]
 pub struct Services {
-    pub log_rate: crate::capabilities::log::LogRate,
+    pub backends: crate::capabilities::Backends,
     /// Per plugin, the calls that may run at once.
     shares:
         std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Semaphore>>>,
-    pub sim_cloud: std::sync::OnceLock<std::sync::Arc<crate::capabilities::sim_cloud::SimCloud>>,
-    /// Connected on first use, so a host without Docker runs every other plugin.
-    docker: std::sync::OnceLock<
-        std::sync::Arc<crate::capabilities::container_runtime::ContainerRuntime>,
-    >,
 }
 
 /// Calls of one plugin that run at once; more wait their turn. High enough that a provider
@@ -73,21 +68,6 @@ impl Services {
         let s = std::sync::Arc::new(tokio::sync::Semaphore::new(CALLS_PER_PLUGIN));
         shares.insert(plugin.to_string(), s.clone());
         s
-    }
-
-    pub fn container_runtime(
-        &self,
-    ) -> Result<
-        std::sync::Arc<crate::capabilities::container_runtime::ContainerRuntime>,
-        crate::capabilities::container_runtime::RuntimeError,
-    > {
-        if let Some(d) = self.docker.get() {
-            return Ok(d.clone());
-        }
-        let rt = crate::capabilities::container_runtime::ContainerRuntime::connect(
-            std::time::Duration::from_secs(30),
-        )?;
-        Ok(self.docker.get_or_init(|| std::sync::Arc::new(rt)).clone())
     }
 }
 

@@ -21,9 +21,9 @@ pub struct Limits {
     pub log_bytes: usize,
     /// Bytes of one result (status patch, CRD text, ...); larger results are refused.
     pub result_bytes: usize,
-    /// What `container-runtime` may ask of the engine.
-    /// Shared, so the per-call Store copies a pointer, not the image list.
-    pub container: std::sync::Arc<crate::capabilities::container_runtime::ContainerGrant>,
+    /// What the plugin's grants say, per capability (`container-runtime`'s allow-list, say).
+    /// Shared, so the per-call Store copies a pointer, not the options.
+    pub grants: std::sync::Arc<crate::capabilities::Grants>,
 }
 
 impl Default for Limits {
@@ -39,7 +39,7 @@ impl Default for Limits {
             handles: 1000,
             log_bytes: 64 << 10,
             result_bytes: 1 << 20,
-            container: Default::default(),
+            grants: Default::default(),
         }
     }
 }

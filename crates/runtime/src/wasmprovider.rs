@@ -110,7 +110,7 @@ fn refused(reason: &str, msg: &str, loaded: bool, kept: &str, old: &[Condition])
 }
 
 fn grants(wp: &WasmProvider) -> (BTreeSet<Capability>, Vec<String>) {
-    let mut set: BTreeSet<Capability> = [Capability::Log].into();
+    let mut set: BTreeSet<Capability> = [Capability::LOG].into();
     let mut unknown = vec![];
     for c in &wp.spec.capabilities {
         match Capability::parse(c) {
@@ -123,7 +123,8 @@ fn grants(wp: &WasmProvider) -> (BTreeSet<Capability>, Vec<String>) {
     (set, unknown)
 }
 
-fn limits(wp: &WasmProvider) -> Limits {
+/// The limits of each call, with the grants; and the first thing wrong with a grant.
+fn limits(wp: &WasmProvider) -> (Limits, Option<String>) {
     let mut l = Limits::default();
     if let Some(spec) = &wp.spec.limits {
         if let Some(t) = spec.timeout_seconds {
@@ -133,12 +134,9 @@ fn limits(wp: &WasmProvider) -> Limits {
             l.memory_bytes = (m.clamp(1, 256) as usize) << 20;
         }
     }
-    l.container = std::sync::Arc::new(
-        crate::capabilities::container_runtime::ContainerGrant::from_spec(
-            wp.spec.container_runtime.as_ref(),
-        ),
-    );
-    l
+    let (grants, wrong) = crate::capabilities::grants(&wp.spec);
+    l.grants = std::sync::Arc::new(grants);
+    (l, wrong)
 }
 
 fn rollout(wp: &WasmProvider) -> Rollout {
@@ -361,9 +359,8 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
     let slot = ctx.registry.get(&name);
     let (granted, unknown) = grants(&wp);
     status.granted_capabilities = granted.iter().map(|c| c.name().to_string()).collect();
-    status.container_runtime = granted
-        .contains(&Capability::ContainerRuntime)
-        .then(|| limits(&wp).container.to_spec());
+    let (limits, wrong_grant) = limits(&wp);
+    crate::capabilities::show(&granted, &limits.grants, &mut status);
     let reference = wp.object_ref(&());
     let path = match module_path(&ctx.plugins_dir, &wp.spec.module) {
         Ok(p) => p,
@@ -409,7 +406,8 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
     };
     if !unknown.is_empty() {
         let msg = format!(
-            "unknown capabilities {unknown:?}: known are log, container-runtime, sim-cloud"
+            "unknown capabilities {unknown:?}: known are {}",
+            Capability::known().join(", ")
         );
         status.conditions = vec![condition(
             types::VALIDATED,
@@ -421,8 +419,8 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         set_status(&api, &wp, status).await?;
         return Ok(Action::await_change());
     }
-    if let Some(e) = limits(&wp).container.image_errors().first() {
-        let msg = format!("WasmProvider {name}: spec.{e}");
+    if let Some(e) = wrong_grant {
+        let msg = format!("WasmProvider {name}: {e}");
         status.conditions = refused(
             "InvalidGrant",
             &msg,
@@ -496,7 +494,7 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         &bytes,
         Some(&wp.spec.sha256),
         granted,
-        limits(&wp),
+        limits,
     )
     .await;
     let verdict = {

@@ -40,9 +40,9 @@ pub enum Command {
 }
 
 fn all_capabilities() -> BTreeSet<Capability> {
-    capw_runtime::capabilities::TABLE
+    capw_runtime::capabilities::ALL
         .iter()
-        .map(|r| r.capability)
+        .filter_map(|c| Capability::parse(c.name()))
         .collect()
 }
 

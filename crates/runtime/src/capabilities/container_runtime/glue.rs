@@ -47,9 +47,13 @@ impl container_runtime::Host for HostState {
                 .collect(),
             privileged: spec.privileged,
         };
-        rt.create(&self.log.plugin, &self.container_grant, spec)
-            .await
-            .map_err(to_wit)
+        rt.create(
+            &self.log.plugin,
+            &self.grants.get::<cr::ContainerGrant>(),
+            spec,
+        )
+        .await
+        .map_err(to_wit)
     }
     async fn start(&mut self, name: String) -> Result<(), container_runtime::RuntimeError> {
         let rt = self.docker()?;
@@ -135,6 +139,9 @@ impl HostState {
     fn docker(
         &self,
     ) -> Result<std::sync::Arc<cr::ContainerRuntime>, container_runtime::RuntimeError> {
-        self.services.container_runtime().map_err(to_wit)
+        self.services
+            .backends
+            .get_or_try_init(|| cr::ContainerRuntime::connect(std::time::Duration::from_secs(30)))
+            .map_err(to_wit)
     }
 }

@@ -20,6 +20,7 @@ mod image;
 
 pub use image::PatternError;
 
+use crate::host::HostState;
 use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{
@@ -31,6 +32,43 @@ use bollard::query_parameters::{
 use futures::StreamExt;
 use std::collections::HashMap;
 use std::time::Duration;
+use wasmtime::component::{HasSelf, Linker};
+
+/// Its short name.
+pub const NAME: &str = "container-runtime";
+
+/// `capw:host/container-runtime`; its grant's options are the WasmProvider's
+/// `spec.containerRuntime`, read into a [`ContainerGrant`].
+pub struct ContainerRuntimeCapability;
+
+impl super::HostCapability for ContainerRuntimeCapability {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn interface(&self) -> &'static str {
+        "capw:host/container-runtime@0.2.0"
+    }
+    fn link(&self, l: &mut Linker<HostState>) -> wasmtime::Result<()> {
+        crate::bindings::container_runtime::add_to_linker::<HostState, HasSelf<HostState>>(l, |s| s)
+    }
+    fn grant(
+        &self,
+        spec: &capw_api::wasmprovider::WasmProviderSpec,
+        grants: &mut super::Grants,
+    ) -> Result<(), String> {
+        let grant = ContainerGrant::from_spec(spec.container_runtime.as_ref());
+        let wrong = grant.image_errors().first().map(|e| format!("spec.{e}"));
+        grants.insert(grant);
+        wrong.map_or(Ok(()), Err)
+    }
+    fn show(
+        &self,
+        grants: &super::Grants,
+        status: &mut capw_api::wasmprovider::WasmProviderStatus,
+    ) {
+        status.container_runtime = Some(grants.get::<ContainerGrant>().to_spec());
+    }
+}
 
 /// The label every object the host creates carries.
 pub const MANAGED_BY: &str = "capw.dev/managed-by";

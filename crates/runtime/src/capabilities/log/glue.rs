@@ -17,7 +17,13 @@ impl log::Host for HostState {
         // A line costs its record as well as its text, so empty lines are not free; and each
         // plugin has a rate across calls, so many short calls cannot flood the host's log.
         let estimate = text.len() + sink.record;
-        if estimate > sink.left || !self.services.log_rate.admits(&sink.plugin, estimate) {
+        if estimate > sink.left
+            || !self
+                .services
+                .backends
+                .get_or_default::<super::LogRate>()
+                .admits(&sink.plugin, estimate)
+        {
             sink.dropped += estimate;
             return;
         }
@@ -54,7 +60,10 @@ impl log::Host for HostState {
         };
         sink.left = sink.left.saturating_sub(cost);
         sink.written += written;
-        self.services.log_rate.charge(&sink.plugin, cost);
+        self.services
+            .backends
+            .get_or_default::<super::LogRate>()
+            .charge(&sink.plugin, cost);
         sink.lines.push((level, text));
     }
 }

@@ -11,6 +11,26 @@
 mod glue;
 
 use crate::bindings::log;
+use crate::host::HostState;
+use wasmtime::component::{HasSelf, Linker};
+
+/// Its short name.
+pub const NAME: &str = "log";
+
+/// `capw:host/log`, granted to every plugin.
+pub struct Log;
+
+impl super::HostCapability for Log {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn interface(&self) -> &'static str {
+        "capw:host/log@0.2.0"
+    }
+    fn link(&self, l: &mut Linker<HostState>) -> wasmtime::Result<()> {
+        log::add_to_linker::<HostState, HasSelf<HostState>>(l, |s| s)
+    }
+}
 
 /// The least one log line costs against the caps beyond its text: what a line the host keeps
 /// but does not write (below the log level) costs, and the first estimate of a written line's

@@ -65,8 +65,8 @@ impl sim_cloud::Host for HostState {
 }
 
 impl HostState {
-    fn sim(&self) -> Result<&SimCloud, SimCloudError> {
-        self.services.sim_cloud.get().map(|s| &**s).ok_or_else(|| {
+    fn sim(&self) -> Result<std::sync::Arc<SimCloud>, SimCloudError> {
+        self.services.backends.get::<SimCloud>().ok_or_else(|| {
             SimCloudError::Unavailable(
                 "the simulated cloud is not running in this host (capw up and capw run start it)"
                     .to_string(),

@@ -19,6 +19,28 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::host::HostState;
+use wasmtime::component::{HasSelf, Linker};
+
+/// Its short name.
+pub const NAME: &str = "sim-cloud";
+
+/// `capw:host/sim-cloud`: its backend is the [`SimCloud`] the host provides
+/// (`Backends::provide`); without one, every call answers `unavailable`.
+pub struct SimCloudCapability;
+
+impl super::HostCapability for SimCloudCapability {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn interface(&self) -> &'static str {
+        "capw:host/sim-cloud@0.2.0"
+    }
+    fn link(&self, l: &mut Linker<HostState>) -> wasmtime::Result<()> {
+        crate::bindings::sim_cloud::add_to_linker::<HostState, HasSelf<HostState>>(l, |s| s)
+    }
+}
+
 /// The file the bootstrap data touches last; the VM is running once it exists.
 pub const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
 
