@@ -1,15 +1,68 @@
-//! The kubeconfig the server writes for kubectl, kube-rs and the Python client.
+//! The kubeconfigs the server and the node programs write, for kubectl, kube-rs and the Python
+//! client: built as kube's [`Kubeconfig`] and serialized, so every field is spelled as kubectl
+//! reads it.
 
+use base64::Engine;
+use kube::config::{
+    AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
+};
 use std::io::Write;
 use std::path::Path;
 
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// One cluster, one user and one context naming both, in namespace `default`.
+fn single(
+    cluster: &str,
+    server: &str,
+    ca_pem: &str,
+    user: &str,
+    auth: AuthInfo,
+    context: &str,
+) -> String {
+    let kc = Kubeconfig {
+        api_version: Some("v1".into()),
+        kind: Some("Config".into()),
+        clusters: vec![NamedCluster {
+            name: cluster.into(),
+            cluster: Some(Cluster {
+                server: Some(server.into()),
+                certificate_authority_data: Some(b64(ca_pem)),
+                ..Cluster::default()
+            }),
+            ..NamedCluster::default()
+        }],
+        auth_infos: vec![NamedAuthInfo {
+            name: user.into(),
+            auth_info: Some(auth),
+            ..NamedAuthInfo::default()
+        }],
+        contexts: vec![NamedContext {
+            name: context.into(),
+            context: Some(Context {
+                cluster: cluster.into(),
+                user: Some(user.into()),
+                namespace: Some("default".into()),
+                ..Context::default()
+            }),
+            ..NamedContext::default()
+        }],
+        current_context: Some(context.into()),
+        ..Kubeconfig::default()
+    };
+    // Plain strings and lists: serializing them cannot fail.
+    serde_yaml::to_string(&kc).unwrap_or_default()
+}
+
 /// A kubeconfig with one cluster, one user holding the bearer token, and one context.
 pub fn render(server: &str, ca_pem: &str, token: &str) -> String {
-    use base64::Engine;
-    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: capw\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: capw-admin\n  user:\n    token: {token}\ncontexts:\n- name: capw\n  context:\n    cluster: capw\n    user: capw-admin\n    namespace: default\ncurrent-context: capw\npreferences: {{}}\n"
-    )
+    let auth = AuthInfo {
+        token: Some(token.to_string().into()),
+        ..AuthInfo::default()
+    };
+    single("capw", server, ca_pem, "capw-admin", auth, "capw")
 }
 
 /// A kubeconfig whose user authenticates with a client certificate (PEM certificate and key),
@@ -21,13 +74,18 @@ pub fn render_with_certificate(
     cert_pem: &str,
     key_pem: &str,
 ) -> String {
-    use base64::Engine;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: default-cluster\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\nusers:\n- name: {user}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: default-context\n  context:\n    cluster: default-cluster\n    user: {user}\n    namespace: default\ncurrent-context: default-context\npreferences: {{}}\n",
-        b64(ca_pem),
-        b64(cert_pem),
-        b64(key_pem),
+    let auth = AuthInfo {
+        client_certificate_data: Some(b64(cert_pem)),
+        client_key_data: Some(b64(key_pem).into()),
+        ..AuthInfo::default()
+    };
+    single(
+        "default-cluster",
+        server,
+        ca_pem,
+        user,
+        auth,
+        "default-context",
     )
 }
 
@@ -46,34 +104,36 @@ pub struct ClientCredential {
 /// The client certificate and key of `text`'s current user, and its cluster's CA, when the
 /// kubeconfig carries them inline (`*-data`). `None` for anything else.
 pub fn client_credential(text: &str) -> Option<ClientCredential> {
-    use base64::Engine;
-    use serde_json::Value;
-    let kc: Value = serde_yaml::from_str(text).ok()?;
-    let named = |list: &str, name: &str| {
-        kc.get(list)?
-            .as_array()?
-            .iter()
-            .find(|e| e.get("name").and_then(Value::as_str) == Some(name))
-            .cloned()
-    };
-    let current = kc.get("current-context")?.as_str()?;
-    let context = named("contexts", current)?;
-    let user = named("users", context.pointer("/context/user")?.as_str()?)?;
-    let decode = |v: Option<&Value>| {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(v?.as_str()?)
-            .ok()?;
+    use secrecy::ExposeSecret;
+    let kc = Kubeconfig::from_yaml(text).ok()?;
+    let current = kc.current_context.as_deref()?;
+    let context = kc
+        .contexts
+        .iter()
+        .find(|c| c.name == current)?
+        .context
+        .as_ref()?;
+    let user = context.user.as_deref()?;
+    let auth = kc
+        .auth_infos
+        .iter()
+        .find(|a| a.name == user)?
+        .auth_info
+        .as_ref()?;
+    let decode = |v: &str| {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(v).ok()?;
         String::from_utf8(bytes).ok()
     };
-    let ca = context
-        .pointer("/context/cluster")
-        .and_then(Value::as_str)
-        .and_then(|c| named("clusters", c))
-        .and_then(|c| decode(c.pointer("/cluster/certificate-authority-data")));
+    let ca = kc
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_ref()?.certificate_authority_data.as_deref())
+        .and_then(decode);
     Some(ClientCredential {
         ca,
-        cert: decode(user.pointer("/user/client-certificate-data"))?,
-        key: decode(user.pointer("/user/client-key-data"))?,
+        cert: decode(auth.client_certificate_data.as_deref()?)?,
+        key: decode(auth.client_key_data.as_ref()?.expose_secret())?,
     })
 }
 
@@ -116,5 +176,14 @@ mod tests {
         );
         let token = super::render("https://x:6443", "CA", "t");
         assert_eq!(super::client_credential(&token), None);
+        let kc = kube::config::Kubeconfig::from_yaml(&token).unwrap();
+        let user = kc.auth_infos[0].auth_info.as_ref().unwrap();
+        use secrecy::ExposeSecret;
+        assert_eq!(user.token.as_ref().unwrap().expose_secret(), "t");
+        assert_eq!(kc.current_context.as_deref(), Some("capw"));
+        assert_eq!(
+            kc.clusters[0].cluster.as_ref().unwrap().server.as_deref(),
+            Some("https://x:6443")
+        );
     }
 }

@@ -178,18 +178,24 @@ pub fn kubeadm_config_map(cluster_configuration: &str) -> serde_json::Value {
 /// no user. Anyone may read it; a joining node checks its CA against the pinned hash.
 pub fn cluster_info_config_map(server: &str, ca_pem: &str) -> serde_json::Value {
     use base64::Engine as _;
-    let kubeconfig = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "", "cluster": {
-            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(ca_pem),
-            "server": server,
-        }}],
-        "contexts": null,
-        "current-context": "",
-        "preferences": {},
-        "users": null,
-    });
+    use kube::config::{Cluster, Kubeconfig, NamedCluster};
+    let kubeconfig = Kubeconfig {
+        api_version: Some("v1".into()),
+        kind: Some("Config".into()),
+        clusters: vec![NamedCluster {
+            name: String::new(),
+            cluster: Some(Cluster {
+                server: Some(server.into()),
+                certificate_authority_data: Some(
+                    base64::engine::general_purpose::STANDARD.encode(ca_pem),
+                ),
+                ..Cluster::default()
+            }),
+            ..NamedCluster::default()
+        }],
+        current_context: Some(String::new()),
+        ..Kubeconfig::default()
+    };
     json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "cluster-info", "namespace": "kube-public"},
