@@ -5,4 +5,5 @@
 pub mod agent;
 pub mod image;
 pub mod kubeadm;
+pub mod kubeadm_node;
 pub mod lb;

@@ -20,6 +20,7 @@
 
 use anyhow::Context as _;
 use capw_node::kubeadm::{self as config, NodeRegistration};
+use capw_node::kubeadm_node as plan;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -75,13 +76,15 @@ fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
-/// The Node's name as kubeadm picks it: nodeRegistration.name, else the hostname, lowercased.
+/// The Node's name as kubeadm picks it ([`plan::node_name`]); the hostname is read only when
+/// nothing names the Node.
 fn node_name(args: &Args, node: &NodeRegistration) -> anyhow::Result<String> {
-    if let Some(n) = node.name.clone().or_else(|| args.node_name.clone()) {
-        return Ok(n);
-    }
-    let host = read(Path::new("/proc/sys/kernel/hostname"))?;
-    Ok(host.trim().to_lowercase())
+    let hostname = if node.name.is_some() || args.node_name.is_some() {
+        String::new()
+    } else {
+        read(Path::new("/proc/sys/kernel/hostname"))?
+    };
+    Ok(plan::node_name(node, args.node_name.as_deref(), &hostname))
 }
 
 /// The cluster CA from `dir`, which the user data wrote; a capw node does not make one.
@@ -193,16 +196,6 @@ where
     }
 }
 
-/// The endpoint's host, when it is one, for the serving certificate.
-fn endpoint_host(endpoint: &str) -> Option<String> {
-    let host = endpoint
-        .rsplit_once(':')
-        .map_or(endpoint, |(h, _)| h)
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    (!host.is_empty()).then(|| host.to_string())
-}
-
 /// Starts the API server with the cluster's PKI and waits until it is ready; returns the
 /// client of `admin_kubeconfig_for_local`.
 async fn serve(
@@ -213,24 +206,13 @@ async fn serve(
     sans: Vec<String>,
     admin_kubeconfig_for_local: &str,
 ) -> anyhow::Result<kube::Client> {
-    let dir = Path::new(certificates_dir);
-    let mut argv: Vec<String> = vec![
-        "apiserver".into(),
-        "--listen".into(),
-        format!("0.0.0.0:{port}"),
-        "--data-dir".into(),
-        args.data_dir.display().to_string(),
-        "--ca-cert".into(),
-        dir.join("ca.crt").display().to_string(),
-        "--ca-key".into(),
-        dir.join("ca.key").display().to_string(),
-        "--kubernetes-version".into(),
-        version.into(),
-    ];
-    for s in sans {
-        argv.push("--san".into());
-        argv.push(s);
-    }
+    let argv = plan::apiserver_argv(
+        &args.data_dir,
+        Path::new(certificates_dir),
+        port,
+        version,
+        &sans,
+    );
     let mut child = start(args, "apiserver", &argv)?;
     let local = client(admin_kubeconfig_for_local).await?;
     println!("[wait-control-plane] Waiting for the API server at https://127.0.0.1:{port}");
@@ -256,56 +238,6 @@ async fn serve(
     Ok(local)
 }
 
-/// Where the node agent and clients reach the cluster.
-fn server_url(endpoint: &str, port: u16) -> String {
-    if endpoint.is_empty() {
-        format!("https://127.0.0.1:{port}")
-    } else {
-        format!("https://{endpoint}")
-    }
-}
-
-/// The node agent's flags for this Node.
-fn agent_argv(
-    name: &str,
-    server: &str,
-    kubelet_conf: &Path,
-    version: &str,
-    node: &NodeRegistration,
-    control_plane: Option<u16>,
-) -> Vec<String> {
-    let mut argv: Vec<String> = vec![
-        "node-agent".into(),
-        "--node-name".into(),
-        name.into(),
-        "--server".into(),
-        server.into(),
-        "--kubelet-kubeconfig".into(),
-        kubelet_conf.display().to_string(),
-        "--kubelet-version".into(),
-        version.into(),
-        format!(
-            "--register-with-taints={}",
-            config::taints_flag(&config::taints(node, control_plane.is_some()))
-        ),
-    ];
-    if !node.labels.is_empty() {
-        argv.push(format!(
-            "--node-labels={}",
-            config::labels_flag(&node.labels)
-        ));
-    }
-    if let Some(id) = &node.provider_id {
-        argv.push(format!("--provider-id={id}"));
-    }
-    if let Some(port) = control_plane {
-        argv.push("--control-plane".into());
-        argv.push("--local-api-server".into());
-        argv.push(format!("https://127.0.0.1:{port}"));
-    }
-    argv
-}
-
 async fn init(args: &Args) -> anyhow::Result<()> {
     let file = args.config.display().to_string();
     let cfg = config::init_config(&file, &read(&args.config)?)?;
@@ -319,7 +251,7 @@ async fn init(args: &Args) -> anyhow::Result<()> {
         cfg.kubernetes_version
     );
     let ca = cluster_ca(&cfg.certificates_dir)?;
-    let server = server_url(&cfg.control_plane_endpoint, cfg.bind_port);
+    let server = plan::server_url(&cfg.control_plane_endpoint, cfg.bind_port);
     let admin = control_plane_kubeconfigs(args, &server, &ca, &name)?;
     run_control_plane(
         args,
@@ -395,7 +327,7 @@ struct ControlPlane<'a> {
 /// the Node.
 async fn run_control_plane(args: &Args, cp: &ControlPlane<'_>) -> anyhow::Result<()> {
     let mut sans = cp.cert_sans.clone();
-    sans.extend(endpoint_host(cp.endpoint));
+    sans.extend(plan::endpoint_host(cp.endpoint));
     sans.push(cp.name.to_string());
     let local_url = format!("https://127.0.0.1:{}", cp.port);
     let local = serve(
@@ -414,7 +346,7 @@ async fn run_control_plane(args: &Args, cp: &ControlPlane<'_>) -> anyhow::Result
     let mut agent = start(
         args,
         "node-agent",
-        &agent_argv(
+        &plan::agent_argv(
             cp.name,
             cp.server,
             &args.kubernetes_dir.join("kubelet.conf"),
@@ -509,7 +441,7 @@ async fn join(args: &Args) -> anyhow::Result<()> {
             .with_context(|| format!("creating {}", args.kubernetes_dir.display()))?;
         capw_apiserver::kubeconfig::write_private(&token_file, &d.token)
             .with_context(|| format!("writing {}", token_file.display()))?;
-        let mut argv = agent_argv(&name, &server, &kubelet_conf, &version, &cfg.node, None);
+        let mut argv = plan::agent_argv(&name, &server, &kubelet_conf, &version, &cfg.node, None);
         argv.push("--bootstrap-token-file".into());
         argv.push(token_file.display().to_string());
         for h in &d.ca_cert_hashes {
