@@ -514,3 +514,146 @@ pub(super) async fn delete_all(scope: &Scope, ctx: &CoreCtx) -> Result<(), Recon
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use capw_api::cluster::Cluster;
+    use capw_api::machinedeployment::MachineDeploymentStatus;
+
+    fn machine_spec(version: &str) -> serde_json::Value {
+        json!({
+            "clusterName": "c1",
+            "version": version,
+            "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": "b"}},
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachineTemplate", "name": "i"},
+        })
+    }
+
+    fn deployment(annotations: serde_json::Value, spec: serde_json::Value) -> MachineDeployment {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+            "metadata": {"name": "md", "namespace": "ns", "annotations": annotations},
+            "spec": {"clusterName": "c1", "template": {"spec": spec}},
+        }))
+        .unwrap()
+    }
+
+    fn scope(md: MachineDeployment) -> Scope {
+        let cluster: Cluster = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": "ns"}, "spec": {},
+        }))
+        .unwrap();
+        Scope {
+            spec: md.spec.clone(),
+            md: Arc::new(md),
+            cluster: Arc::new(cluster),
+            sets: vec![],
+            machines: vec![],
+            status: MachineDeploymentStatus::default(),
+            missing_templates: vec![],
+            rollout_error: None,
+            requeue: None,
+        }
+    }
+
+    fn machine(name: &str, owner_uid: &str, available: bool, deleting: bool) -> Arc<Machine> {
+        let mut m = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "namespace": "ns", "ownerReferences": [{
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet", "name": "ms",
+                "uid": owner_uid, "controller": true,
+            }]},
+            "spec": machine_spec("v1.29.10"),
+            "status": {"conditions": [{
+                "type": "Available", "status": if available { "True" } else { "False" },
+                "reason": "X", "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }]},
+        });
+        if deleting {
+            m["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            m["metadata"]["finalizers"] = json!(["machine.cluster.x-k8s.io"]);
+        }
+        Arc::new(serde_json::from_value(m).unwrap())
+    }
+
+    #[test]
+    fn a_set_carries_the_deployment_s_annotations_but_not_its_revision_bookkeeping() {
+        let md = deployment(
+            json!({
+                "team": "a",
+                REVISION_ANNOTATION: "7",
+                DESIRED_REPLICAS_ANNOTATION: "9",
+                LAST_APPLIED_ANNOTATION: "{}",
+            }),
+            machine_spec("v1.29.10"),
+        );
+        let a = set_annotations(&md, 3, 2, 1);
+        assert_eq!(a.get("team").map(String::as_str), Some("a"));
+        assert_eq!(a.get(REVISION_ANNOTATION).map(String::as_str), Some("3"));
+        assert_eq!(
+            a.get(DESIRED_REPLICAS_ANNOTATION).map(String::as_str),
+            Some("2")
+        );
+        assert_eq!(
+            a.get(MAX_REPLICAS_ANNOTATION).map(String::as_str),
+            Some("3")
+        );
+        assert!(!a.contains_key(LAST_APPLIED_ANNOTATION));
+        assert_eq!(a.len(), 4, "{a:?}");
+    }
+
+    #[test]
+    fn only_a_rollout_field_changes_the_template_hash() {
+        let hash = |spec: serde_json::Value| template_hash(&scope(deployment(json!({}), spec)));
+        let base = hash(machine_spec("v1.29.10"));
+        assert_eq!(base, hash(machine_spec("v1.29.10")), "stable");
+        assert_ne!(base, hash(machine_spec("v1.30.0")), "a version rolls out");
+        let mut in_place = machine_spec("v1.29.10");
+        in_place["minReadySeconds"] = json!(30);
+        assert_eq!(
+            base,
+            hash(in_place),
+            "minReadySeconds is propagated in place"
+        );
+        let mut moved = machine_spec("v1.29.10");
+        moved["failureDomain"] = json!("fd-2");
+        assert_ne!(base, hash(moved), "a failure domain rolls out");
+    }
+
+    #[test]
+    fn in_place_fields_are_the_deployment_s_and_the_rest_stays_the_set_s() {
+        let have: capw_api::machine::MachineSpec =
+            serde_json::from_value(machine_spec("v1.29.10")).unwrap();
+        let mut want_json = machine_spec("v1.30.0");
+        want_json["minReadySeconds"] = json!(12);
+        let want: capw_api::machine::MachineSpec = serde_json::from_value(want_json).unwrap();
+        let out = in_place_spec(&have, &want);
+        assert_eq!(out.min_ready_seconds, Some(12));
+        assert_eq!(out.version.as_deref(), Some("v1.29.10"));
+    }
+
+    #[test]
+    fn counts_see_the_set_s_own_machines_and_cap_available_at_its_spec() {
+        let ms: MachineSet = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+            "metadata": {"name": "ms", "namespace": "ns", "uid": "u1"},
+            "spec": {"clusterName": "c1", "replicas": 1, "template": {"spec": machine_spec("v1.29.10")}},
+        }))
+        .unwrap();
+        let machines = [
+            machine("a", "u1", true, false),
+            machine("b", "u1", true, false),
+            machine("c", "u1", true, true),
+            machine("other", "u2", true, false),
+        ];
+        let c = counts(&ms, &machines);
+        assert_eq!((c.spec, c.current, c.deleting), (1, 3, 1));
+        assert_eq!(
+            c.available, 1,
+            "two are available, but the set keeps at most its spec"
+        );
+    }
+}

@@ -554,3 +554,89 @@ pub(super) async fn sync(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reconci
 pub(super) fn refs(scope: &Scope) -> Vec<&Machine> {
     scope.machines.iter().map(|m| &**m).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use capw_api::cluster::Cluster;
+    use capw_api::machineset::MachineSetStatus;
+
+    fn scope(labels: Value, naming: Option<&str>) -> Scope {
+        let mut spec = json!({
+            "clusterName": "c1",
+            "template": {
+                "metadata": {"labels": {"pool": "blue"}},
+                "spec": {
+                    "clusterName": "c1",
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachineTemplate", "name": "i"},
+                },
+            },
+        });
+        if let Some(t) = naming {
+            spec["machineNaming"] = json!({"template": t});
+        }
+        let ms: MachineSet = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+            "metadata": {"name": "md-0-x7kq2", "namespace": "ns", "labels": labels},
+            "spec": spec,
+        }))
+        .unwrap();
+        let cluster: Cluster = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": "ns"}, "spec": {},
+        }))
+        .unwrap();
+        Scope {
+            spec: ms.spec.clone(),
+            ms: Arc::new(ms),
+            cluster: Arc::new(cluster),
+            md: None,
+            machines: vec![],
+            unseen_created: vec![],
+            unseen_deleted: vec![],
+            status: MachineSetStatus::default(),
+            blocked: vec![],
+            missing_templates: vec![],
+            requeue: None,
+        }
+    }
+
+    #[test]
+    fn a_machine_carries_the_template_s_set_s_deployment_s_and_cluster_s_labels() {
+        let labels = machine_labels(&scope(json!({DEPLOYMENT_NAME_LABEL: "md-0"}), None));
+        assert_eq!(labels.get("pool").map(String::as_str), Some("blue"));
+        assert_eq!(
+            labels.get(SET_NAME_LABEL).map(String::as_str),
+            Some("md-0-x7kq2")
+        );
+        assert_eq!(
+            labels.get(DEPLOYMENT_NAME_LABEL).map(String::as_str),
+            Some("md-0")
+        );
+        assert_eq!(
+            labels.get(CLUSTER_NAME_LABEL).map(String::as_str),
+            Some("c1")
+        );
+        let alone = machine_labels(&scope(json!({}), None));
+        assert!(!alone.contains_key(DEPLOYMENT_NAME_LABEL), "{alone:?}");
+    }
+
+    #[test]
+    fn machine_names_follow_the_naming_template_or_get_a_random_suffix() {
+        let plain = machine_name(&scope(json!({}), None)).unwrap();
+        assert!(plain.starts_with("md-0-x7kq2-"), "{plain}");
+        assert_eq!(plain.len(), "md-0-x7kq2-".len() + 5, "{plain}");
+        let named = machine_name(&scope(
+            json!({}),
+            Some("{{ .cluster.name }}-{{ .machineSet.name }}-{{ .random }}"),
+        ))
+        .unwrap();
+        assert!(named.starts_with("c1-md-0-x7kq2-"), "{named}");
+        let bad = machine_name(&scope(json!({}), Some("{{ .nope }}"))).unwrap_err();
+        assert!(
+            bad.to_string().contains("spec.machineNaming.template"),
+            "{bad}"
+        );
+    }
+}
