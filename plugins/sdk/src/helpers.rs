@@ -335,3 +335,118 @@ pub fn kind(group: &str, kind: &str, role: KindRole) -> ServedKind {
         role,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn a_view_reads_names_lists_and_failure_domains() {
+        let v = View::parse(
+            r#"{"kind":"DockerCluster","metadata":{"name":"c1","namespace":"ns"},
+                "spec":{"tags":["a",1,"b"],"failureDomains":[{"name":"fd1"},{"name":"fd2","controlPlane":false},{"nope":true}]}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (v.kind(), v.name(), v.namespace()),
+            ("DockerCluster", "c1", "ns")
+        );
+        assert_eq!(
+            v.strings("/spec/tags"),
+            ["a", "b"],
+            "items that are not strings are skipped"
+        );
+        assert!(v.strings("/spec/absent").is_empty());
+        assert_eq!(v.str("/spec/absent"), "");
+        let fds: Vec<_> = v
+            .failure_domains()
+            .into_iter()
+            .map(|f| (f.name, f.control_plane))
+            .collect();
+        assert_eq!(fds, [("fd1".to_string(), true), ("fd2".to_string(), false)]);
+    }
+
+    #[test]
+    fn a_context_object_that_is_not_json_is_an_invalid_spec() {
+        assert!(
+            matches!(View::parse("{"), Err(ProviderError::InvalidSpec(m)) if m.contains("not JSON"))
+        );
+    }
+
+    #[test]
+    fn a_crd_carries_the_contract_label_its_columns_and_subresources() {
+        let text = CrdDef {
+            short_names: vec!["dc".into()],
+            columns: vec![
+                column("Ready", "string", ".status.ready", 0),
+                column("Wide", "string", ".x", 1),
+            ],
+            scale: Some((
+                ".spec.replicas".into(),
+                ".status.replicas".into(),
+                ".status.selector".into(),
+            )),
+            ..CrdDef::new(
+                "infrastructure.cluster.x-k8s.io",
+                "DockerCluster",
+                "dockerclusters",
+            )
+        }
+        .render();
+        let crd: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            crd["metadata"]["name"],
+            "dockerclusters.infrastructure.cluster.x-k8s.io"
+        );
+        assert_eq!(
+            crd["metadata"]["labels"]["cluster.x-k8s.io/v1beta2"],
+            "v1beta2"
+        );
+        assert_eq!(crd["spec"]["names"]["shortNames"], json!(["dc"]));
+        assert_eq!(crd["spec"]["names"]["categories"], json!(["cluster-api"]));
+        let version = &crd["spec"]["versions"][0];
+        assert_eq!(version["additionalPrinterColumns"][1]["priority"], 1);
+        assert!(
+            version["additionalPrinterColumns"][0]
+                .get("priority")
+                .is_none()
+        );
+        assert_eq!(
+            version["subresources"]["scale"]["specReplicasPath"],
+            ".spec.replicas"
+        );
+        assert_eq!(version["subresources"]["status"], json!({}));
+
+        let plain: Value = serde_json::from_str(&crd_text_without_status()).unwrap();
+        assert!(
+            plain["spec"]["versions"][0]["subresources"]
+                .get("status")
+                .is_none()
+        );
+    }
+
+    fn crd_text_without_status() -> String {
+        CrdDef {
+            status: false,
+            ..CrdDef::new("g.example", "K", "ks")
+        }
+        .render()
+    }
+
+    #[test]
+    fn the_simple_crd_ends_its_columns_with_age() {
+        let crd: Value = serde_json::from_str(&crd(
+            "g.example",
+            "K",
+            "ks",
+            &[("Ready", "string", ".status.ready")],
+        ))
+        .unwrap();
+        let cols = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+            .as_array()
+            .unwrap();
+        let names: Vec<_> = cols.iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["Ready", "Age"]);
+    }
+}
