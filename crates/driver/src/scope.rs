@@ -83,8 +83,17 @@ impl Scope {
         }
         Writes {
             object: (!object.is_empty()).then_some(Value::Object(object)),
-            status: (self.status_before.as_ref() != Some(&self.status))
-                .then(|| self.status.clone()),
+            status: self.status_changed().then(|| self.status.clone()),
+        }
+    }
+
+    /// Whether the status differs from what the object had. An object without a status has an
+    /// empty one: writing `{}` to every new object (before it is even adopted) woke its Machine
+    /// or Cluster for nothing and cost a request per provider object.
+    fn status_changed(&self) -> bool {
+        match &self.status_before {
+            Some(before) => *before != self.status,
+            None => self.status.as_object().is_none_or(|s| !s.is_empty()),
         }
     }
 
@@ -155,6 +164,16 @@ mod tests {
             }))
         );
         assert_eq!(w.status, Some(json!({"ready": true})));
+    }
+
+    #[test]
+    fn a_new_object_the_reconcile_set_nothing_on_gets_no_status() {
+        let obj = object(json!({"spec": {}}));
+        let s = Scope::new(&obj);
+        assert_eq!(s.writes().status, None);
+        let mut s = Scope::new(&obj);
+        s.status["ready"] = json!(false);
+        assert_eq!(s.writes().status, Some(json!({"ready": false})));
     }
 
     /// A status that is not an object (a plugin's CRD may type it any way) is rebuilt as one.
