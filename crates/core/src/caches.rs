@@ -23,7 +23,7 @@ use capw_reconcile::remote::Remotes;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use std::sync::Arc;
@@ -60,6 +60,21 @@ pub struct Feeds {
 /// Every change of `fanout` from now on, as a stream.
 pub(crate) fn watch<K>(fanout: &Fanout<K>) -> UnboundedReceiverStream<Arc<K>> {
     UnboundedReceiverStream::new(fanout.subscribe())
+}
+
+/// Requests for the objects `f` maps each change of `fanout` to.
+pub(crate) fn mapped<T, K>(
+    ctx: &Arc<CoreCtx>,
+    fanout: &Fanout<T>,
+    f: fn(&CoreCtx, &T) -> Vec<ObjectRef<K>>,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    T: Send + Sync + 'static,
+    K: kube::Resource + Send + 'static,
+    K::DynamicType: Send,
+{
+    let ctx = ctx.clone();
+    watch(fanout).flat_map(move |o| futures::stream::iter(f(&ctx, &o)))
 }
 
 /// Starts the shared caches; their tasks are pushed to `tasks`.

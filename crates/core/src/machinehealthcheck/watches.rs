@@ -2,12 +2,11 @@
 //! its selector matches; and its Cluster's pause.
 
 use super::MachineHealthCheck;
-use crate::caches::{Feeds, watch};
+use crate::caches::{Feeds, mapped, watch};
 use crate::context::{Concurrency, CoreCtx, on_cluster_change};
 use capw_api::machine::Machine;
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use futures::stream::iter;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use std::sync::Arc;
@@ -17,12 +16,8 @@ pub(super) fn setup(
     feeds: &Feeds,
     concurrency: &Concurrency,
 ) -> BoxFuture<'static, ()> {
-    let machines = watch(&feeds.machines).flat_map({
-        let ctx = ctx.clone();
-        move |m| iter(checks_of_machine(&ctx, &m))
-    });
     let triggers = futures::stream::select_all([
-        machines.boxed(),
+        mapped(ctx, &feeds.machines, checks_of_machine).boxed(),
         on_cluster_change(ctx, feeds, CoreCtx::machine_health_checks_of).boxed(),
     ]);
     Box::pin(super::run(

@@ -2,14 +2,13 @@
 //! its selector matches (which it may adopt); its MachineDeployment; and its Cluster's pause.
 
 use super::MachineSet;
-use crate::caches::{Feeds, watch};
+use crate::caches::{Feeds, mapped, watch};
 use crate::context::{Concurrency, CoreCtx, on_cluster_change};
 use crate::machinedeployment::deployment_of;
 use capw_api::machine::Machine;
 use capw_api::machinedeployment::MachineDeployment;
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use futures::stream::iter;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use std::sync::Arc;
@@ -19,17 +18,9 @@ pub(super) fn setup(
     feeds: &Feeds,
     concurrency: &Concurrency,
 ) -> BoxFuture<'static, ()> {
-    let machines = watch(&feeds.machines).flat_map({
-        let ctx = ctx.clone();
-        move |m| iter(sets_of_machine(&ctx, &m))
-    });
-    let deployments = watch(&feeds.machine_deployments).flat_map({
-        let ctx = ctx.clone();
-        move |md| iter(sets_of_deployment(&ctx, &md))
-    });
     let triggers = futures::stream::select_all([
-        machines.boxed(),
-        deployments.boxed(),
+        mapped(ctx, &feeds.machines, sets_of_machine).boxed(),
+        mapped(ctx, &feeds.machine_deployments, sets_of_deployment).boxed(),
         on_cluster_change(ctx, feeds, CoreCtx::machine_sets_of).boxed(),
     ]);
     Box::pin(super::run(
