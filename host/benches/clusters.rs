@@ -19,7 +19,7 @@
 // Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use capw_cli::manager::{self, HostConfig};
+use capw_manager::{self as manager, HostConfig};
 use capw_runtime::Limits;
 use capw_runtime::capabilities::sim_cloud::{SimCloud, SimSettings};
 use capw_runtime::contract::*;

@@ -10,7 +10,7 @@ mod support;
 
 use capw_api::cluster::Cluster;
 use capw_api::machine::Machine;
-use capw_cli::manager::{self, Host, HostConfig};
+use capw_manager::{self as manager, Host, HostConfig};
 use capw_runtime::capabilities::sim_cloud::SimSettings;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};

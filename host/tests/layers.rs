@@ -39,13 +39,23 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
-        "capw-cli",
+        "capw-manager",
         &[
             "capw-api",
             "capw-reconcile",
             "capw-runtime",
             "capw-core",
             "capw-driver",
+        ],
+    ),
+    // The binary reaches the controllers only through the manager.
+    (
+        "capw-cli",
+        &[
+            "capw-api",
+            "capw-reconcile",
+            "capw-runtime",
+            "capw-manager",
             "capw-node",
             "capw-kubeadm",
             "capw-cloud-config",

@@ -12,7 +12,7 @@ mod support;
 use capw_api::machine::Machine;
 use capw_api::machinedeployment::MachineDeployment;
 use capw_api::machineset::MachineSet;
-use capw_cli::manager::{self, Host, HostConfig};
+use capw_manager::{self as manager, Host, HostConfig};
 use capw_runtime::capabilities::sim_cloud::SimSettings;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};

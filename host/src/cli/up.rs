@@ -3,7 +3,7 @@
 
 use anyhow::Context as _;
 use capw_apiserver::{Config, Server};
-use capw_cli::manager::{self, HostConfig};
+use capw_manager::{self as manager, HostConfig};
 use capw_runtime::capabilities::sim_cloud::SimSettings;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

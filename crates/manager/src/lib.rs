@@ -1,3 +1,7 @@
+//! The manager: one crate above the core controllers, the provider driver and the plugin
+//! runtime, so the `capw` binary (`capw-cli`, which also holds the node-side commands) needs no
+//! controller crate itself.
+//!
 //! Starts everything the host runs against one management API: the CRDs it owns, the plugin
 //! runtime with the WasmProvider controller and the drop-in directory, the simulated cloud, the
 //! core controllers (each declares its own watches in its `setup`; this iterates
