@@ -7,6 +7,8 @@ use crate::logging::{escape, written_here};
 
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) {
+        // Looked up once per line: the lookup takes the backends' lock.
+        let rate = self.services.backends.get_or_default::<super::LogRate>();
         let sink = &mut self.log;
         // Most messages need no escaping: those keep their own buffer.
         let escaped = match escape(&message) {
@@ -17,13 +19,7 @@ impl log::Host for HostState {
         // A line costs its record as well as its text, so empty lines are not free; and each
         // plugin has a rate across calls, so many short calls cannot flood the host's log.
         let estimate = text.len() + sink.record;
-        if estimate > sink.left
-            || !self
-                .services
-                .backends
-                .get_or_default::<super::LogRate>()
-                .admits(&sink.plugin, estimate)
-        {
+        if estimate > sink.left || !rate.admits(&sink.plugin, estimate) {
             sink.dropped += estimate;
             return;
         }
