@@ -10,8 +10,6 @@ mod support;
 
 use capw_api::cluster::Cluster;
 use capw_api::machine::Machine;
-use capw_manager::{self as manager, Host, HostConfig};
-use capw_runtime::capabilities::sim_cloud::SimSettings;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
@@ -19,89 +17,30 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::ApiServer;
-
-struct Env {
-    _api: ApiServer,
-    client: Client,
-    host: Host,
-    kubeconfig: PathBuf,
-    home: PathBuf,
-    _dir: tempfile::TempDir,
-}
+use support::host::Env;
 
 /// An API server, and a host whose plugin directory holds the bundled providers (with
 /// `inmemory` taken from `inmemory_file`).
 async fn env(inmemory_file: &str, inmemory_manifest: &str) -> Env {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let api = ApiServer::start(&dir.path().join("api"));
-    let client = support::kube_client(&api.kubeconfig).await;
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).expect("plugins dir");
-    for p in ["bootstrap", "control-plane"] {
-        std::fs::copy(
-            support::plugin(&format!("{p}.wasm")),
-            plugins.join(format!("{p}.wasm")),
-        )
-        .expect("copy plugin");
-    }
-    std::fs::copy(
-        support::plugin(inmemory_file),
-        plugins.join("inmemory.wasm"),
+    let env = support::host::start(
+        &[
+            ("bootstrap", "bootstrap.wasm"),
+            ("control-plane", "control-plane.wasm"),
+            ("inmemory", inmemory_file),
+        ],
+        &[("inmemory", inmemory_manifest)],
     )
-    .expect("copy plugin");
-    std::fs::write(plugins.join("inmemory.yaml"), inmemory_manifest).expect("manifest");
-    let mut config = HostConfig::new(plugins, dir.path().join("cache"));
-    config.sim = SimSettings {
-        boot_delay: Duration::from_millis(100),
-        node_delay: Duration::from_millis(200),
-    };
-    config.dropin_interval = Duration::from_millis(200);
-    let host = manager::start(client.clone(), config)
-        .await
-        .expect("host starts");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).expect("home");
-    let env = Env {
-        kubeconfig: api.kubeconfig.clone(),
-        _api: api,
-        client,
-        host,
-        home,
-        _dir: dir,
-    };
-    env.eventually("the three bundled plugins to serve", 60, || async {
-        (env.host.driver.driven().len() >= 4).then_some(())
-    })
     .await;
+    env.serving("the three bundled plugins to serve", 4).await;
     env
 }
 
 const MANIFEST: &str = "capabilities: [sim-cloud]\n";
 
 impl Env {
-    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let (ok, text) = support::kubectl(&self.kubeconfig, &self.home, args, stdin);
-        assert!(ok, "kubectl {args:?} failed: {text}");
-        text
-    }
-
-    async fn eventually<T, F, Fut>(&self, what: &str, secs: u64, f: F) -> T
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Option<T>>,
-    {
-        support::eventually(what, secs, || self.host.status_line(), f).await
-    }
-
-    fn dynamic(&self, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
-        support::dynamic(&self.client, group, kind, plural)
-    }
-
     /// Every Cluster API object kind of the example.
     fn all_kinds(&self) -> Vec<(&'static str, Api<DynamicObject>)> {
         vec![

@@ -12,116 +12,26 @@ mod support;
 use capw_api::machine::Machine;
 use capw_api::machinedeployment::MachineDeployment;
 use capw_api::machineset::MachineSet;
-use capw_manager::{self as manager, Host, HostConfig};
-use capw_runtime::capabilities::sim_cloud::SimSettings;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::ApiServer;
+use support::host::Env;
 
-struct Env {
-    _api: ApiServer,
-    client: Client,
-    host: Host,
-    kubeconfig: PathBuf,
-    home: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
+/// The bundled in-memory stack, with the worker kinds printed on a time-out.
 async fn env() -> Env {
-    // RUST_LOG=capw_core=debug,capw_driver=debug shows the host's reconciles when a test fails.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let api = ApiServer::start(&dir.path().join("api"));
-    let client = support::kube_client(&api.kubeconfig).await;
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).expect("plugins dir");
-    for p in ["bootstrap", "control-plane", "inmemory"] {
-        std::fs::copy(
-            support::plugin(&format!("{p}.wasm")),
-            plugins.join(format!("{p}.wasm")),
-        )
-        .expect("copy plugin");
-    }
-    std::fs::write(plugins.join("inmemory.yaml"), "capabilities: [sim-cloud]\n").expect("manifest");
-    let mut config = HostConfig::new(plugins, dir.path().join("cache"));
-    config.sim = SimSettings {
-        boot_delay: Duration::from_millis(100),
-        node_delay: Duration::from_millis(200),
-    };
-    config.dropin_interval = Duration::from_millis(200);
-    let host = manager::start(client.clone(), config)
-        .await
-        .expect("host starts");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).expect("home");
-    let env = Env {
-        kubeconfig: api.kubeconfig.clone(),
-        _api: api,
-        client,
-        host,
-        home,
-        _dir: dir,
-    };
-    env.eventually("the three bundled plugins to serve", 60, || async {
-        (env.host.driver.driven().len() >= 4).then_some(())
-    })
-    .await;
+    let mut env =
+        support::host::start(support::host::BUNDLED_INMEMORY, support::host::SIM_CLOUD).await;
+    env.dump = "clusters,inmemoryclusters,kubeadmcontrolplanes,md,ms";
+    env.serving("the three bundled plugins to serve", 4).await;
     env
 }
 
 impl Env {
-    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let (ok, text) = support::kubectl(&self.kubeconfig, &self.home, args, stdin);
-        assert!(ok, "kubectl {args:?} failed: {text}");
-        text
-    }
-
-    async fn eventually<T, F, Fut>(&self, what: &str, secs: u64, f: F) -> T
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Option<T>>,
-    {
-        let state = || {
-            let (_, objects) = support::kubectl(
-                &self.kubeconfig,
-                &self.home,
-                &[
-                    "get",
-                    "clusters,inmemoryclusters,kubeadmcontrolplanes,md,ms",
-                    "-o",
-                    "yaml",
-                ],
-                None,
-            );
-            let counts: Vec<String> = [
-                "cluster",
-                "machine",
-                "machineset",
-                "machinedeployment",
-                "machinehealthcheck",
-            ]
-            .iter()
-            .map(|c| format!("{c} {}", self.host.metrics.reconcile_count(c)))
-            .collect();
-            format!(
-                "{}\nreconciles: {}\n{objects}",
-                self.host.status_line(),
-                counts.join(", ")
-            )
-        };
-        support::eventually(what, secs, state, f).await
-    }
-
     /// The Machines of MachineDeployment `md`.
     async fn workers(&self, md: &str) -> Vec<Machine> {
         let api: Api<Machine> = Api::namespaced(self.client.clone(), "default");

@@ -10,64 +10,19 @@
 mod support;
 
 use capw_api::machine::Machine;
-use capw_manager::{self as manager, Host, HostConfig};
-use capw_runtime::capabilities::sim_cloud::SimSettings;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sha2::Digest;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
-use support::ApiServer;
-
-struct Env {
-    api: ApiServer,
-    client: Client,
-    host: Host,
-    home: PathBuf,
-    dir: tempfile::TempDir,
-}
-
-/// A host whose plugin directory holds `plugins` (file stem → component in target/plugins)
-/// and `manifests` (file stem → NAME.yaml).
-async fn env(plugins: &[(&str, &str)], manifests: &[(&str, &str)]) -> Env {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let api = ApiServer::start(&dir.path().join("api"));
-    let client = support::kube_client(&api.kubeconfig).await;
-    let pdir = dir.path().join("plugins");
-    std::fs::create_dir_all(&pdir).expect("plugins dir");
-    for (stem, file) in plugins {
-        std::fs::copy(support::plugin(file), pdir.join(format!("{stem}.wasm"))).expect("copy");
-    }
-    for (stem, yaml) in manifests {
-        std::fs::write(pdir.join(format!("{stem}.yaml")), yaml).expect("manifest");
-    }
-    let mut config = HostConfig::new(pdir, dir.path().join("cache"));
-    config.sim = SimSettings {
-        boot_delay: Duration::from_millis(100),
-        node_delay: Duration::from_millis(200),
-    };
-    config.dropin_interval = Duration::from_millis(200);
-    let host = manager::start(client.clone(), config)
-        .await
-        .expect("host starts");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).expect("home");
-    Env {
-        api,
-        client,
-        host,
-        home,
-        dir,
-    }
-}
+use support::host::Env;
 
 /// The bundled providers plus the hostile control plane and bootstrap provider.
 async fn with_hostile_providers() -> Env {
-    let e = env(
+    let e = support::host::start(
         &[
             ("bootstrap", "bootstrap.wasm"),
             ("control-plane", "control-plane.wasm"),
@@ -78,32 +33,11 @@ async fn with_hostile_providers() -> Env {
         &[("inmemory", "capabilities: [sim-cloud]\n")],
     )
     .await;
-    e.eventually("five plugins to serve", 60, || async {
-        (e.host.driver.driven().len() >= 5).then_some(())
-    })
-    .await;
+    e.serving("five plugins to serve", 5).await;
     e
 }
 
 impl Env {
-    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let (ok, text) = support::kubectl(&self.api.kubeconfig, &self.home, args, stdin);
-        assert!(ok, "kubectl {args:?} failed: {text}");
-        text
-    }
-
-    async fn eventually<T, F, Fut>(&self, what: &str, secs: u64, f: F) -> T
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Option<T>>,
-    {
-        support::eventually(what, secs, || self.host.status_line(), f).await
-    }
-
-    fn dynamic(&self, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
-        support::dynamic(&self.client, group, kind, plural)
-    }
-
     fn hostile_cps(&self) -> Api<DynamicObject> {
         self.dynamic(
             "controlplane.cluster.x-k8s.io",
@@ -162,7 +96,7 @@ impl Env {
     }
 
     fn admin_token(&self) -> String {
-        std::fs::read_to_string(self.api.kubeconfig.parent().expect("dir").join("token"))
+        std::fs::read_to_string(self.kubeconfig.parent().expect("dir").join("token"))
             .map(|t| t.trim().to_string())
             .unwrap_or_default()
     }
@@ -496,7 +430,7 @@ async fn results_are_bounded_and_contract_fields_are_the_hosts() {
 /// or ship CRDs for kinds it does not declare; core CRDs are untouched and nothing serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugins_serve_only_their_own_provider_kinds_and_install_only_their_crds() {
-    let e = env(
+    let e = support::host::start(
         &[("docker", "docker.wasm")],
         &[("docker", "capabilities: [container-runtime]\n")],
     )
@@ -603,7 +537,7 @@ async fn plugins_serve_only_their_own_provider_kinds_and_install_only_their_crds
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_files_are_private_and_module_paths_stay_in_the_plugin_dir() {
     use std::os::unix::fs::PermissionsExt;
-    let e = env(&[("bootstrap", "bootstrap.wasm")], &[]).await;
+    let e = support::host::start(&[("bootstrap", "bootstrap.wasm")], &[]).await;
     let data = e.dir.path().join("api");
     let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
     assert_eq!(mode(&data), 0o700);
@@ -835,7 +769,7 @@ async fn a_control_plane_cannot_get_another_clusters_secrets_handed_to_a_plugin(
 /// `KubeadmConfig`, unchanged, and nothing drives the impostor's kind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crd_name_belongs_to_one_plugin() {
-    let e = env(&[("bootstrap", "bootstrap.wasm")], &[]).await;
+    let e = support::host::start(&[("bootstrap", "bootstrap.wasm")], &[]).await;
     let wps: Api<capw_api::wasmprovider::WasmProvider> = Api::all(e.client.clone());
     let validated = |name: &'static str, reason: &'static str| {
         let wps = wps.clone();
@@ -941,7 +875,7 @@ async fn a_crd_name_belongs_to_one_plugin() {
 /// for a Machine named after another's objects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn machines_are_adopted_by_owner_and_role_never_by_kind_name() {
-    let e = env(
+    let e = support::host::start(
         &[
             ("bootstrap", "bootstrap.wasm"),
             ("control-plane", "control-plane.wasm"),
@@ -955,10 +889,7 @@ async fn machines_are_adopted_by_owner_and_role_never_by_kind_name() {
         &[("inmemory", "capabilities: [sim-cloud]\n")],
     )
     .await;
-    e.eventually("five plugins to serve", 60, || async {
-        (e.host.driver.driven().len() >= 5).then_some(())
-    })
-    .await;
+    e.serving("five plugins to serve", 5).await;
     demo_running(&e).await;
     let cluster = |name: &str, group: &str, kind: &str, cp_spec: Value| {
         format!(

@@ -1,7 +1,15 @@
 //! Shared pieces of the end-to-end tests: the `capw apiserver` child process, locating the
-//! client tools, and a kube client for the generated kubeconfig.
+//! client tools, a kube client for the generated kubeconfig, and the in-process host
+//! ([`host::Env`]).
 
 #![allow(dead_code)]
+
+pub mod host;
+
+/// The `capw` binary's allocator, so a host started in a test (built for the static musl target
+/// by `scripts/test`) allocates as the binary does rather than through musl's allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

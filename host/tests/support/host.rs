@@ -1,0 +1,132 @@
+//! The in-process test environment: a real `capw apiserver` child over HTTPS, the host's
+//! controllers and plugin runtime in the test's own process (so a test reads its metrics and
+//! driver directly), a plugin directory of real components, and a HOME for kubectl.
+
+#![allow(dead_code)]
+
+use super::ApiServer;
+use capw_manager::{self as manager, Host, HostConfig};
+use capw_runtime::capabilities::sim_cloud::SimSettings;
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub struct Env {
+    pub api: ApiServer,
+    pub client: Client,
+    pub host: Host,
+    pub kubeconfig: PathBuf,
+    pub home: PathBuf,
+    /// The kinds `kubectl get` prints beside the host's status line when a wait times out.
+    pub dump: &'static str,
+    pub dir: tempfile::TempDir,
+}
+
+/// The bundled in-memory stack: bootstrap, control plane and in-memory infrastructure, the
+/// last granted the simulated cloud.
+pub const BUNDLED_INMEMORY: &[(&str, &str)] = &[
+    ("bootstrap", "bootstrap.wasm"),
+    ("control-plane", "control-plane.wasm"),
+    ("inmemory", "inmemory.wasm"),
+];
+
+/// The in-memory provider's manifest in the bundled stack.
+pub const SIM_CLOUD: &[(&str, &str)] = &[("inmemory", "capabilities: [sim-cloud]\n")];
+
+/// A host whose plugin directory holds `plugins` (file stem → component in target/plugins)
+/// and `manifests` (file stem → NAME.yaml). Simulated machines boot in 100 ms and join in
+/// 200 ms, and the drop-in directory is scanned every 200 ms, so a test waits on the host's
+/// logic rather than on its timers.
+pub async fn start(plugins: &[(&str, &str)], manifests: &[(&str, &str)]) -> Env {
+    // RUST_LOG=capw_core=debug,capw_driver=debug shows the host's reconciles when a test fails.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let api = ApiServer::start(&dir.path().join("api"));
+    let client = super::kube_client(&api.kubeconfig).await;
+    let pdir = dir.path().join("plugins");
+    std::fs::create_dir_all(&pdir).expect("plugins dir");
+    for (stem, file) in plugins {
+        std::fs::copy(super::plugin(file), pdir.join(format!("{stem}.wasm"))).expect("copy");
+    }
+    for (stem, yaml) in manifests {
+        std::fs::write(pdir.join(format!("{stem}.yaml")), yaml).expect("manifest");
+    }
+    let mut config = HostConfig::new(pdir, dir.path().join("cache"));
+    config.sim = SimSettings {
+        boot_delay: Duration::from_millis(100),
+        node_delay: Duration::from_millis(200),
+    };
+    config.dropin_interval = Duration::from_millis(200);
+    let host = manager::start(client.clone(), config)
+        .await
+        .expect("host starts");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    Env {
+        kubeconfig: api.kubeconfig.clone(),
+        api,
+        client,
+        host,
+        home,
+        dump: "",
+        dir,
+    }
+}
+
+impl Env {
+    /// Waits until the driver serves `n` kinds (a plugin serves one kind or more).
+    pub async fn serving(&self, what: &str, n: usize) {
+        self.eventually(what, 60, || async {
+            (self.host.driver.driven().len() >= n).then_some(())
+        })
+        .await;
+    }
+
+    /// `kubectl ARGS` as the test's user; a failure fails the test with what kubectl printed.
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let (ok, text) = super::kubectl(&self.kubeconfig, &self.home, args, stdin);
+        assert!(ok, "kubectl {args:?} failed: {text}");
+        text
+    }
+
+    /// [`super::eventually`], printing the host's status line, its reconcile counts and the
+    /// `dump` kinds on a time-out.
+    pub async fn eventually<T, F, Fut>(&self, what: &str, secs: u64, f: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let state = || {
+            let counts: Vec<String> = [
+                "cluster",
+                "machine",
+                "machineset",
+                "machinedeployment",
+                "machinehealthcheck",
+            ]
+            .iter()
+            .map(|c| format!("{c} {}", self.host.metrics.reconcile_count(c)))
+            .collect();
+            let objects = if self.dump.is_empty() {
+                String::new()
+            } else {
+                let args = ["get", self.dump, "-o", "yaml"];
+                super::kubectl(&self.kubeconfig, &self.home, &args, None).1
+            };
+            format!(
+                "{}\nreconciles: {}\n{objects}",
+                self.host.status_line(),
+                counts.join(", ")
+            )
+        };
+        super::eventually(what, secs, state, f).await
+    }
+
+    pub fn dynamic(&self, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+        super::dynamic(&self.client, group, kind, plural)
+    }
+}
