@@ -103,23 +103,38 @@ pub async fn delete<K: Resource<DynamicType = ()> + Send + Sync + 'static>(
     Ok(true)
 }
 
+/// A scope whose Machines come from one template: a MachineSet's or a MachineDeployment's.
+pub trait Templated {
+    fn template(&mut self) -> TemplateParts<'_>;
+}
+
+/// The namespace, the Machine template's spec, the Cluster, and where the missing templates go.
+pub type TemplateParts<'a> = (
+    String,
+    &'a capw_api::machine::MachineSpec,
+    &'a capw_api::cluster::Cluster,
+    &'a mut Vec<String>,
+);
+
 /// The templates a MachineSet's or MachineDeployment's Machine template references: each gets
-/// a plain owner reference to the Cluster (upstream's `getTemplatesAndSetOwner`). Returns the
-/// ones that do not exist, for the caller to report: a missing template blocks scaling up, not
-/// the rest of the reconcile.
-pub async fn own_templates(
-    resolver: &Resolver,
-    ns: &str,
-    spec: &capw_api::machine::MachineSpec,
-    cluster: &capw_api::cluster::Cluster,
-) -> Result<Vec<String>, ReconcileError> {
+/// a plain owner reference to the Cluster (upstream's `getTemplatesAndSetOwner`). The ones that
+/// do not exist go into `missing`, for the caller to report: a missing template blocks scaling
+/// up the current revision, not the rest of the reconcile (an old revision must still scale
+/// down after its template is gone).
+pub async fn reconcile_templates(
+    scope: &mut impl Templated,
+    ctx: &crate::context::CoreCtx,
+) -> Result<(), ReconcileError> {
     use kube::ResourceExt;
+    let resolver = &ctx.resolver;
+    let (ns, spec, cluster, missing) = scope.template();
+    let ns = ns.as_str();
     let refs = [
         Some(spec.infrastructure_ref.clone()),
         spec.bootstrap.config_ref.clone(),
     ];
     let uid = cluster.uid().unwrap_or_default();
-    let mut missing = vec![];
+    missing.clear();
     for r in refs
         .into_iter()
         .flatten()
@@ -147,7 +162,7 @@ pub async fn own_templates(
             }
         }
     }
-    Ok(missing)
+    Ok(())
 }
 
 /// The objects of `K` that may refer to a provider object of cluster `.1` in namespace `.0`.

@@ -140,7 +140,7 @@ async fn apply(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, Reco
     .await?;
     let mut steps = Phases::default();
     steps.run(sync::reconcile_owner(&scope, ctx).await);
-    steps.run(sync::reconcile_templates(&mut scope, ctx).await);
+    steps.run(crate::referenced::reconcile_templates(&mut scope, ctx).await);
     steps.run(sync::adopt(&mut scope, ctx).await);
     if steps.ok() {
         steps.run(sync::rollout(&mut scope, ctx).await);
@@ -203,4 +203,16 @@ pub(crate) fn deployment_of<K: ResourceExt>(o: &K) -> Option<ObjectRef<MachineDe
     let ns = o.namespace()?;
     let name = o.labels().get(DEPLOYMENT_NAME_LABEL)?;
     Some(ObjectRef::new(name).within(&ns))
+}
+
+impl crate::referenced::Templated for Scope {
+    fn template(&mut self) -> crate::referenced::TemplateParts<'_> {
+        let ns = self.ns();
+        (
+            ns,
+            &self.spec.template.spec,
+            &self.cluster,
+            &mut self.missing_templates,
+        )
+    }
 }

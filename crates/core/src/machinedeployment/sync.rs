@@ -40,21 +40,6 @@ pub(super) async fn reconcile_owner(scope: &Scope, ctx: &CoreCtx) -> Result<(), 
     Ok(())
 }
 
-/// The templates get an owner reference to the Cluster; a missing one is recorded.
-pub(super) async fn reconcile_templates(
-    scope: &mut Scope,
-    ctx: &CoreCtx,
-) -> Result<(), ReconcileError> {
-    scope.missing_templates = crate::referenced::own_templates(
-        &ctx.resolver,
-        &scope.ns(),
-        &scope.spec.template.spec,
-        &scope.cluster,
-    )
-    .await?;
-    Ok(())
-}
-
 /// The deployment's sets from the cache: those it controls and controller-less ones its
 /// selector matches (adopted), each labelled with the deployment's name; oldest first.
 pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {

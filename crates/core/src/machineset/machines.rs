@@ -52,23 +52,6 @@ pub(super) async fn reconcile_owner_and_labels(
     Ok(())
 }
 
-/// The referenced templates: each gets an owner reference to the Cluster. A missing one is
-/// recorded (it blocks scaling up the current revision) and is not an error: an old revision
-/// must still scale down after its template is gone.
-pub(super) async fn reconcile_templates(
-    scope: &mut Scope,
-    ctx: &CoreCtx,
-) -> Result<(), ReconcileError> {
-    scope.missing_templates = crate::referenced::own_templates(
-        &ctx.resolver,
-        &scope.ns(),
-        &scope.spec.template.spec,
-        &scope.cluster,
-    )
-    .await?;
-    Ok(())
-}
-
 /// The set's Machines from the cache: those it controls, and orphans its selector matches,
 /// which it adopts (events `SuccessfulAdopt`/`FailedAdopt`). Deleting Machines stay in the
 /// set: they count in `status.replicas`.

@@ -157,7 +157,7 @@ async fn apply(ms: Arc<MachineSet>, ctx: &CoreCtx) -> Result<Action, ReconcileEr
     .await?;
     let mut steps = Phases::default();
     steps.run(machines::reconcile_owner_and_labels(&scope, ctx).await);
-    steps.run(machines::reconcile_templates(&mut scope, ctx).await);
+    steps.run(crate::referenced::reconcile_templates(&mut scope, ctx).await);
     steps.run(machines::adopt(&mut scope, ctx).await);
     // Acting on Machines needs the whole picture: a failed adoption could hide Machines.
     if steps.ok() {
@@ -219,4 +219,16 @@ async fn run(
         cleanup: |o, ctx| Box::pin(cleanup(o, ctx)),
     };
     super::context::run(ctx, store, own, triggers, concurrency, controller).await
+}
+
+impl crate::referenced::Templated for Scope {
+    fn template(&mut self) -> crate::referenced::TemplateParts<'_> {
+        let ns = self.ns();
+        (
+            ns,
+            &self.spec.template.spec,
+            &self.cluster,
+            &mut self.missing_templates,
+        )
+    }
 }
