@@ -1,7 +1,8 @@
 //! Gathering what a call needs: the owning Machine and Cluster, the Cluster's infrastructure
-//! cluster, the Machine's bootstrap data, the cluster's Secrets (`secrets.rs`), and a control
+//! cluster, the Machine's bootstrap data, the cluster's Secrets (`kubeadm/secrets.rs`), and a control
 //! plane's Machines.
 
+use super::kubeadm;
 use super::{DriverError, KindCtx, Role};
 use capw_api::cluster::Cluster;
 use capw_api::common::names::{
@@ -138,11 +139,11 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
             && machine
                 .as_ref()
                 .is_some_and(|m| !m.labels().contains_key(CONTROL_PLANE_LABEL));
-        context.secrets = super::secrets::cluster_secrets(kctx, obj, c, worker).await?;
-        if kctx.role == Role::BootstrapConfig {
+        context.secrets = kubeadm::secrets::cluster_secrets(kctx, obj, c, worker).await?;
+        if kubeadm::Kind::of(&kctx.ar) == Some(kubeadm::Kind::Config) {
             context
                 .secrets
-                .extend(super::secrets::file_sources(kctx, obj).await?);
+                .extend(kubeadm::files::sources(kctx, obj).await?);
         }
     }
     if kctx.role == Role::ControlPlane

@@ -1,16 +1,16 @@
 //! The provider driver: every kind an Active plugin serves gets a controller here. For each
 //! object it gathers the context the WIT asks for (`context.rs`), calls the plugin's current
 //! version, and writes the typed result back as contract fields, status, Secrets and Machines
-//! (`writeback.rs`, `machines.rs`). It owns the provider finalizer, calls `delete` until the
+//! (`writeback.rs`, `machines.rs`). What upstream's kubeadm controllers do beyond the contract
+//! is in `kubeadm/`, keyed by kind. It owns the provider finalizer, calls `delete` until the
 //! plugin reports done, respects pause, records the plugin version that last reconciled an
 //! object, and turns a failed call into a condition with backoff.
 
 mod context;
-mod discovery;
+mod kubeadm;
 mod machines;
 mod policy;
 mod scope;
-mod secrets;
 mod writeback;
 
 use capw_api::cluster::Cluster;
@@ -583,14 +583,14 @@ async fn apply_phases(
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
     let mut around = around;
-    if kctx.role == Role::BootstrapConfig {
+    if kubeadm::Kind::of(&kctx.ar) == Some(kubeadm::Kind::Config) {
         let ca = around
             .context
             .secrets
             .iter()
             .find(|(k, _)| k == "ca.crt")
             .map(|(_, v)| v.as_str());
-        match discovery::reconcile(
+        match kubeadm::discovery::reconcile(
             kctx,
             obj,
             scope,
@@ -600,9 +600,9 @@ async fn apply_phases(
         )
         .await?
         {
-            discovery::Next::AwaitChange => return Ok(Action::await_change()),
-            discovery::Next::CallAndRequeue(d) => around.requeue_within = Some(d),
-            discovery::Next::Call => {}
+            kubeadm::discovery::Next::AwaitChange => return Ok(Action::await_change()),
+            kubeadm::discovery::Next::CallAndRequeue(d) => around.requeue_within = Some(d),
+            kubeadm::discovery::Next::Call => {}
         }
     }
     let ctx = around.context.clone();

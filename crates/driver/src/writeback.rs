@@ -3,6 +3,7 @@
 //! control plane's Machines. Each write happens only when it changes something.
 
 use super::context::Around;
+use super::kubeadm;
 use super::scope::Scope;
 use super::{DriverError, KindCtx};
 use capw_api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL};
@@ -102,108 +103,6 @@ fn sticky(status: &Value, field: &str, now: bool) -> bool {
         .pointer(&format!("/initialization/{field}"))
         .and_then(Value::as_bool)
         == Some(true)
-}
-
-/// Upstream's KubeadmControlPlane is initialized once `kube-system/kubeadm-config` exists in
-/// the workload cluster, which `kubeadm init` uploads: the host looks there before it records
-/// a KubeadmControlPlane's claim. Other control-plane kinds are taken at their word (a hosted
-/// control plane runs no kubeadm).
-async fn kubeadm_initialized(kctx: &KindCtx, obj: &DynamicObject, cluster: &str) -> bool {
-    if kctx.ar.kind != "KubeadmControlPlane" || kctx.ar.group != "controlplane.cluster.x-k8s.io" {
-        return true;
-    }
-    let ns = obj.namespace().unwrap_or_default();
-    let caches = &kctx.driver.caches;
-    let client = match caches
-        .remotes
-        .client(&caches.secrets, &caches.clusters, &ns, cluster)
-        .await
-    {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::debug!(error = %e, "no workload client yet");
-            return false;
-        }
-    };
-    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(client, "kube-system");
-    match config_maps.get_opt("kubeadm-config").await {
-        Ok(found) => found.is_some(),
-        Err(e) => {
-            tracing::debug!(error = %e, "reading kube-system/kubeadm-config failed");
-            false
-        }
-    }
-}
-
-/// KCP's first rollout step (`updateKubeadmConfigMap`): once a control-plane Machine runs
-/// another version than `spec.version`, the workload's `kube-system/kubeadm-config` names the
-/// version the control plane rolls to, before the first Machine is replaced, as upstream.
-/// Steady state costs nothing: the ConfigMap is read only while a Machine is outdated. A
-/// failure is retried with the next reconcile; the roll itself does not wait for it.
-async fn update_kubeadm_config(
-    kctx: &KindCtx,
-    obj: &DynamicObject,
-    cluster: &str,
-    around: &Around,
-) {
-    if kctx.ar.kind != "KubeadmControlPlane" || kctx.ar.group != "controlplane.cluster.x-k8s.io" {
-        return;
-    }
-    let Some(want) = obj.data.pointer("/spec/version").and_then(Value::as_str) else {
-        return;
-    };
-    let rolling = around.owned_machines.iter().any(|m| {
-        m.metadata.deletion_timestamp.is_none() && m.spec.version.as_deref() != Some(want)
-    });
-    if !rolling {
-        return;
-    }
-    let ns = obj.namespace().unwrap_or_default();
-    let caches = &kctx.driver.caches;
-    let Ok(client) = caches
-        .remotes
-        .client(&caches.secrets, &caches.clusters, &ns, cluster)
-        .await
-    else {
-        return;
-    };
-    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(client, "kube-system");
-    let current = match config_maps.get_opt("kubeadm-config").await {
-        Ok(Some(cm)) => cm,
-        Ok(None) => return,
-        Err(e) => {
-            tracing::debug!(error = %e, "reading kube-system/kubeadm-config failed");
-            return;
-        }
-    };
-    let Some(updated) = current
-        .data
-        .as_ref()
-        .and_then(|d| d.get("ClusterConfiguration"))
-        .and_then(|cc| capw_kubeadm::with_kubernetes_version(cc, want))
-    else {
-        return;
-    };
-    let patch = json!({
-        "metadata": {"resourceVersion": current.metadata.resource_version},
-        "data": {"ClusterConfiguration": updated},
-    });
-    match config_maps
-        .patch(
-            "kubeadm-config",
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => tracing::info!(
-            version = want,
-            "kubeadm-config names the version the control plane rolls to"
-        ),
-        Err(e) => tracing::debug!(error = %e, "updating kube-system/kubeadm-config failed"),
-    }
 }
 
 fn requeue(c: &capw_runtime::plugin::Common) -> Action {
@@ -453,11 +352,11 @@ pub(super) async fn write(
                 tracing::debug!(%why, "kubeconfig Secret left alone");
             }
             let was = sticky(&old, "controlPlaneInitialized", false);
-            let initialized =
-                was || (r.initialized && kubeadm_initialized(kctx, obj, &cluster).await);
+            let initialized = was
+                || (r.initialized && kubeadm::config_map::initialized(kctx, obj, &cluster).await);
             set_initialization(&mut status, "controlPlaneInitialized", initialized);
             if initialized {
-                update_kubeadm_config(kctx, obj, &cluster, around).await;
+                kubeadm::config_map::roll_version(kctx, obj, &cluster, around).await;
             }
             // The workload cluster is not watched: look again soon.
             let recheck = r.initialized && !initialized;

@@ -17,8 +17,8 @@
 //! store, so a control-plane roll can start a store without it) is created again with the
 //! same token.
 
-use super::scope::Scope;
-use super::{DriverError, KindCtx};
+use crate::scope::Scope;
+use crate::{DriverError, KindCtx};
 use capw_api::cluster::Cluster;
 use capw_api::common::names::CONTROL_PLANE_LABEL;
 use capw_api::machine::Machine;
@@ -34,13 +34,11 @@ use std::time::Duration;
 pub const TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
 /// How often a config with a token is looked at again (upstream's `TokenTTL / 3`).
 pub const UPKEEP_EVERY: Duration = Duration::from_secs(TOKEN_TTL.as_secs() / 3);
-const GROUP: &str = "bootstrap.cluster.x-k8s.io";
-const KIND: &str = "KubeadmConfig";
 const DISCOVERY: &str = "/spec/joinConfiguration/discovery";
 
 /// What the caller does next.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Next {
+pub(crate) enum Next {
     /// Call the plugin as usual.
     Call,
     /// Call the plugin, and look at the config again within this time.
@@ -51,7 +49,7 @@ pub(super) enum Next {
 
 /// Whether a Secret expiring at `expiration` is due for a refresh at `now`: within 5/6 of
 /// the TTL of expiring, as upstream's `shouldRefresh`.
-pub(super) fn refresh_due(expiration: Option<jiff::Timestamp>, now: jiff::Timestamp) -> bool {
+pub(crate) fn refresh_due(expiration: Option<jiff::Timestamp>, now: jiff::Timestamp) -> bool {
     let Some(e) = expiration else {
         return false;
     };
@@ -84,7 +82,7 @@ fn token_secret(token: &str, now: jiff::Timestamp) -> Option<Secret> {
 }
 
 /// Fills the discovery and keeps the token alive; see the module doc.
-pub(super) async fn reconcile(
+pub(crate) async fn reconcile(
     kctx: &KindCtx,
     obj: &DynamicObject,
     scope: &mut Scope,
@@ -92,7 +90,9 @@ pub(super) async fn reconcile(
     machine: Option<&Machine>,
     ca_cert: Option<&str>,
 ) -> Result<Next, DriverError> {
-    if kctx.ar.kind != KIND || kctx.ar.group != GROUP || obj.metadata.deletion_timestamp.is_some() {
+    if super::Kind::of(&kctx.ar) != Some(super::Kind::Config)
+        || obj.metadata.deletion_timestamp.is_some()
+    {
         return Ok(Next::Call);
     }
     let (Some(cluster), Some(machine)) = (cluster, machine) else {
