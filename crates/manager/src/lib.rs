@@ -250,25 +250,6 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
 impl Host {
     /// One line for `capw up`'s live status.
     pub fn status_line(&self) -> String {
-        let clusters = self.clusters.state();
-        let machines = self.machines.state();
-        let phase_count = |phases: Vec<Option<String>>, want: &str| {
-            phases.iter().filter(|p| p.as_deref() == Some(want)).count()
-        };
-        let provisioned = phase_count(
-            clusters
-                .iter()
-                .map(|c| c.status.as_ref().and_then(|s| s.phase.clone()))
-                .collect(),
-            "Provisioned",
-        );
-        let running = phase_count(
-            machines
-                .iter()
-                .map(|m| m.status.as_ref().and_then(|s| s.phase.clone()))
-                .collect(),
-            "Running",
-        );
         let plugins: Vec<String> = self
             .registry
             .names()
@@ -279,17 +260,31 @@ impl Host {
                     .map(|s| format!("{n} {}", s.current().metadata.version))
             })
             .collect();
-        format!(
-            "clusters {provisioned}/{} provisioned · machines {running}/{} running · plugins: {}",
-            clusters.len(),
-            machines.len(),
-            if plugins.is_empty() {
-                "none yet".to_string()
-            } else {
-                plugins.join(", ")
-            }
-        )
+        summary(&self.clusters.state(), &self.machines.state(), &plugins)
     }
+}
+
+/// The status line of [`Host::status_line`]: phases as the objects' status reports them, so a
+/// Cluster counts as provisioned only once core observed it so.
+fn summary(clusters: &[Arc<Cluster>], machines: &[Arc<Machine>], plugins: &[String]) -> String {
+    let provisioned = clusters
+        .iter()
+        .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Provisioned"))
+        .count();
+    let running = machines
+        .iter()
+        .filter(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .count();
+    format!(
+        "clusters {provisioned}/{} provisioned · machines {running}/{} running · plugins: {}",
+        clusters.len(),
+        machines.len(),
+        if plugins.is_empty() {
+            "none yet".to_string()
+        } else {
+            plugins.join(", ")
+        }
+    )
 }
 
 #[cfg(test)]
@@ -308,5 +303,101 @@ mod tests {
             );
         }
         assert_eq!(owned.len(), capw_api::crds().len(), "{owned:?}");
+    }
+
+    fn with_phase<K: serde::de::DeserializeOwned>(kind: &str, name: &str, phase: &str) -> Arc<K> {
+        let spec = match kind {
+            "Cluster" => serde_json::json!({}),
+            _ => serde_json::json!({"clusterName": "c", "bootstrap": {},
+                "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "n"}}),
+        };
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": kind,
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": spec, "status": {"phase": phase}}))
+            .unwrap_or_else(|e| panic!("{kind}: {e}")),
+        )
+    }
+
+    #[test]
+    fn the_status_line_counts_observed_phases() {
+        let clusters: Vec<Arc<Cluster>> = vec![
+            with_phase("Cluster", "a", "Provisioned"),
+            with_phase("Cluster", "b", "Provisioning"),
+        ];
+        let machines: Vec<Arc<Machine>> = vec![
+            with_phase("Machine", "m1", "Running"),
+            with_phase("Machine", "m2", "Running"),
+            with_phase("Machine", "m3", "Provisioned"),
+        ];
+        assert_eq!(
+            summary(
+                &clusters,
+                &machines,
+                &["inmemory v1".into(), "docker v2".into()]
+            ),
+            "clusters 1/2 provisioned · machines 2/3 running · plugins: inmemory v1, docker v2"
+        );
+        assert_eq!(
+            summary(&[], &[], &[]),
+            "clusters 0/0 provisioned · machines 0/0 running · plugins: none yet"
+        );
+    }
+
+    /// A client for an address nothing listens on: a request fails at once.
+    fn unreachable_client() -> Client {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let url = format!("http://127.0.0.1:{port}")
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test]
+    async fn a_plugin_directory_that_cannot_be_made_is_named_before_anything_starts() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, "").unwrap_or_else(|e| panic!("{e}"));
+        let plugins = file.join("plugins");
+        let err = start(
+            unreachable_client(),
+            HostConfig::new(plugins.clone(), dir.path().join("cache")),
+        )
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("started with an impossible plugin directory"));
+        assert!(
+            matches!(&err, ManagerError::PluginDir { path, .. } if *path == plugins),
+            "{err}"
+        );
+        assert!(err.to_string().contains("a-file/plugins"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_api_fails_the_start_naming_the_first_crd() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let err = start(
+            unreachable_client(),
+            HostConfig::new(dir.path().join("plugins"), dir.path().join("cache")),
+        )
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("started without an API server"));
+        let first = capw_api::crds()
+            .first()
+            .map(|(_, crd)| crd.name_any())
+            .unwrap_or_default();
+        assert!(
+            matches!(&err, ManagerError::Crd { name, .. } if *name == first),
+            "{err}"
+        );
+        assert!(
+            dir.path().join("plugins").is_dir(),
+            "the plugin directory is made first"
+        );
     }
 }
