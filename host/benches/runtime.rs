@@ -51,15 +51,7 @@ fn ctx() -> Context {
     let object = serde_json::json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "EchoMachine",
         "metadata": {"name": "m1", "namespace": "default", "uid": "00000000-0000-4000-8000-000000000000"},
         "spec": {"pad": "x".repeat(850)}});
-    Context {
-        object: object.to_string(),
-        cluster: None,
-        machine: None,
-        infrastructure_cluster: None,
-        bootstrap_data: None,
-        secrets: vec![],
-        owned_machines: vec![],
-    }
+    Context::of(object.to_string())
 }
 
 /// What echo's `reconcile_machine` does, compiled into the host.

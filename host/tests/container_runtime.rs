@@ -418,18 +418,12 @@ async fn a_component_reaches_docker_only_through_its_grant_and_only_its_own_cont
         )
     };
     let probe = load(image.clone()).await.expect("container-probe loads");
-    let ctx = Context {
-        object: serde_json::json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+    let ctx = Context::of(
+        serde_json::json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
             "kind": "ProbeMachine", "metadata": {"name": "m", "namespace": "default"},
             "spec": {"image": image, "container": mine, "foreign": foreign}})
         .to_string(),
-        cluster: None,
-        machine: None,
-        infrastructure_cluster: None,
-        bootstrap_data: None,
-        secrets: vec![],
-        owned_machines: vec![],
-    };
+    );
     let st = probe.reconcile_machine(&ctx).await.expect("reconcile");
     let report: serde_json::Value =
         serde_json::from_str(&st.common.status_patch.expect("report")).expect("json");

@@ -61,17 +61,11 @@ async fn load(f: &Fixture, name: &str, l: Limits) -> Plugin {
 }
 
 fn ctx(name: &str) -> Context {
-    Context {
-        object: serde_json::json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "EchoMachine",
+    Context::of(
+        serde_json::json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "EchoMachine",
             "metadata": {"name": name, "namespace": "default"}, "spec": {"pad": "x".repeat(800)}})
         .to_string(),
-        cluster: None,
-        machine: None,
-        infrastructure_cluster: None,
-        bootstrap_data: None,
-        secrets: vec![],
-        owned_machines: vec![],
-    }
+    )
 }
 
 fn reason(st: &capw_runtime::plugin::MachineStatus) -> String {

@@ -79,15 +79,7 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
         owned_machines: vec![],
     };
     let mut around = Around {
-        context: Context {
-            object: String::new(),
-            cluster: None,
-            machine: None,
-            infrastructure_cluster: None,
-            bootstrap_data: None,
-            secrets: vec![],
-            owned_machines: vec![],
-        },
+        context: Context::of(String::new()),
         cluster: cluster.clone(),
         paused,
         owned: if kctx.role.machine_scoped() {

@@ -161,6 +161,36 @@ pub fn common(conditions: Vec<Condition>, status_patch: Option<Value>) -> Common
     }
 }
 
+impl Metadata {
+    /// A provider of `provider_type` named `name` at `version`, on the v1beta2 contract, that
+    /// serves no kind yet: add its `kinds` and `crds`.
+    pub fn new(name: &str, version: &str, provider_type: ProviderType) -> Metadata {
+        Metadata {
+            name: name.into(),
+            version: version.into(),
+            provider_type,
+            contract_version: "v1beta2".into(),
+            kinds: vec![],
+            crds: vec![],
+        }
+    }
+}
+
+impl MachineStatus {
+    /// A machine not provisioned (yet), with no provider ID, addresses or failure domain:
+    /// only `common`'s conditions and status patch.
+    pub fn pending(common: Common) -> MachineStatus {
+        MachineStatus {
+            provisioned: false,
+            provider_id: None,
+            addresses: vec![],
+            failure_domain: None,
+            interruptible: false,
+            common,
+        }
+    }
+}
+
 /// Deletion finished.
 pub fn deleted() -> DeleteStatus {
     DeleteStatus {

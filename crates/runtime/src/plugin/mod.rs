@@ -26,7 +26,7 @@ pub use metadata::{provider_type_name, role_name, validate_metadata};
 pub use plugin_info::{
     ControlPlaneMachines, KindRef, KindRole, PluginMetadata, ProviderType, ServedKind,
 };
-pub use types::{Common, DeleteStatus};
+pub use types::{ApiEndpoint, Common, DeleteStatus};
 pub use wasm::{Inspection, WIT_VERSION, inspect};
 
 /// Why a component was not loaded. Nothing of the component has run when these occur, except
@@ -121,6 +121,22 @@ impl From<types::ProviderError> for ProviderFailure {
 
 /// The context of a call, as JSON text (see the WIT `context` record).
 pub type Context = types::Context;
+
+impl Context {
+    /// The context of a call about `object` (its JSON text) and nothing else; the caller adds
+    /// what the object's role gets.
+    pub fn of(object: String) -> Context {
+        Context {
+            object,
+            cluster: None,
+            machine: None,
+            infrastructure_cluster: None,
+            bootstrap_data: None,
+            secrets: vec![],
+            owned_machines: vec![],
+        }
+    }
+}
 
 /// Call counters of one version, for status and for the rollback decision.
 #[derive(Debug, Default)]

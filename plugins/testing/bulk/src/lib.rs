@@ -7,14 +7,7 @@ struct Bulk;
 
 impl Provider for Bulk {
     fn metadata() -> Metadata {
-        Metadata {
-            name: "bulk".into(),
-            version: "1.0.0".into(),
-            provider_type: ProviderType::Infrastructure,
-            contract_version: "v1beta2".into(),
-            kinds: vec![],
-            crds: vec![],
-        }
+        Metadata::new("bulk", "1.0.0", ProviderType::Infrastructure)
     }
 
     fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {

@@ -107,14 +107,10 @@ impl Provider for Probe {
             "remove".into(),
             cr::remove(name).map(|_| json!("ok")).unwrap_or_else(err),
         );
-        Ok(MachineStatus {
-            provisioned: false,
-            provider_id: None,
-            addresses: vec![],
-            failure_domain: None,
-            interruptible: false,
-            common: common(vec![], Some(Value::Object(report))),
-        })
+        Ok(MachineStatus::pending(common(
+            vec![],
+            Some(Value::Object(report)),
+        )))
     }
 }
 

@@ -243,14 +243,10 @@ impl Provider for Hostile {
     fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
         // The thief reports whatever bootstrap data it was handed, which must be none.
         let leaked = ctx.bootstrap_data.is_some() || !ctx.secrets.is_empty();
-        Ok(MachineStatus {
-            provisioned: false,
-            provider_id: None,
-            addresses: vec![],
-            failure_domain: None,
-            interruptible: false,
-            common: common(vec![], Some(json!({"leaked": leaked}))),
-        })
+        Ok(MachineStatus::pending(common(
+            vec![],
+            Some(json!({"leaked": leaked})),
+        )))
     }
 }
 

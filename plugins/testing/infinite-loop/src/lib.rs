@@ -5,14 +5,7 @@ struct Spin;
 
 impl Provider for Spin {
     fn metadata() -> Metadata {
-        Metadata {
-            name: "infinite-loop".into(),
-            version: "0.1.0".into(),
-            provider_type: ProviderType::Infrastructure,
-            contract_version: "v1beta2".into(),
-            kinds: vec![],
-            crds: vec![],
-        }
+        Metadata::new("infinite-loop", "0.1.0", ProviderType::Infrastructure)
     }
 
     fn reconcile_machine(_ctx: Context) -> Result<MachineStatus, ProviderError> {

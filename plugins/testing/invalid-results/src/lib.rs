@@ -6,14 +6,7 @@ struct Liar;
 
 impl Provider for Liar {
     fn metadata() -> Metadata {
-        Metadata {
-            name: "invalid-results".into(),
-            version: "0.1.0".into(),
-            provider_type: ProviderType::Infrastructure,
-            contract_version: "v1beta2".into(),
-            kinds: vec![],
-            crds: vec![],
-        }
+        Metadata::new("invalid-results", "0.1.0", ProviderType::Infrastructure)
     }
 
     fn reconcile_machine(_ctx: Context) -> Result<MachineStatus, ProviderError> {

@@ -5,14 +5,7 @@ struct Bomb;
 
 impl Provider for Bomb {
     fn metadata() -> Metadata {
-        Metadata {
-            name: "memory-bomb".into(),
-            version: "0.1.0".into(),
-            provider_type: ProviderType::Infrastructure,
-            contract_version: "v1beta2".into(),
-            kinds: vec![],
-            crds: vec![],
-        }
+        Metadata::new("memory-bomb", "0.1.0", ProviderType::Infrastructure)
     }
 
     fn reconcile_machine(_ctx: Context) -> Result<MachineStatus, ProviderError> {

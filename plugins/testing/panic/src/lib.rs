@@ -9,14 +9,7 @@ struct Boom;
 
 impl Provider for Boom {
     fn metadata() -> Metadata {
-        Metadata {
-            name: "panic".into(),
-            version: "0.1.0".into(),
-            provider_type: ProviderType::Infrastructure,
-            contract_version: "v1beta2".into(),
-            kinds: vec![],
-            crds: vec![],
-        }
+        Metadata::new("panic", "0.1.0", ProviderType::Infrastructure)
     }
 
     fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {

@@ -14,14 +14,7 @@ fn dive(n: u64) -> u64 {
 
 impl Provider for Deep {
     fn metadata() -> Metadata {
-        Metadata {
-            name: "recursion".into(),
-            version: "0.1.0".into(),
-            provider_type: ProviderType::Infrastructure,
-            contract_version: "v1beta2".into(),
-            kinds: vec![],
-            crds: vec![],
-        }
+        Metadata::new("recursion", "0.1.0", ProviderType::Infrastructure)
     }
 
     fn reconcile_machine(_ctx: Context) -> Result<MachineStatus, ProviderError> {

@@ -6,14 +6,7 @@ struct Escape;
 
 impl Provider for Escape {
     fn metadata() -> Metadata {
-        Metadata {
-            name: "sandbox-escape".into(),
-            version: "0.1.0".into(),
-            provider_type: ProviderType::Infrastructure,
-            contract_version: "v1beta2".into(),
-            kinds: vec![],
-            crds: vec![],
-        }
+        Metadata::new("sandbox-escape", "0.1.0", ProviderType::Infrastructure)
     }
 
     fn reconcile_machine(_ctx: Context) -> Result<MachineStatus, ProviderError> {
@@ -24,17 +17,10 @@ impl Provider for Escape {
             .map(|_| "connected".to_string())
             .unwrap_or_else(|e| format!("denied: {e}"));
         let env: Vec<String> = std::env::vars().map(|(k, _)| k).collect();
-        Ok(MachineStatus {
-            provisioned: false,
-            provider_id: None,
-            addresses: vec![],
-            failure_domain: None,
-            interruptible: false,
-            common: common(
-                vec![],
-                Some(json!({"file": file, "socket": socket, "env": env})),
-            ),
-        })
+        Ok(MachineStatus::pending(common(
+            vec![],
+            Some(json!({"file": file, "socket": socket, "env": env})),
+        )))
     }
 }
 
