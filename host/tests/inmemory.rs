@@ -366,88 +366,18 @@ async fn finalizers_and_owner_references_are_rebuilt_and_idle_writes_nothing() {
     env.converged("demo", 6).await;
 
     // Strip every finalizer: all come back.
-    let mut stripped = 0;
-    for (_, api) in env.all_kinds() {
-        for o in api.list(&ListParams::default()).await.expect("list").items {
-            if o.finalizers().is_empty() {
-                continue;
-            }
-            let patch = json!({"metadata": {"finalizers": null}});
-            api.patch(
-                &o.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .expect("strip finalizers");
-            stripped += 1;
-        }
-    }
+    let kinds = env.all_kinds();
+    let stripped = env.strip_finalizers(&kinds, |_, _| true).await;
     assert_eq!(
         stripped,
         1 + 6 + 1 + 6 + 6 + 1,
         "every object had a finalizer"
     );
-    env.eventually("every finalizer to be rebuilt", 60, || async {
-        for (_, api) in env.all_kinds() {
-            for o in api.list(&ListParams::default()).await.ok()?.items {
-                if o.finalizers().is_empty() {
-                    return None;
-                }
-            }
-        }
-        Some(())
-    })
-    .await;
 
     // Wipe the owner references of everything core or the control plane owns: all come back.
-    let owners = |o: &DynamicObject| -> Vec<(String, String, bool)> {
-        let mut v: Vec<_> = o
-            .owner_references()
-            .iter()
-            .map(|r| (r.kind.clone(), r.name.clone(), r.controller == Some(true)))
-            .collect();
-        v.sort();
-        v
-    };
-    let mut before = BTreeMap::new();
-    for (kind, api) in env.all_kinds() {
-        if kind == "Cluster" {
-            continue;
-        }
-        for o in api.list(&ListParams::default()).await.expect("list").items {
-            assert!(
-                !o.owner_references().is_empty(),
-                "{kind} {} has no owner",
-                o.name_any()
-            );
-            before.insert(format!("{kind}/{}", o.name_any()), owners(&o));
-            let patch = json!({"metadata": {"ownerReferences": null}});
-            api.patch(
-                &o.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .expect("wipe owners");
-        }
-    }
-    env.eventually("every owner reference to be rebuilt", 60, || async {
-        for (kind, api) in env.all_kinds() {
-            if kind == "Cluster" {
-                continue;
-            }
-            for o in api.list(&ListParams::default()).await.ok()?.items {
-                if before.get(&format!("{kind}/{}", o.name_any())) != Some(&owners(&o)) {
-                    return None;
-                }
-            }
-        }
-        Some(())
-    })
-    .await;
+    let wiped = env.wipe_owners(&kinds, |kind, _| kind != "Cluster").await;
     // Nothing got recreated on the way.
-    assert_eq!(env.versions().await.len(), before.len() + 1);
+    assert_eq!(env.versions().await.len(), wiped + 1);
 
     // Converged: a minute without a single write and without plugin calls.
     env.converged("demo", 6).await;

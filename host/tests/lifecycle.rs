@@ -567,7 +567,6 @@ async fn a_health_check_replaces_an_unhealthy_machine_and_short_circuits_when_to
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lifecycle_finalizers_and_owners_are_rebuilt_without_duplicates_and_idle_writes_nothing() {
-    use kube::api::{Patch, PatchParams};
     use std::collections::BTreeMap;
     let env = env().await;
     env.kubectl(
@@ -600,86 +599,16 @@ async fn lifecycle_finalizers_and_owners_are_rebuilt_without_duplicates_and_idle
     let names_before = machine_names().await;
 
     // Strip every finalizer of the lifecycle kinds: all come back.
-    let mut stripped = 0;
-    for (kind, api) in kinds() {
-        for o in api.list(&ListParams::default()).await.expect("list").items {
-            if o.finalizers().is_empty() || !workers_only(kind, &o) {
-                continue;
-            }
-            let patch = serde_json::json!({"metadata": {"finalizers": null}});
-            api.patch(
-                &o.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .expect("strip finalizers");
-            stripped += 1;
-        }
-    }
+    let stripped = env.strip_finalizers(&kinds(), workers_only).await;
     assert_eq!(
         stripped,
         1 + 1 + 3 + 1,
         "every lifecycle object had a finalizer"
     );
-    env.eventually("every finalizer to be rebuilt", 60, || async {
-        for (kind, api) in kinds() {
-            for o in api.list(&ListParams::default()).await.ok()?.items {
-                if workers_only(kind, &o) && o.finalizers().is_empty() {
-                    return None;
-                }
-            }
-        }
-        Some(())
-    })
-    .await;
 
     // Wipe every owner reference of the deployment, its set and its Machines: all come back,
     // and no Machine is made twice.
-    let owners = |o: &DynamicObject| -> Vec<(String, String, bool)> {
-        let mut v: Vec<_> = o
-            .owner_references()
-            .iter()
-            .map(|r| (r.kind.clone(), r.name.clone(), r.controller == Some(true)))
-            .collect();
-        v.sort();
-        v
-    };
-    let mut before = BTreeMap::new();
-    for (kind, api) in kinds() {
-        for o in api.list(&ListParams::default()).await.expect("list").items {
-            if !workers_only(kind, &o) {
-                continue;
-            }
-            assert!(
-                !o.owner_references().is_empty(),
-                "{kind} {} has no owner",
-                o.name_any()
-            );
-            before.insert(format!("{kind}/{}", o.name_any()), owners(&o));
-            let patch = serde_json::json!({"metadata": {"ownerReferences": null}});
-            api.patch(
-                &o.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .expect("wipe owners");
-        }
-    }
-    env.eventually("every owner reference to be rebuilt", 60, || async {
-        for (kind, api) in kinds() {
-            for o in api.list(&ListParams::default()).await.ok()?.items {
-                if workers_only(kind, &o)
-                    && before.get(&format!("{kind}/{}", o.name_any())) != Some(&owners(&o))
-                {
-                    return None;
-                }
-            }
-        }
-        Some(())
-    })
-    .await;
+    env.wipe_owners(&kinds(), workers_only).await;
     env.settled("demo-md-0", 3).await;
     assert_eq!(
         machine_names().await,

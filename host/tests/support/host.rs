@@ -7,8 +7,10 @@
 use super::ApiServer;
 use capw_manager::{self as manager, Host, HostConfig};
 use capw_runtime::capabilities::sim_cloud::SimSettings;
-use kube::Client;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -128,5 +130,104 @@ impl Env {
 
     pub fn dynamic(&self, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
         super::dynamic(&self.client, group, kind, plural)
+    }
+}
+
+/// The objects a resilience check looks at: each kind's name and API.
+pub type Kinds<'a> = [(&'a str, Api<DynamicObject>)];
+
+/// An object's owner references as (kind, name, controller), sorted.
+fn owners(o: &DynamicObject) -> Vec<(String, String, bool)> {
+    let mut v: Vec<_> = o
+        .owner_references()
+        .iter()
+        .map(|r| (r.kind.clone(), r.name.clone(), r.controller == Some(true)))
+        .collect();
+    v.sort();
+    v
+}
+
+impl Env {
+    /// Strips every finalizer of the objects of `kinds` that `pick` selects, and waits until
+    /// every one of them has its finalizers back. Returns how many objects had one.
+    pub async fn strip_finalizers(
+        &self,
+        kinds: &Kinds<'_>,
+        pick: impl Fn(&str, &DynamicObject) -> bool,
+    ) -> usize {
+        let mut stripped = 0;
+        for (kind, api) in kinds {
+            for o in api.list(&ListParams::default()).await.expect("list").items {
+                if o.finalizers().is_empty() || !pick(kind, &o) {
+                    continue;
+                }
+                let patch = json!({"metadata": {"finalizers": null}});
+                api.patch(
+                    &o.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .expect("strip finalizers");
+                stripped += 1;
+            }
+        }
+        self.eventually("every finalizer to be rebuilt", 60, || async {
+            for (kind, api) in kinds {
+                for o in api.list(&ListParams::default()).await.ok()?.items {
+                    if pick(kind, &o) && o.finalizers().is_empty() {
+                        return None;
+                    }
+                }
+            }
+            Some(())
+        })
+        .await;
+        stripped
+    }
+
+    /// Wipes the owner references of the objects of `kinds` that `pick` selects (each must
+    /// have one), and waits until each has the same ones again. Returns how many were wiped.
+    pub async fn wipe_owners(
+        &self,
+        kinds: &Kinds<'_>,
+        pick: impl Fn(&str, &DynamicObject) -> bool,
+    ) -> usize {
+        let mut before = BTreeMap::new();
+        for (kind, api) in kinds {
+            for o in api.list(&ListParams::default()).await.expect("list").items {
+                if !pick(kind, &o) {
+                    continue;
+                }
+                assert!(
+                    !o.owner_references().is_empty(),
+                    "{kind} {} has no owner",
+                    o.name_any()
+                );
+                before.insert(format!("{kind}/{}", o.name_any()), owners(&o));
+                let patch = json!({"metadata": {"ownerReferences": null}});
+                api.patch(
+                    &o.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .expect("wipe owners");
+            }
+        }
+        self.eventually("every owner reference to be rebuilt", 60, || async {
+            for (kind, api) in kinds {
+                for o in api.list(&ListParams::default()).await.ok()?.items {
+                    if pick(kind, &o)
+                        && before.get(&format!("{kind}/{}", o.name_any())) != Some(&owners(&o))
+                    {
+                        return None;
+                    }
+                }
+            }
+            Some(())
+        })
+        .await;
+        before.len()
     }
 }
