@@ -116,6 +116,21 @@ pub type TemplateParts<'a> = (
     &'a mut Vec<String>,
 );
 
+/// [`Templated`] for a scope with `ns()`, `spec.template.spec`, `cluster` and
+/// `missing_templates`, as the MachineSet's and the MachineDeployment's have.
+macro_rules! templated {
+    ($scope:ty) => {
+        impl $crate::referenced::Templated for $scope {
+            fn template(&mut self) -> $crate::referenced::TemplateParts<'_> {
+                let ns = self.ns();
+                let spec = &self.spec.template.spec;
+                (ns, spec, &self.cluster, &mut self.missing_templates)
+            }
+        }
+    };
+}
+pub(crate) use templated;
+
 /// The templates a MachineSet's or MachineDeployment's Machine template references: each gets
 /// a plain owner reference to the Cluster (upstream's `getTemplatesAndSetOwner`). The ones that
 /// do not exist go into `missing`, for the caller to report: a missing template blocks scaling

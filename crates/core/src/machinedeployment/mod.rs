@@ -205,14 +205,4 @@ pub(crate) fn deployment_of<K: ResourceExt>(o: &K) -> Option<ObjectRef<MachineDe
     Some(ObjectRef::new(name).within(&ns))
 }
 
-impl crate::referenced::Templated for Scope {
-    fn template(&mut self) -> crate::referenced::TemplateParts<'_> {
-        let ns = self.ns();
-        (
-            ns,
-            &self.spec.template.spec,
-            &self.cluster,
-            &mut self.missing_templates,
-        )
-    }
-}
+crate::referenced::templated!(Scope);

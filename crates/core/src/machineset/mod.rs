@@ -221,14 +221,4 @@ async fn run(
     super::context::run(ctx, store, own, triggers, concurrency, controller).await
 }
 
-impl crate::referenced::Templated for Scope {
-    fn template(&mut self) -> crate::referenced::TemplateParts<'_> {
-        let ns = self.ns();
-        (
-            ns,
-            &self.spec.template.spec,
-            &self.cluster,
-            &mut self.missing_templates,
-        )
-    }
-}
+crate::referenced::templated!(Scope);
