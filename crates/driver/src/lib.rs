@@ -1,11 +1,13 @@
 //! The provider driver: every kind an Active plugin serves gets a controller here. For each
 //! object it gathers the context the WIT asks for (`context.rs`), calls the plugin's current
-//! version, and writes the typed result back as contract fields, status, Secrets and Machines
-//! (`writeback.rs`, `machines.rs`). What upstream's kubeadm controllers do beyond the contract
+//! version, checks its result (`policy.rs`), maps it to one typed change (`change.rs`) and writes
+//! it back as contract fields, status, Secrets and Machines (`writeback.rs`, `machines.rs`), once
+//! per reconcile (`scope.rs`). What upstream's kubeadm controllers do beyond the contract
 //! is in `kubeadm/`, keyed by kind. It owns the provider finalizer, calls `delete` until the
 //! plugin reports done, respects pause, records the plugin version that last reconciled an
 //! object, and turns a failed call into a condition with backoff.
 
+mod change;
 mod context;
 mod kubeadm;
 mod machines;
@@ -623,18 +625,12 @@ async fn apply_phases(
     let (version, result) = result;
     kctx.record_version(scope, &version);
     // A result that breaks a rule is refused whole: nothing of it is written.
-    let result = match result.and_then(|mut r| {
-        policy::check(obj, &around, &mut r)
-            .map(|()| r)
-            .map_err(CallError::InvalidResult)
-    }) {
-        Ok(writeback::Result::ControlPlane(cp)) => {
-            match machines::check_names(kctx, obj, &cp.machines_to_create).await {
-                Ok(()) => Ok(writeback::Result::ControlPlane(cp)),
-                Err(why) => Err(CallError::InvalidResult(why)),
-            }
-        }
-        other => other,
+    let result = match result {
+        Ok(mut r) => match policy::check(kctx, obj, &around, &mut r).await {
+            Ok(()) => Ok(r),
+            Err(why) => Err(CallError::InvalidResult(why)),
+        },
+        Err(e) => Err(e),
     };
     match result {
         Ok(r) => writeback::write(obj, kctx, scope, &around, r).await,

@@ -7,7 +7,9 @@
 //!
 //! - A kubeconfig must be one the host would build a client from (see
 //!   [`capw_reconcile::kubeconfig`]) for this Cluster's endpoint.
-//! - A control plane asks for at most `spec.replicas` + 1 (the surge) Machines in all.
+//! - A control plane asks for at most `spec.replicas` + 1 (the surge) Machines in all, each
+//!   named as a Machine may be, none twice, and none that would be cloned over someone else's
+//!   object.
 
 use super::context::Around;
 use super::writeback::Result as Outcome;
@@ -52,7 +54,12 @@ const SURGE: i64 = 1;
 /// A kubeconfig that passes is replaced by the one the host built from it, so what is stored as
 /// `<cluster>-kubeconfig` is what was checked: no other context, user or field of the plugin's
 /// text survives.
-pub(super) fn check(obj: &DynamicObject, around: &Around, r: &mut Outcome) -> Result<(), String> {
+pub(super) async fn check(
+    kctx: &super::KindCtx,
+    obj: &DynamicObject,
+    around: &Around,
+    r: &mut Outcome,
+) -> Result<(), String> {
     let Outcome::ControlPlane(cp) = r else {
         return Ok(());
     };
@@ -91,5 +98,5 @@ pub(super) fn check(obj: &DynamicObject, around: &Around, r: &mut Outcome) -> Re
     if names.windows(2).any(|w| w[0] == w[1]) {
         return Err("machines-to-create names the same Machine twice".into());
     }
-    Ok(())
+    super::machines::check_names(kctx, obj, &cp.machines_to_create).await
 }

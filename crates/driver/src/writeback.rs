@@ -2,6 +2,7 @@
 //! the status patch and conditions, the bootstrap data Secret, `<cluster>-kubeconfig`, and the
 //! control plane's Machines. Each write happens only when it changes something.
 
+use super::change::{Address, Change, Endpoint, FailureDomain, Field, VersionReplicas};
 use super::context::Around;
 use super::kubeadm;
 use super::scope::Scope;
@@ -16,7 +17,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -71,19 +72,6 @@ fn common(
         );
     }
     Ok(status)
-}
-
-/// Sets `status.initialization.<field>`, making `initialization` an object if it is not one: a
-/// plugin's CRD may type it however it likes, and the host must never panic over it.
-fn set_initialization(status: &mut Value, field: &str, value: bool) {
-    if !status.is_object() {
-        *status = json!({});
-    }
-    let init = &mut status["initialization"];
-    if !init.is_object() {
-        *init = json!({});
-    }
-    init[field] = json!(value);
 }
 
 /// The Kubernetes versions the control plane's Machines run, lowest first, with how many run
@@ -201,8 +189,9 @@ async fn ensure_secret(
     Ok(Written::Stored)
 }
 
-/// Maps a checked result onto the reconcile's scope (spec fields and status), and makes the
-/// other objects it asks for (the bootstrap data Secret, `<cluster>-kubeconfig`, Machines).
+/// Maps a checked result to one typed [`Change`] and lays it into the reconcile's scope (spec
+/// fields and status), and makes the other objects it asks for (the bootstrap data Secret,
+/// `<cluster>-kubeconfig`, Machines).
 pub(super) async fn write(
     obj: &DynamicObject,
     kctx: &KindCtx,
@@ -216,33 +205,33 @@ pub(super) async fn write(
         .as_ref()
         .map(|c| c.name_any())
         .unwrap_or_default();
+    let endpoint = |ep: &capw_runtime::plugin::ApiEndpoint| Endpoint {
+        host: ep.host.clone(),
+        port: ep.port,
+    };
+    let mut change = Change::default();
     let (mut status, action) = match result {
         Result::InfraCluster(r) => {
-            let mut status = common(obj, &r.common)?;
-            if let Some(ep) = &r.control_plane_endpoint {
-                let mut spec = Map::new();
-                spec.insert(
-                    "controlPlaneEndpoint".into(),
-                    json!({"host": ep.host, "port": ep.port}),
-                );
-                scope.merge_spec(&Value::Object(spec));
-            }
-            let provisioned = sticky(&old, "provisioned", r.provisioned);
-            set_initialization(&mut status, "provisioned", provisioned);
+            let status = common(obj, &r.common)?;
+            change.spec.control_plane_endpoint = r.control_plane_endpoint.as_ref().map(endpoint);
+            change.status.initialization.provisioned =
+                Some(sticky(&old, "provisioned", r.provisioned));
             if !r.failure_domains.is_empty() {
-                status["failureDomains"] = r
-                    .failure_domains
-                    .iter()
-                    .map(|f| {
-                        json!({"name": f.name, "controlPlane": f.control_plane,
-                            "attributes": f.attributes.iter().cloned().collect::<BTreeMap<_, _>>()})
-                    })
-                    .collect();
+                change.status.failure_domains = Field::Set(
+                    r.failure_domains
+                        .iter()
+                        .map(|f| FailureDomain {
+                            name: f.name.clone(),
+                            control_plane: f.control_plane,
+                            attributes: f.attributes.iter().cloned().collect(),
+                        })
+                        .collect(),
+                );
             }
             (status, requeue(&r.common))
         }
         Result::InfraMachine(r) => {
-            let mut status = common(obj, &r.common)?;
+            let status = common(obj, &r.common)?;
             if let Some(pid) = r.provider_id.as_ref().filter(|p| !p.is_empty()) {
                 // The provider ID is set once: a later, different one is ignored.
                 let current = obj
@@ -250,25 +239,27 @@ pub(super) async fn write(
                     .pointer(capw_api::contract::fields::PROVIDER_ID)
                     .and_then(Value::as_str);
                 if current.is_none_or(str::is_empty) {
-                    let mut spec = Map::new();
-                    spec.insert("providerID".into(), json!(pid));
-                    scope.merge_spec(&Value::Object(spec));
+                    change.spec.provider_id = Some(pid.clone());
                 }
             }
-            let provisioned = sticky(&old, "provisioned", r.provisioned);
-            set_initialization(&mut status, "provisioned", provisioned);
+            change.status.initialization.provisioned =
+                Some(sticky(&old, "provisioned", r.provisioned));
             if !r.addresses.is_empty() {
-                status["addresses"] = r
-                    .addresses
-                    .iter()
-                    .map(|a| json!({"type": a.type_, "address": a.address}))
-                    .collect();
+                change.status.addresses = Field::Set(
+                    r.addresses
+                        .iter()
+                        .map(|a| Address {
+                            type_: a.type_.clone(),
+                            address: a.address.clone(),
+                        })
+                        .collect(),
+                );
             }
             if let Some(fd) = &r.failure_domain {
-                status["failureDomain"] = json!(fd);
+                change.status.failure_domain = Field::Set(fd.clone());
             }
             if r.interruptible {
-                status["interruptible"] = json!(true);
+                change.status.interruptible = Field::Set(true);
             }
             (status, requeue(&r.common))
         }
@@ -291,8 +282,8 @@ pub(super) async fn write(
                 .await?;
                 match written {
                     Written::Stored => {
-                        status["dataSecretName"] = json!(name);
-                        set_initialization(&mut status, "dataSecretCreated", true);
+                        change.status.data_secret_name = Field::Set(name);
+                        change.status.initialization.data_secret_created = Some(true);
                     }
                     Written::Foreign(why) => {
                         set_condition(
@@ -303,10 +294,8 @@ pub(super) async fn write(
                             &why,
                             obj.metadata.generation,
                         );
-                        if let Some(s) = status.as_object_mut() {
-                            s.remove("dataSecretName");
-                        }
-                        set_initialization(&mut status, "dataSecretCreated", false);
+                        change.status.data_secret_name = Field::Remove;
+                        change.status.initialization.data_secret_created = Some(false);
                         kctx.event(obj, true, conditions::reasons::DATA_SECRET_NOT_OWNED, why)
                             .await;
                     }
@@ -314,7 +303,7 @@ pub(super) async fn write(
             }
             // Upstream's KubeadmConfig and KubeadmControlPlane report it; infrastructure kinds
             // are left alone, as their CRDs may not declare it.
-            status["observedGeneration"] = json!(obj.metadata.generation);
+            change.status.observed_generation = generation(obj);
             let action = match around.requeue_within {
                 // The bootstrap token's upkeep needs a look within this time.
                 Some(d) => {
@@ -326,15 +315,8 @@ pub(super) async fn write(
             (status, action)
         }
         Result::ControlPlane(r) => {
-            let mut status = common(obj, &r.common)?;
-            if let Some(ep) = &r.endpoint {
-                let mut spec = Map::new();
-                spec.insert(
-                    "controlPlaneEndpoint".into(),
-                    json!({"host": ep.host, "port": ep.port}),
-                );
-                scope.merge_spec(&Value::Object(spec));
-            }
+            let status = common(obj, &r.common)?;
+            change.spec.control_plane_endpoint = r.endpoint.as_ref().map(endpoint);
             if let Some(kc) = &r.kubeconfig
                 && !cluster.is_empty()
                 && let Written::Foreign(why) = ensure_secret(
@@ -354,7 +336,7 @@ pub(super) async fn write(
             let was = sticky(&old, "controlPlaneInitialized", false);
             let initialized = was
                 || (r.initialized && kubeadm::config_map::initialized(kctx, obj, &cluster).await);
-            set_initialization(&mut status, "controlPlaneInitialized", initialized);
+            change.status.initialization.control_plane_initialized = Some(initialized);
             if initialized {
                 kubeadm::config_map::roll_version(kctx, obj, &cluster, around).await;
             }
@@ -362,32 +344,32 @@ pub(super) async fn write(
             let recheck = r.initialized && !initialized;
             // The host knows both: the labels it puts on the Machines it creates, and the
             // versions they run. A plugin's word on either would be a claim, not an observation.
-            status["selector"] = json!(format!(
+            change.status.selector = Field::Set(format!(
                 "{CLUSTER_NAME_LABEL}={cluster},{CONTROL_PLANE_LABEL}"
             ));
             let versions = observed_versions(&around.owned_machines);
-            match versions.first() {
-                // `version` is the deprecated field upstream fills from `versions[0]`.
-                Some((v, _)) => {
-                    status["version"] = json!(v);
-                    status["versions"] = versions
-                        .iter()
-                        .map(|(v, n)| json!({"version": v, "replicas": n}))
-                        .collect();
-                }
-                None => {
-                    if let Some(s) = status.as_object_mut() {
-                        s.remove("version");
-                        s.remove("versions");
-                    }
-                }
-            }
-            status["observedGeneration"] = json!(obj.metadata.generation);
+            // `version` is the deprecated field upstream fills from `versions[0]`.
+            (change.status.version, change.status.versions) = match versions.first() {
+                Some((v, _)) => (
+                    Field::Set(v.clone()),
+                    Field::Set(
+                        versions
+                            .iter()
+                            .map(|(version, replicas)| VersionReplicas {
+                                version: version.clone(),
+                                replicas: *replicas,
+                            })
+                            .collect(),
+                    ),
+                ),
+                None => (Field::Remove, Field::Remove),
+            };
+            change.status.observed_generation = generation(obj);
             // Observed, not reported: every Machine the control plane owns, as upstream counts.
-            status["replicas"] = json!(around.owned_machines.len());
-            status["readyReplicas"] = json!(r.replicas.ready);
-            status["availableReplicas"] = json!(r.replicas.available);
-            status["upToDateReplicas"] = json!(r.replicas.up_to_date);
+            change.status.replicas = Field::Set(around.owned_machines.len());
+            change.status.ready_replicas = Field::Set(r.replicas.ready);
+            change.status.available_replicas = Field::Set(r.replicas.available);
+            change.status.up_to_date_replicas = Field::Set(r.replicas.up_to_date);
             super::machines::create(kctx, obj, around, &r.machines_to_create).await?;
             super::machines::delete(kctx, obj, around, &r.machines_to_delete).await?;
             let action = if recheck {
@@ -398,9 +380,15 @@ pub(super) async fn write(
             (status, action)
         }
     };
+    change.apply(scope, &mut status)?;
     kctx.succeeded(obj, &mut status);
     scope.status = status;
     Ok(action)
+}
+
+/// `metadata.generation`, for `status.observedGeneration`.
+fn generation(obj: &DynamicObject) -> Field<i64> {
+    obj.metadata.generation.map_or(Field::Remove, Field::Set)
 }
 
 #[cfg(test)]
