@@ -231,11 +231,19 @@ fn each_log_call_is_one_tagged_line_charged_what_it_wrote(format: &str) {
         "2026-12-03T00:00:00.000000Z ERROR capw: FORGED timestamp",
     ];
     let up = up(format);
-    up.eventually("the hostile bootstrap provider to serve", 60, || {
+    // Both providers' kinds are applied together: each plugin installs its CRDs once active,
+    // in whichever order the two load.
+    up.eventually("both providers to serve", 60, || {
         let (ok, out) = support::kubectl(
             &up.kubeconfig,
             &up.home,
-            &["get", "crd", "hostileconfigs.bootstrap.cluster.x-k8s.io"],
+            &[
+                "get",
+                "crd",
+                "hostileconfigs.bootstrap.cluster.x-k8s.io",
+                "inmemoryclusters.infrastructure.cluster.x-k8s.io",
+                "inmemorymachines.infrastructure.cluster.x-k8s.io",
+            ],
             None,
         );
         ok.then_some(out)
