@@ -40,10 +40,13 @@ struct State {
 }
 
 /// The order connections try backends in: the current primary while it is healthy, else the
-/// first healthy backend, then the others.
-fn order(primary: Option<&String>, healthy: &[String]) -> Vec<String> {
-    let primary = primary
-        .filter(|p| healthy.contains(p))
+/// first healthy backend of the current order (a standby that was known before takes over ahead
+/// of one the file just added, whatever their addresses sort as), else the first healthy one;
+/// then the others.
+fn order(current: &[String], healthy: &[String]) -> Vec<String> {
+    let primary = current
+        .iter()
+        .find(|b| healthy.contains(b))
         .or(healthy.first())
         .cloned();
     primary
@@ -129,7 +132,7 @@ async fn serve(listener: TcpListener, config: Config) {
     let first = check(configured(&config)).await;
     tracing::info!(backends = ?first, "healthy backends");
     let state = Arc::new(State {
-        order: RwLock::new(order(None, &first)),
+        order: RwLock::new(order(&[], &first)),
     });
     {
         let state = state.clone();
@@ -143,7 +146,7 @@ async fn serve(listener: TcpListener, config: Config) {
                     last = healthy.clone();
                 }
                 let mut current = state.order.write().unwrap_or_else(|p| p.into_inner());
-                let next = order(current.first(), &healthy);
+                let next = order(&current, &healthy);
                 if next.first() != current.first() {
                     tracing::info!(primary = ?next.first(), "primary backend changed");
                 }
@@ -187,10 +190,13 @@ mod tests {
     fn the_primary_stays_while_healthy_and_the_first_healthy_takes_over() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         // A new backend that sorts first does not take over.
-        assert_eq!(order(Some(&"b".into()), &s(&["a", "b"])), s(&["b", "a"]));
+        assert_eq!(order(&s(&["b"]), &s(&["a", "b"])), s(&["b", "a"]));
         // The primary gone: the first healthy one.
-        assert_eq!(order(Some(&"b".into()), &s(&["a", "c"])), s(&["a", "c"]));
-        assert_eq!(order(None, &s(&["c", "d"])), s(&["c", "d"]));
-        assert!(order(Some(&"a".into()), &[]).is_empty());
+        assert_eq!(order(&s(&["b"]), &s(&["a", "c"])), s(&["a", "c"]));
+        assert_eq!(order(&[], &s(&["c", "d"])), s(&["c", "d"]));
+        assert!(order(&s(&["a"]), &[]).is_empty());
+        // The primary gone while a backend was added: the standby takes over, not the new
+        // backend that sorts before it.
+        assert_eq!(order(&s(&["p", "s"]), &s(&["n", "s"])), s(&["s", "n"]));
     }
 }
