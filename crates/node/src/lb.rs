@@ -8,7 +8,7 @@
 //! others stand by. Each capw control-plane machine serves its own store (there is no shared
 //! etcd), so spreading clients over several would split the workload cluster between them: a
 //! node agent registered in one, the management plane looking in another, a rollout waiting
-//! forever for a Node it cannot see. When the primary fails, the first healthy backend takes
+//! forever for a Node it cannot see. When the primary fails, the first healthy standby takes
 //! over and clients reconnect to it; node agents register their Nodes again within a
 //! heartbeat.
 
