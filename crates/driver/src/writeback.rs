@@ -333,11 +333,15 @@ pub(super) async fn write(
                 // else is theirs (and checked like any other before the host uses it).
                 tracing::debug!(%why, "kubeconfig Secret left alone");
             }
+            let kubeadm = kubeadm::Kind::of(&kctx.ar) == Some(kubeadm::Kind::ControlPlane);
             let was = sticky(&old, "controlPlaneInitialized", false);
+            // Other control-plane kinds are taken at their word (a hosted control plane runs
+            // no kubeadm).
             let initialized = was
-                || (r.initialized && kubeadm::config_map::initialized(kctx, obj, &cluster).await);
+                || (r.initialized
+                    && (!kubeadm || kubeadm::config_map::initialized(kctx, obj, &cluster).await));
             change.status.initialization.control_plane_initialized = Some(initialized);
-            if initialized {
+            if initialized && kubeadm {
                 kubeadm::config_map::roll_version(kctx, obj, &cluster, around).await;
             }
             // The workload cluster is not watched: look again soon.

@@ -2,7 +2,6 @@
 //! KubeadmControlPlane reads it to know the control plane is initialized, and rewrites its
 //! Kubernetes version before a roll.
 
-use super::Kind;
 use crate::KindCtx;
 use crate::context::Around;
 use kube::ResourceExt;
@@ -11,12 +10,8 @@ use serde_json::{Value, json};
 
 /// Upstream's KubeadmControlPlane is initialized once `kube-system/kubeadm-config` exists in
 /// the workload cluster, which `kubeadm init` uploads: the host looks there before it records
-/// a KubeadmControlPlane's claim. Other control-plane kinds are taken at their word (a hosted
-/// control plane runs no kubeadm).
+/// a KubeadmControlPlane's claim.
 pub(crate) async fn initialized(kctx: &KindCtx, obj: &DynamicObject, cluster: &str) -> bool {
-    if Kind::of(&kctx.ar) != Some(Kind::ControlPlane) {
-        return true;
-    }
     let ns = obj.namespace().unwrap_or_default();
     let caches = &kctx.driver.caches;
     let client = match caches
@@ -52,9 +47,6 @@ pub(crate) async fn roll_version(
     cluster: &str,
     around: &Around,
 ) {
-    if Kind::of(&kctx.ar) != Some(Kind::ControlPlane) {
-        return;
-    }
     let Some(want) = obj.data.pointer("/spec/version").and_then(Value::as_str) else {
         return;
     };

@@ -90,9 +90,7 @@ pub(crate) async fn reconcile(
     machine: Option<&Machine>,
     ca_cert: Option<&str>,
 ) -> Result<Next, DriverError> {
-    if super::Kind::of(&kctx.ar) != Some(super::Kind::Config)
-        || obj.metadata.deletion_timestamp.is_some()
-    {
+    if obj.metadata.deletion_timestamp.is_some() {
         return Ok(Next::Call);
     }
     let (Some(cluster), Some(machine)) = (cluster, machine) else {

@@ -1,8 +1,10 @@
 //! The kubeadm kinds' part of the host: what upstream's kubeadm bootstrap (CABPK) and control
 //! plane (KCP) controllers do with the management cluster's Secrets or the workload cluster,
-//! neither of which a component reaches. The contract path (`context`, `writeback`) is the
-//! same for every provider; it asks [`Kind::of`] and calls in here only for these kinds, so a
-//! provider of another kind never gets kubeadm's behaviour by sharing its role.
+//! neither of which a component reaches. The contract path (`context`, `writeback`, the
+//! reconcile in `lib.rs`) is the same for every provider; it asks [`Kind::of`] and calls
+//! [`discovery`], [`files`] and [`config_map`] only for these kinds, so a provider of another
+//! kind never gets kubeadm's behaviour by sharing its role. The functions here do not check
+//! the kind again.
 //!
 //! - [`discovery`]: a joining `KubeadmConfig`'s discovery fields and its bootstrap token.
 //! - [`files`]: a `KubeadmConfig`'s `files[].contentFrom` Secrets.
