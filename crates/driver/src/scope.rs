@@ -8,6 +8,7 @@
 //! first write, conditions and status fields the second.
 
 use super::DriverError;
+use capw_api::contract::conditions;
 use capw_reconcile::skeleton::write_status;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -17,6 +18,7 @@ use serde_json::{Map, Value, json};
 pub(super) struct Scope {
     name: String,
     /// The object as the reconcile read it.
+    generation: Option<i64>,
     annotations: std::collections::BTreeMap<String, String>,
     spec: Value,
     status_before: Option<Value>,
@@ -29,6 +31,7 @@ pub(super) struct Scope {
 }
 
 /// The requests [`Scope::close`] sends.
+#[cfg(test)]
 #[derive(Debug, PartialEq)]
 pub(super) struct Writes {
     /// One merge patch of metadata and spec.
@@ -43,6 +46,7 @@ impl Scope {
         let status_before = obj.data.get("status").cloned();
         Scope {
             name: obj.name_any(),
+            generation: obj.metadata.generation,
             annotations: obj.annotations().clone(),
             spec,
             spec_patch: json!({}),
@@ -67,8 +71,17 @@ impl Scope {
         json_patch::merge(&mut self.spec_patch, patch);
     }
 
-    /// What [`Scope::close`] would send.
+    /// What [`Scope::close`] would send, before the object write's answer.
+    #[cfg(test)]
     pub(super) fn writes(&self) -> Writes {
+        Writes {
+            object: self.object_patch(),
+            status: self.status_changed().then(|| self.status.clone()),
+        }
+    }
+
+    /// The merge patch of metadata and spec, if anything in them changes.
+    fn object_patch(&self) -> Option<Value> {
         let mut object = Map::new();
         if !self.set_annotations.is_empty() {
             object.insert(
@@ -81,9 +94,27 @@ impl Scope {
         if after != self.spec {
             object.insert("spec".into(), self.spec_patch.clone());
         }
-        Writes {
-            object: (!object.is_empty()).then_some(Value::Object(object)),
-            status: self.status_changed().then(|| self.status.clone()),
+        (!object.is_empty()).then_some(Value::Object(object))
+    }
+
+    /// Records that the object write moved the generation from `from` to `to` with nothing
+    /// else changing the spec: the status this reconcile built observed the new one.
+    fn advance(&mut self, from: i64, to: i64) {
+        let Some(status) = self.status.as_object_mut() else {
+            return;
+        };
+        if status.get("observedGeneration") == Some(&json!(from)) {
+            status.insert("observedGeneration".into(), json!(to));
+        }
+        let conditions = status
+            .get_mut("conditions")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten();
+        for c in conditions {
+            if c.get("observedGeneration") == Some(&json!(from)) {
+                c["observedGeneration"] = json!(to);
+            }
         }
     }
 
@@ -97,15 +128,22 @@ impl Scope {
         }
     }
 
-    /// Writes what changed, the object first, then its status.
-    pub(super) async fn close(self, api: &Api<DynamicObject>) -> Result<(), DriverError> {
-        let writes = self.writes();
-        if let Some(patch) = &writes.object {
-            api.patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
+    /// Writes what changed, the object first, then its status. A spec write moves the
+    /// generation; the status written after it records that, rather than a second status
+    /// write in the next reconcile (see [`conditions::advanced_by_own_write`]).
+    pub(super) async fn close(mut self, api: &Api<DynamicObject>) -> Result<(), DriverError> {
+        if let Some(patch) = self.object_patch() {
+            let written = api
+                .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
+            if let Some((from, to)) =
+                conditions::advanced_by_own_write(self.generation, written.metadata.generation)
+            {
+                self.advance(from, to);
+            }
         }
-        if let Some(status) = &writes.status {
-            write_status(api, &self.name, None::<&Value>, status).await?;
+        if self.status_changed() {
+            write_status(api, &self.name, None::<&Value>, &self.status).await?;
         }
         Ok(())
     }
@@ -182,5 +220,31 @@ mod tests {
         let obj = object(json!({"spec": {}, "status": "garbage"}));
         let s = Scope::new(&obj);
         assert_eq!(s.writes().status, Some(json!({})));
+    }
+
+    /// The status written after the reconcile's own spec write observed that spec; conditions
+    /// of another generation are left alone.
+    #[test]
+    fn a_status_after_its_own_spec_write_observes_the_new_generation() {
+        let obj = object(json!({"spec": {}, "status": {"observedGeneration": 1}}));
+        let mut s = Scope::new(&obj);
+        s.status = json!({
+            "observedGeneration": 1,
+            "conditions": [
+                {"type": "Ready", "observedGeneration": 1},
+                {"type": "Old", "observedGeneration": 0},
+            ],
+        });
+        s.advance(1, 2);
+        assert_eq!(
+            s.status,
+            json!({
+                "observedGeneration": 2,
+                "conditions": [
+                    {"type": "Ready", "observedGeneration": 2},
+                    {"type": "Old", "observedGeneration": 0},
+                ],
+            })
+        );
     }
 }

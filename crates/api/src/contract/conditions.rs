@@ -157,6 +157,33 @@ pub fn one_line(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The generation a reconcile's own spec write moved the object to, when that write is the only
+/// spec change since the reconcile read it (`before` + 1 = `after`). The status it then writes
+/// observed that spec: it computed the fields it wrote. Recording the new generation in the
+/// same write saves the status write that would otherwise follow only to bump
+/// `observedGeneration`. Any other change (a user's edit between read and write) makes the gap
+/// larger, and the old generation stays.
+pub fn advanced_by_own_write(before: Option<i64>, after: Option<i64>) -> Option<(i64, i64)> {
+    match (before, after) {
+        (Some(b), Some(a)) if a == b + 1 => Some((b, a)),
+        _ => None,
+    }
+}
+
+/// Moves a status that observed generation `from` to `to`: its conditions that did and its
+/// `observedGeneration` (see [`advanced_by_own_write`]).
+pub fn advance(list: &mut [Condition], observed: &mut Option<i64>, from: i64, to: i64) {
+    for c in list
+        .iter_mut()
+        .filter(|c| c.observed_generation == Some(from))
+    {
+        c.observed_generation = Some(to);
+    }
+    if *observed == Some(from) {
+        *observed = Some(to);
+    }
+}
+
 /// Sets condition `type_` in `list`, keeping its transition time when the status is unchanged.
 pub fn set(
     list: &mut Vec<Condition>,
@@ -327,5 +354,27 @@ mod tests {
         set(&mut l, "Ready", "True", "B", "m", None);
         assert_ne!(l[0].last_transition_time, "2020-01-01T00:00:00Z");
         assert_eq!(l.len(), 1);
+    }
+
+    #[test]
+    fn only_a_reconciles_own_write_advances_the_generation() {
+        assert_eq!(advanced_by_own_write(Some(1), Some(2)), Some((1, 2)));
+        // Someone else changed the spec too, or the write changed none of it.
+        assert_eq!(advanced_by_own_write(Some(1), Some(3)), None);
+        assert_eq!(advanced_by_own_write(Some(1), Some(1)), None);
+        assert_eq!(advanced_by_own_write(None, Some(1)), None);
+        let mut l = vec![];
+        set(&mut l, "Ready", "True", "A", "", Some(1));
+        set(&mut l, "Paused", "False", "A", "", None);
+        set(&mut l, "Other", "False", "A", "", Some(5));
+        let mut observed = Some(1);
+        advance(&mut l, &mut observed, 1, 2);
+        let gens: Vec<_> = l.iter().map(|c| c.observed_generation).collect();
+        assert_eq!(gens, [Some(2), None, Some(5)]);
+        assert_eq!(observed, Some(2));
+        // A status that had not observed the old generation (a failed reconcile) stays behind.
+        let mut observed = Some(0);
+        advance(&mut l, &mut observed, 2, 3);
+        assert_eq!(observed, Some(0));
     }
 }

@@ -11,7 +11,7 @@ use super::context::{CoreCtx, Registration};
 use super::error::ReconcileError;
 use capw_api::cluster::{Cluster, ClusterStatus};
 use capw_api::common::names::CLUSTER_FINALIZER;
-use capw_api::contract::conditions::set_paused;
+use capw_api::contract::conditions::{self, set_paused};
 use capw_reconcile::skeleton::{Phases, write_status};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -51,15 +51,27 @@ impl Scope {
 pub(crate) use capw_api::cluster::is_paused;
 
 /// Writes what changed: the endpoint into spec, then status. Nothing when nothing changed.
-pub(crate) async fn write_back(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+pub(crate) async fn write_back(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
     let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &scope.ns());
     let name = scope.cluster.name_any();
     if let Some(ep) = &scope.endpoint
         && scope.cluster.spec.control_plane_endpoint.as_ref() != Some(ep)
     {
         let patch = serde_json::json!({"spec": {"controlPlaneEndpoint": ep}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        let written = api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
+        if let Some((from, to)) =
+            conditions::advanced_by_own_write(scope.generation(), written.metadata.generation)
+        {
+            let status = &mut scope.status;
+            conditions::advance(
+                &mut status.conditions,
+                &mut status.observed_generation,
+                from,
+                to,
+            );
+        }
     }
     write_status(&api, &name, scope.cluster.status.as_ref(), &scope.status).await?;
     Ok(())
@@ -81,14 +93,14 @@ async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, Reconcile
         generation,
     );
     if paused {
-        write_back(&scope, ctx).await?;
+        write_back(&mut scope, ctx).await?;
         return Ok(Action::await_change());
     }
     let mut steps = Phases::default();
     steps.run(phases::reconcile_infrastructure(&mut scope, ctx).await);
     steps.run(phases::reconcile_control_plane(&mut scope, ctx).await);
     status::update(&mut scope, ctx, steps.ok());
-    write_back(&scope, ctx).await?;
+    write_back(&mut scope, ctx).await?;
     steps.finish()?;
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
 }

@@ -14,7 +14,7 @@ use super::error::ReconcileError;
 use super::machine_conditions::OTHERS;
 use capw_api::cluster::Cluster;
 use capw_api::common::names::{MACHINE_FINALIZER, PAUSED_ANNOTATION};
-use capw_api::contract::conditions::set_paused;
+use capw_api::contract::conditions::{self, set_paused};
 use capw_api::machine::{Machine, MachineStatus};
 use capw_reconcile::skeleton::{Phases, write_status_at};
 use kube::api::{Api, Patch, PatchParams};
@@ -116,6 +116,18 @@ async fn write(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
         let written = api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
+        if let Some((from, to)) = conditions::advanced_by_own_write(
+            scope.machine.metadata.generation,
+            written.metadata.generation,
+        ) {
+            let status = &mut scope.status;
+            conditions::advance(
+                &mut status.conditions,
+                &mut status.observed_generation,
+                from,
+                to,
+            );
+        }
         scope.wrote(written);
     }
     // Other controllers set conditions here too: the status is written only over the version
