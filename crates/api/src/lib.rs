@@ -1,6 +1,7 @@
 //! The API types the host owns, as Rust types; their CRDs (`crds/`) are generated from these.
 
 pub mod cluster;
+pub mod clusterclass;
 pub mod common;
 pub mod contract;
 pub mod machine;
@@ -32,6 +33,10 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         (
             "runtime.capw.dev_wasmproviders.yaml",
             wasmprovider::WasmProvider::crd(),
+        ),
+        (
+            "cluster.x-k8s.io_clusterclasses.yaml",
+            clusterclass::ClusterClass::crd(),
         ),
     ]
 }

@@ -51,6 +51,29 @@ pub struct MachineHealthCheckChecks {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub unhealthy_node_conditions: Vec<UnhealthyNodeCondition>,
+    /// Machine conditions that make a Machine unhealthy once held for their timeout (OR-ed;
+    /// upstream v1.12+, which its quick-start classes set).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub unhealthy_machine_conditions: Vec<UnhealthyMachineCondition>,
+}
+
+/// A Machine condition held for `timeoutSeconds`. Conditions the check itself sets and the
+/// summaries over them cannot be checked: upstream refuses them the same way.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!(self.type in ['Ready','Available','HealthCheckSucceeded','OwnerRemediated','ExternallyRemediated'])", "message": "type must not be one of: Ready, Available, HealthCheckSucceeded, OwnerRemediated, ExternallyRemediated"}
+]))]
+pub struct UnhealthyMachineCondition {
+    #[serde(rename = "type")]
+    #[schemars(length(min = 1, max = 316))]
+    pub type_: String,
+    /// True, False or Unknown.
+    #[schemars(extend("enum" = ["True", "False", "Unknown"]))]
+    pub status: String,
+    #[schemars(range(min = 0))]
+    pub timeout_seconds: i32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

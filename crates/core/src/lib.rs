@@ -7,6 +7,7 @@ pub mod adopt;
 pub mod aggregate;
 pub mod caches;
 pub mod cluster;
+pub mod clusterclass;
 pub mod context;
 pub mod error;
 pub mod machine;
@@ -21,6 +22,7 @@ pub mod written;
 /// Every core controller. Adding one is a folder with its `setup` and a line here.
 pub const CONTROLLERS: &[context::Registration] = &[
     cluster::CONTROLLER,
+    clusterclass::CONTROLLER,
     machine::CONTROLLER,
     machineset::CONTROLLER,
     machinedeployment::CONTROLLER,

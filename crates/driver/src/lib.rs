@@ -91,6 +91,7 @@ impl Role {
             KindRole::ControlPlane(_) => Role::ControlPlane,
             KindRole::InfrastructureClusterTemplate(_)
             | KindRole::InfrastructureMachineTemplate(_)
+            | KindRole::InfrastructureMachinePoolTemplate(_)
             | KindRole::BootstrapConfigTemplate(_)
             | KindRole::ControlPlaneTemplate(_) => return None,
         })

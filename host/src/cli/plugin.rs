@@ -305,6 +305,7 @@ async fn verify(
             }
             KindRole::InfrastructureClusterTemplate(_)
             | KindRole::InfrastructureMachineTemplate(_)
+            | KindRole::InfrastructureMachinePoolTemplate(_)
             | KindRole::BootstrapConfigTemplate(_)
             | KindRole::ControlPlaneTemplate(_) => {}
         }

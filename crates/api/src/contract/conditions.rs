@@ -110,6 +110,7 @@ pub mod reasons {
     pub const REMEDIATION_DEFERRED: &str = "RemediationDeferred";
     pub const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
     pub const UNHEALTHY_NODE: &str = "UnhealthyNode";
+    pub const UNHEALTHY_MACHINE: &str = "UnhealthyMachine";
     pub const NODE_STARTUP_TIMEOUT: &str = "NodeStartupTimeout";
     pub const HAS_REMEDIATE_ANNOTATION: &str = "HasRemediateAnnotation";
     pub const TOO_MANY_UNHEALTHY: &str = "TooManyUnhealthy";

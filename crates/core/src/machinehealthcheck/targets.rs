@@ -97,12 +97,72 @@ pub fn verdict(
     if cluster.control_plane_initialized.is_none() && !control_plane_machine {
         return Verdict::NotEvaluated;
     }
-    let Some(infra_ready) = cluster.infrastructure_ready else {
+    if cluster.infrastructure_ready.is_none() {
         return Verdict::NotEvaluated;
-    };
+    }
     if m.metadata.deletion_timestamp.is_some() {
         return Verdict::NotEvaluated;
     }
+    // The Machine's own conditions are checked whatever is known of its Node.
+    let machine_recheck = match machine_checks(m, checks, now) {
+        Ok(recheck) => recheck,
+        Err(unhealthy) => return unhealthy,
+    };
+    match node_verdict(node, m, cluster, checks, now) {
+        Verdict::Healthy => machine_recheck.map_or(Verdict::Healthy, Verdict::Pending),
+        Verdict::Pending(r) => Verdict::Pending(machine_recheck.map_or(r, |m| m.min(r))),
+        other => other,
+    }
+}
+
+/// `unhealthyMachineConditions`: an unhealthy verdict, or when to look again.
+fn machine_checks(
+    m: &Machine,
+    checks: &MachineHealthCheckChecks,
+    now: i64,
+) -> Result<Option<i64>, Verdict> {
+    let mut recheck: Option<i64> = None;
+    let have = m
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    for want in &checks.unhealthy_machine_conditions {
+        let Some(c) = have
+            .iter()
+            .find(|c| c.type_ == want.type_ && c.status == want.status)
+        else {
+            continue;
+        };
+        let since = c
+            .last_transition_time
+            .parse::<jiff::Timestamp>()
+            .map_or(now, |t| t.as_second());
+        let held = now - since;
+        let timeout = i64::from(want.timeout_seconds);
+        if held > timeout {
+            return Err(Verdict::Unhealthy {
+                reason: reasons::UNHEALTHY_MACHINE,
+                message: format!(
+                    "Health check failed: Condition {} on Machine is reporting status {} with reason {} for more than {timeout}s",
+                    want.type_, want.status, c.reason
+                ),
+            });
+        }
+        let left = timeout - held + 1;
+        recheck = Some(recheck.map_or(left, |r| r.min(left)));
+    }
+    Ok(recheck)
+}
+
+/// The Node's part of the verdict: its startup timeout and `unhealthyNodeConditions`.
+fn node_verdict(
+    node: &NodeState,
+    m: &Machine,
+    cluster: ClusterState,
+    checks: &MachineHealthCheckChecks,
+    now: i64,
+) -> Verdict {
     match node {
         NodeState::Unknown => Verdict::NotEvaluated,
         NodeState::Gone(_) => Verdict::NotEvaluated,
@@ -116,7 +176,7 @@ pub fn verdict(
             }
             let start = [
                 seconds(&m.metadata.creation_timestamp),
-                infra_ready,
+                cluster.infrastructure_ready.unwrap_or(0),
                 cluster.control_plane_initialized.unwrap_or(0),
                 condition_since(
                     m,
@@ -227,7 +287,9 @@ pub fn allowed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use capw_api::machinehealthcheck::{TriggerIf, UnhealthyNodeCondition};
+    use capw_api::machinehealthcheck::{
+        TriggerIf, UnhealthyMachineCondition, UnhealthyNodeCondition,
+    };
     use serde_json::json;
 
     const NOW: i64 = 1_800_000_000;
@@ -255,6 +317,7 @@ mod tests {
                 status: "Unknown".into(),
                 timeout_seconds: 300,
             }],
+            unhealthy_machine_conditions: vec![],
         }
     }
 
@@ -334,6 +397,48 @@ mod tests {
                 &checks(None)
             ),
             Verdict::NotEvaluated
+        );
+    }
+
+    /// `unhealthyMachineConditions` (upstream v1.12+ `machineChecks`): a Machine condition held
+    /// past its timeout is unhealthy whatever the Node says; before that it sets the recheck.
+    #[test]
+    fn machine_conditions() {
+        let mut ch = checks(None);
+        ch.unhealthy_machine_conditions = vec![UnhealthyMachineCondition {
+            type_: "NodeReady".into(),
+            status: "False".into(),
+            timeout_seconds: 300,
+        }];
+        let with = |status: &str, ago: i64| {
+            let mut m = machine(false, 1000);
+            let since = jiff::Timestamp::from_second(NOW - ago).unwrap().to_string();
+            m.status = serde_json::from_value(json!({"conditions": [
+                {"type": "NodeReady", "status": status, "reason": "NodeNotReady", "lastTransitionTime": since}
+            ]}))
+            .unwrap();
+            m
+        };
+        let fine = NodeState::Found(vec![]);
+        let bad = verdict(&with("False", 400), &fine, UP, &ch, false, NOW);
+        assert_eq!(
+            bad,
+            Verdict::Unhealthy {
+                reason: reasons::UNHEALTHY_MACHINE,
+                message: "Health check failed: Condition NodeReady on Machine is reporting status False with reason NodeNotReady for more than 300s".into(),
+            }
+        );
+        assert_eq!(
+            verdict(&with("False", 100), &fine, UP, &ch, false, NOW),
+            Verdict::Pending(201)
+        );
+        assert_eq!(
+            verdict(&with("True", 400), &fine, UP, &ch, false, NOW),
+            Verdict::Healthy
+        );
+        // Checked before the Node has registered, too.
+        assert!(
+            verdict(&with("False", 400), &NodeState::NotYet, UP, &ch, false, NOW).is_unhealthy()
         );
     }
 

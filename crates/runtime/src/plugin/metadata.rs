@@ -64,6 +64,7 @@ fn check_roles(m: &PluginMetadata) -> Result<(), String> {
                 ProviderType::Infrastructure,
                 Some((of, "infrastructure-machine")),
             ),
+            R::InfrastructureMachinePoolTemplate(_) => (ProviderType::Infrastructure, None),
             R::BootstrapConfig => (ProviderType::Bootstrap, None),
             R::BootstrapConfigTemplate(of) => {
                 (ProviderType::Bootstrap, Some((of, "bootstrap-config")))
@@ -120,6 +121,7 @@ pub fn role_name(r: &plugin_info::KindRole) -> &'static str {
         R::InfrastructureMachine => "infrastructure-machine",
         R::InfrastructureClusterTemplate(_) => "infrastructure-cluster-template",
         R::InfrastructureMachineTemplate(_) => "infrastructure-machine-template",
+        R::InfrastructureMachinePoolTemplate(_) => "infrastructure-machine-pool-template",
         R::BootstrapConfig => "bootstrap-config",
         R::BootstrapConfigTemplate(_) => "bootstrap-config-template",
         R::ControlPlane(_) => "control-plane",

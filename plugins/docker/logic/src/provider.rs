@@ -1,4 +1,5 @@
-//! DockerCluster, DockerMachine and DockerMachineTemplate.
+//! DockerCluster, DockerMachine and the templates: DockerMachineTemplate, DockerClusterTemplate
+//! (which ClusterClasses clone) and DockerMachinePoolTemplate (which they reference).
 
 use crate::cloud_config::{Bootstrap, Progress, progress};
 use crate::names::*;
@@ -138,6 +139,16 @@ impl Provider for Docker {
                     "DockerMachineTemplate",
                     KindRole::InfrastructureMachineTemplate("DockerMachine".into()),
                 ),
+                kind(
+                    GROUP,
+                    "DockerClusterTemplate",
+                    KindRole::InfrastructureClusterTemplate("DockerCluster".into()),
+                ),
+                kind(
+                    GROUP,
+                    "DockerMachinePoolTemplate",
+                    KindRole::InfrastructureMachinePoolTemplate("DockerMachinePool".into()),
+                ),
             ],
             crds: vec![
                 crd(
@@ -178,6 +189,18 @@ impl Provider for Docker {
                     GROUP,
                     "DockerMachineTemplate",
                     "dockermachinetemplates",
+                    &[],
+                ),
+                crd(
+                    GROUP,
+                    "DockerClusterTemplate",
+                    "dockerclustertemplates",
+                    &[],
+                ),
+                crd(
+                    GROUP,
+                    "DockerMachinePoolTemplate",
+                    "dockermachinepooltemplates",
                     &[],
                 ),
             ],
@@ -518,6 +541,12 @@ mod tests {
         ));
         assert!(
             matches!(roles[2], ("DockerMachineTemplate", KindRole::InfrastructureMachineTemplate(of)) if of == "DockerMachine")
+        );
+        assert!(
+            matches!(roles[3], ("DockerClusterTemplate", KindRole::InfrastructureClusterTemplate(of)) if of == "DockerCluster")
+        );
+        assert!(
+            matches!(roles[4], ("DockerMachinePoolTemplate", KindRole::InfrastructureMachinePoolTemplate(of)) if of == "DockerMachinePool")
         );
     }
 

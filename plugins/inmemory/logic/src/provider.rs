@@ -41,6 +41,11 @@ impl Provider for InMemory {
                     "InMemoryMachineTemplate",
                     KindRole::InfrastructureMachineTemplate("InMemoryMachine".into()),
                 ),
+                kind(
+                    GROUP,
+                    "InMemoryClusterTemplate",
+                    KindRole::InfrastructureClusterTemplate("InMemoryCluster".into()),
+                ),
             ],
             crds: vec![
                 crd(
@@ -83,6 +88,12 @@ impl Provider for InMemory {
                     GROUP,
                     "InMemoryMachineTemplate",
                     "inmemorymachinetemplates",
+                    &[],
+                ),
+                crd(
+                    GROUP,
+                    "InMemoryClusterTemplate",
+                    "inmemoryclustertemplates",
                     &[],
                 ),
             ],
@@ -397,6 +408,9 @@ mod tests {
         ));
         assert!(
             matches!(roles[2], ("InMemoryMachineTemplate", KindRole::InfrastructureMachineTemplate(of)) if of == "InMemoryMachine")
+        );
+        assert!(
+            matches!(roles[3], ("InMemoryClusterTemplate", KindRole::InfrastructureClusterTemplate(of)) if of == "InMemoryCluster")
         );
     }
 }
