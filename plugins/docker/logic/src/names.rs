@@ -23,11 +23,29 @@ pub fn load_balancer(cluster: &str) -> String {
     format!("{cluster}-lb")
 }
 
-/// `<cluster>-<machine>`, which is also what the provider ID names.
+/// `<cluster>-<machine>`, which is also what the provider ID names; a Machine whose name
+/// already starts with the cluster's (as the generated ones do) keeps its name, as CAPD's
+/// `machineContainerName` does, so nodes read `quickstart-control-plane-…`, not
+/// `quickstart-quickstart-control-plane-…`.
 pub fn machine_container(cluster: &str, machine: &str) -> String {
-    format!("{cluster}-{machine}")
+    if machine.starts_with(cluster) {
+        machine.to_string()
+    } else {
+        format!("{cluster}-{machine}")
+    }
 }
 
 pub fn provider_id(container: &str) -> String {
     format!("docker:////{container}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_prefix_is_not_doubled() {
+        assert_eq!(machine_container("c1", "c1-md-0-abcde"), "c1-md-0-abcde");
+        assert_eq!(machine_container("c1", "worker-1"), "c1-worker-1");
+    }
 }

@@ -355,7 +355,12 @@ impl Provider for Docker {
         } else {
             "worker"
         };
-        let container = machine_container(name, machine.name());
+        // A machine keeps the container its provider ID names: a hot reload that changed the
+        // naming rule must find it again, not make a second one.
+        let container = match obj.str("/spec/providerID").strip_prefix("docker:////") {
+            Some(made) if !made.is_empty() => made.to_string(),
+            _ => machine_container(name, machine.name()),
+        };
         let image = match obj.str("/spec/customImage") {
             "" => DEFAULT_IMAGE,
             custom => custom,
