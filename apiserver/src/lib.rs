@@ -30,6 +30,7 @@ pub mod status;
 pub mod store;
 pub(crate) mod table;
 pub mod tls;
+pub mod values;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -27,7 +27,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "capw-apiserver",
         ],
     ),
-    ("capw-core", &["capw-api", "capw-reconcile"]),
+    (
+        "capw-core",
+        &["capw-api", "capw-reconcile", "capw-apiserver"],
+    ),
     (
         "capw-driver",
         &[

@@ -356,6 +356,16 @@ pub struct JsonPatchValue {
     pub template: Option<String>,
 }
 
+/// A variable's value in a Cluster's topology (or a MachineDeployment's overrides).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterVariable {
+    #[schemars(length(min = 1, max = 256))]
+    pub name: String,
+    #[schemars(schema_with = "any_value")]
+    pub value: Value,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterClassStatus {
