@@ -471,6 +471,16 @@ fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
+/// A Machine's container and node name: CAPD's `machineContainerName`, which adds the
+/// cluster's name only when the Machine's does not already start with it.
+fn container_of(cluster: &str, machine: &str) -> String {
+    if machine.starts_with(cluster) {
+        machine.to_string()
+    } else {
+        format!("{cluster}-{machine}")
+    }
+}
+
 #[test]
 fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
     let _shared = shared_engine();
@@ -499,7 +509,7 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
     });
     for m in &machines {
         let name = m["metadata"]["name"].as_str().expect("name");
-        let want = format!("docker:////{cluster}-{name}");
+        let want = format!("docker:////{}", container_of(cluster, name));
         assert_eq!(m["spec"]["providerID"], want.as_str(), "Machine {name}");
         let node = nodes
             .iter()
@@ -514,7 +524,7 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
         // The node image's kubeadm ran CABPK's user data: it named the Node after the host
         // (the container, as kind's), and left a control plane its admin.conf and PKI, a
         // worker its kubelet.conf and nothing that signs.
-        let container = format!("{cluster}-{name}");
+        let container = container_of(cluster, name);
         assert_eq!(
             node["metadata"]["name"],
             container.as_str(),
@@ -589,7 +599,10 @@ fn quickstart_runs_three_ready_nodes_on_docker_and_deletes_cleanly() {
     let worker_name = worker["metadata"]["name"].as_str().expect("name");
     assert!(
         table.contains("127.0.0.1")
-            && table.contains(&format!("docker:////{cluster}-{worker_name}")),
+            && table.contains(&format!(
+                "docker:////{}",
+                container_of(cluster, worker_name)
+            )),
         "{table}"
     );
 
@@ -917,7 +930,7 @@ fn hot_reload_of_the_docker_plugin_keeps_containers_and_v2_labels_new_ones() {
     }
     let new = after
         .iter()
-        .find(|c| c.0 == format!("{cluster}-{cluster}-worker-2"))
+        .find(|c| c.0 == format!("{cluster}-worker-2"))
         .expect("the new worker's container");
     assert_eq!(new.2, "0.2.0", "v2 labels what it creates: {after:?}");
     assert_eq!(
@@ -942,7 +955,7 @@ fn a_container_removed_out_of_band_shows_on_the_machine_and_is_recreated() {
     let _engine = Engine::clean(cluster);
     env.apply(&quickstart(cluster));
     env.running(cluster, 3);
-    let victim = format!("{cluster}-{cluster}-worker-1");
+    let victim = format!("{cluster}-worker-1");
     let old_id = containers(cluster)
         .into_iter()
         .find(|c| c.0 == victim)
@@ -1051,12 +1064,7 @@ fn a_host_killed_mid_provisioning_leaves_no_duplicate_and_no_orphan() {
     names.sort();
     let mut want: Vec<String> = machines
         .iter()
-        .map(|m| {
-            format!(
-                "{cluster}-{}",
-                m["metadata"]["name"].as_str().unwrap_or_default()
-            )
-        })
+        .map(|m| container_of(cluster, m["metadata"]["name"].as_str().unwrap_or_default()))
         .chain([format!("{cluster}-lb")])
         .collect();
     want.sort();
@@ -1138,7 +1146,7 @@ fn an_image_that_only_starts_like_an_allowed_one_is_refused() {
     assert!(
         !containers(cluster)
             .iter()
-            .any(|c| c.0 == format!("{cluster}-{cluster}-worker-1")),
+            .any(|c| c.0 == format!("{cluster}-worker-1")),
         "worker-1 has a container"
     );
     env.delete_cluster(cluster);
