@@ -171,9 +171,18 @@ pub fn advanced_by_own_write(before: Option<i64>, after: Option<i64>) -> Option<
     }
 }
 
-/// Moves a status that observed generation `from` to `to`: its conditions that did and its
-/// `observedGeneration` (see [`advanced_by_own_write`]).
-pub fn advance(list: &mut [Condition], observed: &mut Option<i64>, from: i64, to: i64) {
+/// After a reconcile's own spec write moved the object from generation `before` to `after`
+/// (see [`advanced_by_own_write`]), the status it writes next records `after`: its conditions
+/// that observed `before`, and its `observedGeneration` if it did.
+pub fn observe_own_write(
+    list: &mut [Condition],
+    observed: &mut Option<i64>,
+    before: Option<i64>,
+    after: Option<i64>,
+) {
+    let Some((from, to)) = advanced_by_own_write(before, after) else {
+        return;
+    };
     for c in list
         .iter_mut()
         .filter(|c| c.observed_generation == Some(from))
@@ -369,13 +378,16 @@ mod tests {
         set(&mut l, "Paused", "False", "A", "", None);
         set(&mut l, "Other", "False", "A", "", Some(5));
         let mut observed = Some(1);
-        advance(&mut l, &mut observed, 1, 2);
+        observe_own_write(&mut l, &mut observed, Some(1), Some(2));
         let gens: Vec<_> = l.iter().map(|c| c.observed_generation).collect();
         assert_eq!(gens, [Some(2), None, Some(5)]);
         assert_eq!(observed, Some(2));
         // A status that had not observed the old generation (a failed reconcile) stays behind.
         let mut observed = Some(0);
-        advance(&mut l, &mut observed, 2, 3);
+        observe_own_write(&mut l, &mut observed, Some(2), Some(3));
         assert_eq!(observed, Some(0));
+        // Someone else's write in between: nothing moves.
+        observe_own_write(&mut l, &mut observed, Some(3), Some(5));
+        assert_eq!(l[0].observed_generation, Some(3));
     }
 }

@@ -61,17 +61,13 @@ pub(crate) async fn write_back(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), R
         let written = api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        if let Some((from, to)) =
-            conditions::advanced_by_own_write(scope.generation(), written.metadata.generation)
-        {
-            let status = &mut scope.status;
-            conditions::advance(
-                &mut status.conditions,
-                &mut status.observed_generation,
-                from,
-                to,
-            );
-        }
+        let status = &mut scope.status;
+        conditions::observe_own_write(
+            &mut status.conditions,
+            &mut status.observed_generation,
+            scope.cluster.metadata.generation,
+            written.metadata.generation,
+        );
     }
     write_status(&api, &name, scope.cluster.status.as_ref(), &scope.status).await?;
     Ok(())

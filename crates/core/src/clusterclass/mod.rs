@@ -62,26 +62,18 @@ async fn apply(class: Arc<ClusterClass>, ctx: &CoreCtx) -> Result<Action, Reconc
         "ClusterClass has the cluster.x-k8s.io/paused annotation",
         generation,
     );
-    if paused || scope.class.metadata.deletion_timestamp.is_some() {
-        write_status(
-            &api,
-            &scope.class.name_any(),
-            scope.class.status.as_ref(),
-            &scope.status,
-        )
-        .await?;
-        return Ok(Action::await_change());
+    let stopped = paused || scope.class.metadata.deletion_timestamp.is_some();
+    if !stopped {
+        match references::reconcile(&scope.class, ctx).await {
+            Ok(outdated) => scope.outdated = outdated,
+            Err(e) => scope.references_error = Some(e.to_string()),
+        }
+        match variables::of(&scope.class.spec) {
+            Ok(list) => scope.status.variables = list,
+            Err(e) => scope.variables_error = Some(e),
+        }
+        status::update(&mut scope, generation);
     }
-    let refs = references::reconcile(&scope.class, ctx).await;
-    match refs {
-        Ok(outdated) => scope.outdated = outdated,
-        Err(e) => scope.references_error = Some(e.to_string()),
-    }
-    match variables::of(&scope.class.spec) {
-        Ok(list) => scope.status.variables = list,
-        Err(e) => scope.variables_error = Some(e),
-    }
-    status::update(&mut scope, generation);
     write_status(
         &api,
         &scope.class.name_any(),

@@ -116,18 +116,13 @@ async fn write(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
         let written = api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        if let Some((from, to)) = conditions::advanced_by_own_write(
+        let status = &mut scope.status;
+        conditions::observe_own_write(
+            &mut status.conditions,
+            &mut status.observed_generation,
             scope.machine.metadata.generation,
             written.metadata.generation,
-        ) {
-            let status = &mut scope.status;
-            conditions::advance(
-                &mut status.conditions,
-                &mut status.observed_generation,
-                from,
-                to,
-            );
-        }
+        );
         scope.wrote(written);
     }
     // Other controllers set conditions here too: the status is written only over the version
