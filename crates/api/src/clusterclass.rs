@@ -415,7 +415,7 @@ fn any_objects(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 /// Any JSON value.
-pub(crate) fn any_value(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+fn any_value(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({"x-kubernetes-preserve-unknown-fields": true})
 }
 

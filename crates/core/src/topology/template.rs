@@ -20,30 +20,6 @@ pub enum TemplateError {
     Yaml { output: String, message: String },
 }
 
-/// The sprig functions capw provides (upstream allows all of sprig's hermetic ones).
-pub const SPRIG: &[&str] = &[
-    "default",
-    "quote",
-    "squote",
-    "replace",
-    "trim",
-    "trimPrefix",
-    "trimSuffix",
-    "lower",
-    "upper",
-    "join",
-    "list",
-    "dict",
-    "hasPrefix",
-    "hasSuffix",
-    "contains",
-    "semverCompare",
-    "toYaml",
-    "toJson",
-    "empty",
-    "ternary",
-];
-
 /// Renders `template` over `variables` and reads the output as YAML.
 pub fn render(template: &str, variables: &Value) -> Result<Value, TemplateError> {
     let output = text(template, variables)?;
