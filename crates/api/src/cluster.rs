@@ -45,6 +45,9 @@ pub struct ClusterSpec {
     pub infrastructure_ref: Option<ContractVersionedObjectReference>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub availability_gates: Vec<AvailabilityGate>,
+    /// A managed topology: the Cluster's objects are generated from a ClusterClass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<crate::clusterclass::Topology>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -401,6 +401,113 @@ pub struct ClusterClassStatusVariableDefinition {
     pub schema: VariableSchema,
 }
 
+/// `Cluster.spec.topology`: the class, the version, and how the Cluster uses the class.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Topology {
+    pub class_ref: ClusterClassRef,
+    /// The Kubernetes version of the whole cluster; the topology rolls the control plane to
+    /// it first, then the workers.
+    #[schemars(length(min = 1, max = 256))]
+    pub version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<ControlPlaneTopology>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<WorkersTopology>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub variables: Vec<ClusterVariable>,
+}
+
+/// The ClusterClass a topology uses; `namespace` defaults to the Cluster's.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterClassRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+}
+
+/// A topology's variable overrides for its control plane or one MachineDeployment.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VariableOverrides {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub overrides: Vec<ClusterVariable>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlaneTopology {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMeta>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub rollout: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<ClassHealthCheck>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion: Option<MachineDeletionSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "any_objects")]
+    pub taints: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub readiness_gates: Vec<ReadinessGate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variables: Option<VariableOverrides>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkersTopology {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2000))]
+    pub machine_deployments: Vec<MachineDeploymentTopology>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "any_objects")]
+    pub machine_pools: Vec<Value>,
+}
+
+/// One MachineDeployment of a topology, of a class of the ClusterClass.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineDeploymentTopology {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMeta>,
+    #[schemars(length(min = 1, max = 256))]
+    pub class: String,
+    /// Unique in the topology; the MachineDeployment's own name is generated.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub failure_domain: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<ClassHealthCheck>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion: Option<WorkerDeletion>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "any_objects")]
+    pub taints: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_ready_seconds: Option<i32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub readiness_gates: Vec<ReadinessGate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<ClassRollout>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variables: Option<VariableOverrides>,
+}
+
 /// Any JSON object, kept as sent.
 fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})

@@ -123,6 +123,10 @@ pub mod names {
     pub const REMEDIATE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/remediate-machine";
     pub const SKIP_PREFLIGHT_ANNOTATION: &str = "machineset.cluster.x-k8s.io/skip-preflight-checks";
     pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+    /// On every object a managed topology generated (value `""`).
+    pub const TOPOLOGY_OWNED_LABEL: &str = "topology.cluster.x-k8s.io/owned";
+    /// The MachineDeployment topology name, on its MachineDeployment and templates.
+    pub const TOPOLOGY_DEPLOYMENT_NAME_LABEL: &str = "topology.cluster.x-k8s.io/deployment-name";
 }
 
 /// `metav1.LabelSelector`. `matchLabels: null` (upstream's e2e manifests write it) reads as

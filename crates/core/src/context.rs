@@ -35,8 +35,9 @@ pub type Phase<K> = for<'a> fn(
 /// change to its own objects. The future it returns runs the controller; the manager polls it
 /// once [`CoreCtx::wait_until_ready`] holds.
 pub struct Registration {
-    /// The kind it reconciles, as its CRD names it.
-    pub owns: &'static str,
+    /// The kind it reconciles, as its CRD names it; `None` for one that works on another's
+    /// kind (the topology controller, on Clusters with a topology).
+    pub owns: Option<&'static str>,
     pub setup: fn(&Arc<CoreCtx>, &Feeds, &Concurrency) -> futures::future::BoxFuture<'static, ()>,
 }
 

@@ -28,4 +28,7 @@ pub const CONTROLLERS: &[context::Registration] = &[
     machineset::CONTROLLER,
     machinedeployment::CONTROLLER,
     machinehealthcheck::CONTROLLER,
+    topology::CONTROLLER,
+    topology::finalizers::DEPLOYMENTS,
+    topology::finalizers::SETS,
 ];

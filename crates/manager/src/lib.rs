@@ -130,7 +130,10 @@ fn reporter(name: &str) -> Reporter {
 /// The kinds the host's controllers reconcile: each core controller's, and the plugin
 /// runtime's WasmProvider. Provider kinds belong to their plugins (the driver).
 pub fn owned_kinds() -> Vec<&'static str> {
-    let mut kinds: Vec<_> = capw_core::CONTROLLERS.iter().map(|c| c.owns).collect();
+    let mut kinds: Vec<_> = capw_core::CONTROLLERS
+        .iter()
+        .filter_map(|c| c.owns)
+        .collect();
     kinds.push(wasmprovider::OWNS);
     kinds
 }

@@ -103,7 +103,7 @@ async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, Reconcile
 
 /// The Cluster controller, as the manager starts it.
 pub const CONTROLLER: Registration = Registration {
-    owns: "Cluster",
+    owns: Some("Cluster"),
     setup: watches::setup,
 };
 

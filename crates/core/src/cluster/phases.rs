@@ -45,6 +45,14 @@ async fn reconcile_external(
     }))
 }
 
+/// A topology Cluster's references are set by the topology controller; until then there is
+/// nothing to provision, and the Cluster waits rather than taking "no reference" as done.
+const TOPOLOGY_WAIT: &str = "Waiting for cluster topology to be reconciled";
+
+fn awaits_topology(scope: &Scope) -> bool {
+    scope.cluster.spec.topology.is_some()
+}
+
 /// How one referenced-object phase words its condition when the object cannot be read.
 struct RefPhase {
     /// The Cluster condition the phase owns.
@@ -139,6 +147,17 @@ pub(super) async fn reconcile_infrastructure(
         .clone()
         .filter(|r| r.is_set())
     else {
+        if awaits_topology(scope) {
+            conditions::set(
+                &mut scope.status.conditions,
+                types::INFRASTRUCTURE_READY,
+                "False",
+                "InfrastructureDoesNotExist",
+                TOPOLOGY_WAIT,
+                generation,
+            );
+            return Ok(());
+        }
         init(scope).infrastructure_provisioned = Some(true);
         conditions::set(
             &mut scope.status.conditions,
@@ -211,6 +230,17 @@ pub(super) async fn reconcile_control_plane(
         .clone()
         .filter(|r| r.is_set())
     else {
+        if awaits_topology(scope) {
+            conditions::set(
+                &mut scope.status.conditions,
+                types::CONTROL_PLANE_AVAILABLE,
+                "False",
+                "ControlPlaneDoesNotExist",
+                TOPOLOGY_WAIT,
+                generation,
+            );
+            return Ok(());
+        }
         // Without a control-plane provider, the control plane is initialized once any
         // control-plane Machine has a Node.
         let ns = scope.ns();

@@ -114,6 +114,6 @@ fn setup(ctx: &Arc<CoreCtx>, _: &Feeds, concurrency: &Concurrency) -> BoxFuture<
 
 /// The ClusterClass controller, as the manager starts it.
 pub const CONTROLLER: Registration = Registration {
-    owns: "ClusterClass",
+    owns: Some("ClusterClass"),
     setup,
 };

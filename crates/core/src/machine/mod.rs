@@ -210,7 +210,7 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
 
 /// The Machine controller, as the manager starts it.
 pub const CONTROLLER: Registration = Registration {
-    owns: "Machine",
+    owns: Some("Machine"),
     setup: watches::setup,
 };
 

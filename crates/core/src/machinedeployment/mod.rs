@@ -174,7 +174,7 @@ async fn cleanup(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, Re
 
 /// The MachineDeployment controller, as the manager starts it.
 pub const CONTROLLER: Registration = Registration {
-    owns: "MachineDeployment",
+    owns: Some("MachineDeployment"),
     setup: watches::setup,
 };
 

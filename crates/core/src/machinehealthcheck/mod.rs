@@ -291,7 +291,7 @@ async fn cleanup(_: Arc<MachineHealthCheck>, _: &CoreCtx) -> Result<Action, Reco
 
 /// The MachineHealthCheck controller, as the manager starts it.
 pub const CONTROLLER: Registration = Registration {
-    owns: "MachineHealthCheck",
+    owns: Some("MachineHealthCheck"),
     setup: watches::setup,
 };
 

@@ -198,7 +198,7 @@ async fn cleanup(ms: Arc<MachineSet>, ctx: &CoreCtx) -> Result<Action, Reconcile
 
 /// The MachineSet controller, as the manager starts it.
 pub const CONTROLLER: Registration = Registration {
-    owns: "MachineSet",
+    owns: Some("MachineSet"),
     setup: watches::setup,
 };
 

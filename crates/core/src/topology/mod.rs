@@ -1,9 +1,49 @@
-//! Managed topologies (upstream's `internal/controllers/topology` and `exp/topology`): what a
-//! ClusterClass and a Cluster's `spec.topology` make. It lands in steps (issue 30); so far the
-//! inline patch engine and its templates, the variables' defaults and checks, and the
-//! upgrade sequencing.
+//! Managed topologies (upstream's `internal/controllers/topology` and `exp/topology`): a
+//! Cluster with `spec.topology` gets its infrastructure cluster, control plane,
+//! MachineDeployments and MachineHealthChecks generated from its ClusterClass, and follows the
+//! class and the topology as they change.
+//!
+//! One reconcile, in upstream's order: the class (reconciled first by its own controller), the
+//! variables defaulted and checked, the [`blueprint`] (every template of the class), the
+//! [`current`] state, the [`desired`] state (names, versions by [`upgrade`] sequencing, the
+//! class's [`patches`] over the templates), then [`state`], which writes the difference;
+//! [`status`] words the `TopologyReconciled` condition. [`finalizers`] deletes the templates a
+//! topology MachineDeployment or MachineSet leaves behind.
 
+mod blueprint;
+mod controller;
+mod current;
+mod desired;
+pub mod finalizers;
 pub mod patches;
+mod state;
+mod status;
 pub mod template;
 pub mod upgrade;
 pub mod variables;
+mod watches;
+
+pub use state::FIELD_MANAGER;
+pub use watches::CONTROLLER;
+
+/// Why a topology could not be reconciled; the message is the `TopologyReconciled` condition's.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error("{field}: failed to get {kind} {name}: {why}")]
+    Blueprint {
+        field: String,
+        kind: String,
+        name: String,
+        why: String,
+    },
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Patch(#[from] patches::PatchError),
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    External(#[from] capw_reconcile::external::ExternalError),
+    #[error("encoding an object: {0}")]
+    Json(#[from] serde_json::Error),
+}

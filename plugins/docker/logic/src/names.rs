@@ -39,9 +39,43 @@ pub fn provider_id(container: &str) -> String {
     format!("docker:////{container}")
 }
 
+/// The image and the Kubernetes version a node runs. `customImage` names an image on the
+/// engine, which the grant's `containerRuntime.images` must admit; a `kindest/node:<version>`
+/// image (what CAPD's quick-start class patches in, with `+` written `_`) is the node image
+/// `capw image build` makes, presenting `<version>`, since no registry serves kind's images here.
+pub fn node_image<'a>(custom: &'a str, version: &str) -> (&'a str, String) {
+    match custom {
+        "" => (DEFAULT_IMAGE, version.to_string()),
+        c => match c.strip_prefix("kindest/node:") {
+            Some(tag) if !tag.is_empty() => (DEFAULT_IMAGE, tag.replace('_', "+")),
+            _ => (c, version.to_string()),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kindest_node_image_is_the_node_image_at_its_version() {
+        assert_eq!(
+            node_image("kindest/node:v1.29.10", "v1.28.13"),
+            (DEFAULT_IMAGE, "v1.29.10".to_string())
+        );
+        assert_eq!(
+            node_image("kindest/node:v1.29.10_build.1", ""),
+            (DEFAULT_IMAGE, "v1.29.10+build.1".to_string())
+        );
+        assert_eq!(
+            node_image("", "v1.28.13"),
+            (DEFAULT_IMAGE, "v1.28.13".to_string())
+        );
+        assert_eq!(
+            node_image("registry.local/node:x", "v1.28.13"),
+            ("registry.local/node:x", "v1.28.13".to_string())
+        );
+    }
 
     #[test]
     fn the_cluster_prefix_is_not_doubled() {

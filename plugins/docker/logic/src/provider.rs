@@ -361,10 +361,8 @@ impl Provider for Docker {
             Some(made) if !made.is_empty() => made.to_string(),
             _ => machine_container(name, machine.name()),
         };
-        let image = match obj.str("/spec/customImage") {
-            "" => DEFAULT_IMAGE,
-            custom => custom,
-        };
+        let (image, version) =
+            node_image(obj.str("/spec/customImage"), machine.str("/spec/version"));
         let failure_domain = machine.str("/spec/failureDomain");
         let spec = ContainerSpec {
             name: container.clone(),
@@ -372,7 +370,7 @@ impl Provider for Docker {
             command: vec![],
             // The node presents the Machine's version, as a `kindest/node:<version>` image
             // carries it: kubeadm on the node reads it.
-            env: match machine.str("/spec/version") {
+            env: match version.as_str() {
                 "" => vec![],
                 v => vec![("CAPW_KUBERNETES_VERSION".to_string(), v.to_string())],
             },

@@ -1,0 +1,374 @@
+//! Reconcile state (upstream's `reconcile_state.go`): the desired objects written in upstream's
+//! order: shim, infrastructure cluster, control plane (its health check, machine template, then
+//! itself), the Cluster's references, then the MachineDeployments.
+//!
+//! Writes are server-side apply with the field manager `capi-topology`, forced, as upstream's,
+//! so a user's own fields on the same objects stay theirs. An object is written only when the
+//! desired one is not already contained in what exists ([`super::desired::contained`]); that
+//! stands in for upstream's dry-run apply and costs no request. A template whose spec changed
+//! is never edited: a copy under a new name replaces it (rotation), so a Machine rolls to it
+//! and the old one stays until nothing uses it.
+
+use super::TopologyError;
+use super::current::{CONTROL_PLANE_MACHINE_REF, Current, group_kind};
+use super::desired::{Desired, cluster_owner, contained};
+use crate::context::CoreCtx;
+use crate::naming;
+use capw_api::cluster::Cluster;
+use capw_api::common::names::{CLUSTER_NAME_LABEL, TOPOLOGY_OWNED_LABEL};
+use capw_api::machinedeployment::MachineDeployment;
+use capw_api::machinehealthcheck::MachineHealthCheck;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+/// Upstream's field manager for everything the topology writes.
+pub const FIELD_MANAGER: &str = "capi-topology";
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+fn name(obj: &Value) -> String {
+    obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Server-side applies a provider object or template; returns it as written.
+async fn apply(ctx: &CoreCtx, ns: &str, obj: &Value) -> Result<Value, TopologyError> {
+    let (group, kind) = group_kind(obj);
+    let r = ctx.resolver.resolve(&group, &kind).await?;
+    let written = ctx
+        .resolver
+        .api(ns, &r)
+        .patch(&name(obj), &apply_params(), &Patch::Apply(obj))
+        .await?;
+    Ok(serde_json::to_value(written)?)
+}
+
+async fn delete(ctx: &CoreCtx, ns: &str, obj: &Value) -> Result<(), TopologyError> {
+    let (group, kind) = group_kind(obj);
+    let r = ctx.resolver.resolve(&group, &kind).await?;
+    match ctx
+        .resolver
+        .api(ns, &r)
+        .delete(&name(obj), &DeleteParams::background())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What the desired object sets, compared with what exists: spec, labels, annotations.
+fn changed(desired: &Value, current: &Value) -> bool {
+    let meta = |o: &Value| {
+        json!({
+            "labels": o["metadata"]["labels"],
+            "annotations": o["metadata"]["annotations"],
+        })
+    };
+    !contained(&desired["spec"], &current["spec"]) || !contained(&meta(desired), &meta(current))
+}
+
+/// The shim Secret: an owner for the infrastructure cluster and control plane created before
+/// the Cluster references (and so adopts) them; a Cluster deleted in between still takes
+/// them along. Returns its owner reference while it is needed.
+async fn shim(
+    ctx: &CoreCtx,
+    cluster: &Cluster,
+    current: &Current,
+) -> Result<Option<Value>, TopologyError> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let shim_name = format!("{}-shim", cluster.name_any());
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let owned_by_cluster = |o: &Option<Value>| {
+        o.as_ref().is_some_and(|o| {
+            o["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|refs| {
+                    refs.iter().any(|r| {
+                        r["kind"] == "Cluster"
+                            && r["uid"] == json!(cluster.uid().unwrap_or_default())
+                    })
+                })
+        })
+    };
+    let exists = ctx
+        .secrets
+        .get(&ObjectRef::new(&shim_name).within(&ns))
+        .is_some();
+    if owned_by_cluster(&current.infrastructure) && owned_by_cluster(&current.control_plane) {
+        if exists {
+            match api.delete(&shim_name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        return Ok(None);
+    }
+    let secret = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "cluster.x-k8s.io/secret",
+        "metadata": {
+            "name": shim_name,
+            "namespace": ns,
+            "labels": {CLUSTER_NAME_LABEL: cluster.name_any(), TOPOLOGY_OWNED_LABEL: ""},
+            "ownerReferences": [cluster_owner(cluster)],
+        },
+    });
+    let written = api
+        .patch(&shim_name, &apply_params(), &Patch::Apply(&secret))
+        .await?;
+    Ok(Some(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "name": shim_name,
+        "uid": written.uid().unwrap_or_default(),
+    })))
+}
+
+/// Creates or updates a cluster-level object (infrastructure cluster, control plane); a new
+/// one gets the shim as its owner.
+async fn reconcile_object(
+    ctx: &CoreCtx,
+    ns: &str,
+    desired: &Value,
+    current: Option<&Value>,
+    shim: Option<&Value>,
+) -> Result<(), TopologyError> {
+    match current {
+        Some(c) if !changed(desired, c) => Ok(()),
+        Some(_) => apply(ctx, ns, desired).await.map(drop),
+        None => {
+            let mut obj = desired.clone();
+            if let Some(s) = shim {
+                obj["metadata"]["ownerReferences"] = json!([s]);
+            }
+            apply(ctx, ns, &obj).await.map(drop)
+        }
+    }
+}
+
+/// Writes a template, rotating it when its spec changed: returns the name the holder must
+/// reference, and the replaced template, if any.
+async fn reconcile_template(
+    ctx: &CoreCtx,
+    ns: &str,
+    desired: &mut Value,
+    current: Option<&Value>,
+    fresh_name: impl FnOnce() -> String,
+) -> Result<Option<Value>, TopologyError> {
+    match current {
+        None => {
+            apply(ctx, ns, desired).await?;
+            Ok(None)
+        }
+        Some(c) if contained(&desired["spec"], &c["spec"]) => {
+            if changed(desired, c) {
+                apply(ctx, ns, desired).await?;
+            }
+            Ok(None)
+        }
+        Some(c) => {
+            desired["metadata"]["name"] = json!(fresh_name());
+            apply(ctx, ns, desired).await?;
+            Ok(Some(c.clone()))
+        }
+    }
+}
+
+async fn reconcile_health_check(
+    ctx: &CoreCtx,
+    ns: &str,
+    desired: Option<&Value>,
+    current: Option<&MachineHealthCheck>,
+) -> Result<(), TopologyError> {
+    let api: Api<MachineHealthCheck> = Api::namespaced(ctx.client.clone(), ns);
+    match (desired, current) {
+        (None, None) => Ok(()),
+        (None, Some(c)) => match api.delete(&c.name_any(), &DeleteParams::background()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        },
+        (Some(d), c) => {
+            if let Some(c) = c
+                && !changed(d, &serde_json::to_value(c)?)
+            {
+                return Ok(());
+            }
+            api.patch(&name(d), &apply_params(), &Patch::Apply(d))
+                .await?;
+            Ok(())
+        }
+    }
+}
+
+/// Points the control plane at its (possibly rotated) machine template.
+fn set_machine_ref(control_plane: &mut Value, template: &Value) {
+    if let Some(r) = control_plane.pointer_mut(CONTROL_PLANE_MACHINE_REF) {
+        r["name"] = template["metadata"]["name"].clone();
+    }
+}
+
+pub(super) async fn reconcile(
+    ctx: &CoreCtx,
+    cluster: &Cluster,
+    current: &Current,
+    desired: &mut Desired,
+) -> Result<(), TopologyError> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let cluster_name = cluster.name_any();
+    let shim = shim(ctx, cluster, current).await?;
+
+    reconcile_object(
+        ctx,
+        &ns,
+        &desired.infrastructure,
+        current.infrastructure.as_ref(),
+        shim.as_ref(),
+    )
+    .await?;
+
+    // The control plane: its health check, then (unless an upgrade is pending, which would
+    // make this a second rollout) its machine template and itself.
+    reconcile_health_check(
+        ctx,
+        &ns,
+        desired.control_plane_health_check.as_ref(),
+        current.control_plane_health_check.as_deref(),
+    )
+    .await?;
+    let cp_on_hold = current.control_plane.is_some() && desired.control_plane_tracker.pending;
+    if !cp_on_hold {
+        let mut replaced = None;
+        if let Some(template) = desired.control_plane_machine.as_mut() {
+            replaced = reconcile_template(
+                ctx,
+                &ns,
+                template,
+                current.control_plane_machine.as_ref(),
+                || naming::control_plane_machine_template(&cluster_name),
+            )
+            .await?;
+            let template = template.clone();
+            set_machine_ref(&mut desired.control_plane, &template);
+        }
+        reconcile_object(
+            ctx,
+            &ns,
+            &desired.control_plane,
+            current.control_plane.as_ref(),
+            shim.as_ref(),
+        )
+        .await?;
+        if let Some(old) = replaced {
+            delete(ctx, &ns, &old).await?;
+        }
+    }
+
+    // The Cluster's references and labels.
+    let reference = |o: &Value| {
+        let (group, kind) = group_kind(o);
+        json!({"apiGroup": group, "kind": kind, "name": name(o)})
+    };
+    let want_infra = reference(&desired.infrastructure);
+    let want_cp = reference(&desired.control_plane);
+    let has = |r: &Option<capw_api::common::ContractVersionedObjectReference>, want: &Value| {
+        r.as_ref().is_some_and(|r| json!(r) == *want)
+    };
+    let labelled = cluster.labels().get(CLUSTER_NAME_LABEL) == Some(&cluster_name)
+        && cluster.labels().contains_key(TOPOLOGY_OWNED_LABEL);
+    if !has(&cluster.spec.infrastructure_ref, &want_infra)
+        || !has(&cluster.spec.control_plane_ref, &want_cp)
+        || !labelled
+    {
+        let patch = json!({
+            "metadata": {"labels": {CLUSTER_NAME_LABEL: cluster_name, TOPOLOGY_OWNED_LABEL: ""}},
+            "spec": {"infrastructureRef": want_infra, "controlPlaneRef": want_cp},
+        });
+        Api::<Cluster>::namespaced(ctx.client.clone(), &ns)
+            .patch(
+                &cluster_name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
+
+    reconcile_deployments(ctx, &ns, &cluster_name, current, desired).await
+}
+
+async fn reconcile_deployments(
+    ctx: &CoreCtx,
+    ns: &str,
+    cluster_name: &str,
+    current: &Current,
+    desired: &mut Desired,
+) -> Result<(), TopologyError> {
+    let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), ns);
+    for d in desired.deployments.iter_mut() {
+        let Some(c) = current.deployments.get(&d.topology) else {
+            if desired.workers.pending_create.contains(&d.topology) {
+                continue;
+            }
+            apply(ctx, ns, &d.infrastructure).await?;
+            apply(ctx, ns, &d.bootstrap).await?;
+            api.patch(&name(&d.object), &apply_params(), &Patch::Apply(&d.object))
+                .await?;
+            reconcile_health_check(ctx, ns, d.health_check.as_ref(), None).await?;
+            continue;
+        };
+        reconcile_health_check(ctx, ns, d.health_check.as_ref(), c.health_check.as_deref()).await?;
+        if c.object.metadata.deletion_timestamp.is_some()
+            || desired.workers.pending_upgrade.contains(&d.topology)
+        {
+            continue;
+        }
+        let topology = d.topology.clone();
+        let fresh = || naming::machine_deployment_template(cluster_name, &topology);
+        reconcile_template(
+            ctx,
+            ns,
+            &mut d.infrastructure,
+            c.infrastructure.as_ref(),
+            fresh,
+        )
+        .await?;
+        reconcile_template(ctx, ns, &mut d.bootstrap, c.bootstrap.as_ref(), fresh).await?;
+        let spec = &mut d.object["spec"]["template"]["spec"];
+        spec["infrastructureRef"]["name"] = d.infrastructure["metadata"]["name"].clone();
+        spec["bootstrap"]["configRef"]["name"] = d.bootstrap["metadata"]["name"].clone();
+        if changed(&d.object, &serde_json::to_value(&*c.object)?) {
+            api.patch(&name(&d.object), &apply_params(), &Patch::Apply(&d.object))
+                .await?;
+        }
+    }
+    // MachineDeployment topologies that were removed: the health check, then the deployment;
+    // its templates go with its MachineSets (the topology finalizers).
+    for (topology, c) in &current.deployments {
+        if desired.deployments.iter().any(|d| d.topology == *topology)
+            || c.object.metadata.deletion_timestamp.is_some()
+        {
+            continue;
+        }
+        reconcile_health_check(ctx, ns, None, c.health_check.as_deref()).await?;
+        match api
+            .delete(&c.object.name_any(), &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
