@@ -136,10 +136,21 @@ async fn generate_and_write(
         .control_plane
         .as_ref()
         .and_then(|cp| cp["spec"]["version"].as_str());
+    // Upstream names the MachineDeployments that wait or roll by their own names, and those
+    // not created yet by their topology names.
+    let mut workers = desired.workers.clone();
+    let md_name = |t: &String| {
+        current
+            .deployments
+            .get(t)
+            .map_or_else(|| t.clone(), |d| d.object.name_any())
+    };
+    workers.pending_upgrade = workers.pending_upgrade.iter().map(md_name).collect();
+    workers.upgrading = workers.upgrading.iter().map(md_name).collect();
     let verdict = status::after_reconcile(
         &topology.version,
         &desired.control_plane_tracker,
-        &desired.workers,
+        &workers,
         cp_spec_version,
     );
     let pending = verdict.0 != "True"
