@@ -15,6 +15,12 @@
 //! control plane's and every MachineDeployment's version at once (the workers wait for their
 //! control plane, as the skew preflight says) and reports the time until every cluster runs the
 //! new version, next to the time to create them.
+//!
+//! `CAPW_BENCH_SHAPE=compare` runs components only, twice: the clusters written out by hand as
+//! above, then the same shape as managed topologies of one ClusterClass (one Cluster object
+//! each); with `CAPW_BENCH_UPGRADE=1` each is then upgraded, by hand with one patch to the
+//! control plane and one to the MachineDeployment, as a topology with one patch to
+//! `spec.topology.version`. It reports both times and the requests per cluster.
 
 // Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -160,6 +166,8 @@ struct Outcome {
     rollout: Option<Duration>,
     /// With `CAPW_BENCH_UPGRADE`: from patching every version to every Machine upgraded.
     upgrade: Option<Duration>,
+    /// Requests from the clusters' convergence to the end of the upgrade (or rollout).
+    upgrade_requests: u64,
     requests: u64,
     peak_rss_mib: f64,
     /// CPU seconds spent from the first create to convergence: this host, the API server.
@@ -326,6 +334,89 @@ async fn rolled(api: &Api<DynamicObject>, replicas: usize) -> usize {
         .count()
 }
 
+/// Clusters as managed topologies of one ClusterClass (`CAPW_BENCH_SHAPE=topology`).
+fn topology() -> bool {
+    std::env::var("CAPW_BENCH_SHAPE").as_deref() == Ok("topology")
+}
+
+/// The in-memory ClusterClass the topology shape uses, with its templates: the same objects the
+/// hand-written shape makes per cluster, made once. Waits until the class is reconciled.
+async fn create_class(client: &kube::Client) {
+    let infra = "infrastructure.cluster.x-k8s.io";
+    let objects = [
+        (
+            ar(infra, "InMemoryClusterTemplate", "inmemoryclustertemplates"),
+            json!({"apiVersion": format!("{infra}/v1beta2"), "kind": "InMemoryClusterTemplate", "metadata": {"name": "bench"},
+                "spec": {"template": {"spec": {}}}}),
+        ),
+        (
+            ar(infra, "InMemoryMachineTemplate", "inmemorymachinetemplates"),
+            json!({"apiVersion": format!("{infra}/v1beta2"), "kind": "InMemoryMachineTemplate", "metadata": {"name": "bench"},
+                "spec": {"template": {"spec": {}}}}),
+        ),
+        (
+            ar(
+                "controlplane.cluster.x-k8s.io",
+                "KubeadmControlPlaneTemplate",
+                "kubeadmcontrolplanetemplates",
+            ),
+            json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlaneTemplate", "metadata": {"name": "bench"},
+                "spec": {"template": {"spec": {}}}}),
+        ),
+        (
+            ar(
+                "bootstrap.cluster.x-k8s.io",
+                "KubeadmConfigTemplate",
+                "kubeadmconfigtemplates",
+            ),
+            json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate", "metadata": {"name": "bench"},
+                "spec": {"template": {"spec": {}}}}),
+        ),
+        (
+            ar("cluster.x-k8s.io", "ClusterClass", "clusterclasses"),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass", "metadata": {"name": "bench"},
+                "spec": {
+                    "infrastructure": {"templateRef": {"apiVersion": format!("{infra}/v1beta2"), "kind": "InMemoryClusterTemplate", "name": "bench"}},
+                    "controlPlane": {
+                        "templateRef": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlaneTemplate", "name": "bench"},
+                        "machineInfrastructure": {"templateRef": {"apiVersion": format!("{infra}/v1beta2"), "kind": "InMemoryMachineTemplate", "name": "bench"}}},
+                    "workers": {"machineDeployments": [{"class": "default-worker",
+                        "bootstrap": {"templateRef": {"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate", "name": "bench"}},
+                        "infrastructure": {"templateRef": {"apiVersion": format!("{infra}/v1beta2"), "kind": "InMemoryMachineTemplate", "name": "bench"}}}]}}}),
+        ),
+    ];
+    for (ar, obj) in objects {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+        let o: DynamicObject = serde_json::from_value(obj).expect("object");
+        api.create(&PostParams::default(), &o)
+            .await
+            .expect("create");
+    }
+    let classes: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ar("cluster.x-k8s.io", "ClusterClass", "clusterclasses"),
+    );
+    converge(
+        Instant::now(),
+        Duration::from_millis(100),
+        String::new,
+        || async {
+            let c = classes.get("bench").await.expect("class");
+            let ready = c.data["status"]["conditions"].as_array().is_some_and(|l| {
+                l.iter()
+                    .any(|c| c["type"] == "VariablesReady" && c["status"] == "True")
+            });
+            if ready {
+                Ok(())
+            } else {
+                Err("the ClusterClass to reconcile".into())
+            }
+        },
+    )
+    .await;
+}
+
 fn control_planes() -> usize {
     if std::env::var("CAPW_BENCH_UPGRADE").is_ok() {
         3
@@ -349,11 +440,28 @@ async fn upgrade(client: &kube::Client, clusters: usize, workers: usize) -> Dura
         ),
     );
     let mds = machine_deployments(client);
+    let topologies: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ar("cluster.x-k8s.io", "Cluster", "clusters"),
+    );
     let start = Instant::now();
     futures::stream::iter(0..clusters)
         .map(|i| {
-            let (cps, mds) = (cps.clone(), mds.clone());
+            let (cps, mds, topologies) = (cps.clone(), mds.clone(), topologies.clone());
             async move {
+                if topology() {
+                    let patch = json!({"spec": {"topology": {"version": to}}});
+                    topologies
+                        .patch(
+                            &format!("c{i}"),
+                            &PatchParams::default(),
+                            &Patch::Merge(&patch),
+                        )
+                        .await
+                        .expect("patch topology");
+                    return;
+                }
                 let cp = json!({"spec": {"version": to}});
                 cps.patch(
                     &format!("c{i}"),
@@ -463,6 +571,17 @@ async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
     };
     let _ = pp;
     let infra = "infrastructure.cluster.x-k8s.io";
+    if topology() {
+        create(
+            ar("cluster.x-k8s.io", "Cluster", "clusters"),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": name},
+                "spec": {"topology": {"classRef": {"name": "bench"}, "version": "v1.33.0",
+                    "controlPlane": {"replicas": control_planes()},
+                    "workers": {"machineDeployments": [{"class": "default-worker", "name": "md", "replicas": workers}]}}}}),
+        )
+        .await;
+        return;
+    }
     create(
         ar("cluster.x-k8s.io", "Cluster", "clusters"),
         json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": name},
@@ -593,6 +712,9 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
     while host.driver.driven().len() < 4 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    if topology() {
+        create_class(&client).await;
+    }
     let before = requests(&client).await;
     let apiserver_pid = child.id().to_string();
     let cpu_before = (cpu_seconds("self"), cpu_seconds(&apiserver_pid));
@@ -647,6 +769,7 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
     } else {
         None
     };
+    let upgrade_requests = requests(&client).await - before - created_requests;
     let by_method: Vec<String> = requests_by_method(&client)
         .await
         .into_iter()
@@ -677,6 +800,7 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
         cpu,
         rollout,
         upgrade,
+        upgrade_requests,
         reconciles: ["cluster", "machine", "machineset", "machinedeployment"]
             .iter()
             .map(|c| host.metrics.reconcile_count(c))
@@ -786,6 +910,13 @@ fn print(mode: Mode, clusters: usize, o: &Outcome) {
     );
     if let Some(u) = o.upgrade {
         println!(
+            "{:<7} {}: upgrade {u:.1?}, API requests {} ({:.1}/cluster)",
+            format!("{mode:?}"),
+            if topology() { "topology" } else { "by hand" },
+            o.upgrade_requests,
+            o.upgrade_requests as f64 / clusters as f64
+        );
+        println!(
             "{:<7} upgrade of every cluster at once ({} control-plane Machines, then 3 workers): {u:.1?}, {:.2}× the time to create the clusters",
             format!("{mode:?}"),
             control_planes(),
@@ -838,6 +969,10 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let exe = std::env::current_exe().expect("this benchmark's path");
+    if std::env::var("CAPW_BENCH_SHAPE").as_deref() == Ok("compare") {
+        compare(&exe, clusters);
+        return;
+    }
     // Rounds alternate the modes; the two share two cores with the API server, so one run of
     // each is noisy and the per-round ratios are all printed.
     let rounds: usize = std::env::var("CAPW_BENCH_ROUNDS")
@@ -873,5 +1008,31 @@ fn main() {
     println!(
         "median ratio Wasm/native wall time over {rounds} round(s): {:.3}",
         ratios[ratios.len() / 2]
+    );
+}
+
+/// `CAPW_BENCH_SHAPE=compare`: the same clusters by hand, then as topologies, components only.
+fn compare(exe: &Path, clusters: usize) {
+    let mut walls = vec![];
+    for shape in ["hand", "topology"] {
+        eprintln!("running {shape}...");
+        let out = Command::new(exe)
+            .env("CAPW_BENCH_MODE", "wasm")
+            .env("CAPW_BENCH_SHAPE", shape)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("the benchmark runs a shape");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{shape} failed: {text}");
+        for line in text.lines() {
+            match line.strip_prefix("RESULT ") {
+                Some(w) => walls.push(w.parse::<f64>().expect("wall time")),
+                None => println!("{shape:<8} {line}"),
+            }
+        }
+    }
+    println!(
+        "{clusters} clusters: topology/by hand create wall time {:.3}",
+        walls[1] / walls[0]
     );
 }

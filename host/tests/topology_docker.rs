@@ -20,6 +20,7 @@ use support::host::Env;
 
 const QUICK_START: &str = "host/tests/data/clusterclass-quick-start.yaml";
 const DEVELOPMENT: &str = "host/tests/data/cluster-template-development.yaml";
+const EXAMPLE: &str = "examples/clusterclass-docker.yaml";
 const CLUSTER: &str = "capi-quickstart";
 const FROM: &str = "v1.28.13";
 const TO: &str = "v1.29.10";
@@ -172,6 +173,22 @@ async fn node_versions(env: &Env) -> Vec<String> {
         .collect()
 }
 
+fn documents(file: &str) -> Vec<serde_yaml::Value> {
+    let text = std::fs::read_to_string(support::repo_root().join(file)).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &serde_yaml::Value| !v.is_null())
+        .collect()
+}
+
+/// The example a user applies is upstream's two files, object for object.
+#[test]
+fn the_docker_example_is_upstreams_class_and_development_cluster_unchanged() {
+    let mut upstream = documents(QUICK_START);
+    upstream.extend(documents(DEVELOPMENT));
+    assert_eq!(documents(EXAMPLE), upstream);
+}
+
 #[tokio::test]
 async fn upstreams_development_topology_runs_on_docker_and_upgrades_control_plane_first() {
     node_image();
@@ -191,8 +208,7 @@ async fn upstreams_development_topology_runs_on_docker_and_upgrades_control_plan
         4,
     )
     .await;
-    apply(&env, QUICK_START).await;
-    apply(&env, DEVELOPMENT).await;
+    apply(&env, EXAMPLE).await;
     let clusters: Api<Cluster> = Api::default_namespaced(env.client.clone());
 
     running_at(&env, FROM, 600).await;

@@ -4,6 +4,7 @@
 
 use anyhow::Context as _;
 use capw_api::cluster::Cluster;
+use capw_api::clusterclass::ClusterClass;
 use capw_api::common::ContractVersionedObjectReference;
 use capw_api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, PLUGIN_VERSION_ANNOTATION};
 use capw_api::machine::Machine;
@@ -173,22 +174,20 @@ async fn provider(
             &serde_json::to_value(&o).unwrap_or_default(),
             ready_type,
         ),
-        Ok(None) => Row {
-            name: label,
-            ready: "-".into(),
-            phase: String::new(),
-            version: String::new(),
-            kubernetes: String::new(),
-            message: "does not exist".into(),
-        },
-        Err(e) => Row {
-            name: label,
-            ready: "-".into(),
-            phase: String::new(),
-            version: String::new(),
-            kubernetes: String::new(),
-            message: e.to_string(),
-        },
+        Ok(None) => missing(label, "does not exist".into()),
+        Err(e) => missing(label, e.to_string()),
+    }
+}
+
+/// The row of an object that could not be read.
+fn missing(name: String, message: String) -> Row {
+    Row {
+        name,
+        ready: "-".into(),
+        phase: String::new(),
+        version: String::new(),
+        kubernetes: String::new(),
+        message,
     }
 }
 
@@ -209,6 +208,18 @@ pub async fn run(cmd: Command) -> anyhow::Result<()> {
         row(format!("Cluster/{}", args.name), &cv, "Available"),
     )];
     let mut children: Vec<Node> = vec![];
+    // A managed topology shows its class first, as clusterctl does.
+    if let Some(t) = &cluster.spec.topology {
+        let class_ns = t.class_ref.namespace.clone().unwrap_or_else(|| ns.clone());
+        let label = format!("ClusterClass/{}", t.class_ref.name);
+        let classes: Api<ClusterClass> = Api::namespaced(client.clone(), &class_ns);
+        let r = match classes.get_opt(&t.class_ref.name).await {
+            Ok(Some(cc)) => row(label, &serde_json::to_value(&cc)?, "VariablesReady"),
+            Ok(None) => missing(label, "does not exist".into()),
+            Err(e) => missing(label, e.to_string()),
+        };
+        children.push(leaf(r));
+    }
     if let Some(r) = cluster
         .spec
         .infrastructure_ref

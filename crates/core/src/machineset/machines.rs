@@ -368,6 +368,12 @@ pub(super) async fn run_preflight(
         scope.spec.template.spec.version.as_deref(),
         scope.spec.template.spec.bootstrap.config_ref.as_ref(),
         skip.as_deref(),
+        scope
+            .cluster
+            .spec
+            .topology
+            .as_ref()
+            .map(|t| t.version.as_str()),
     ))
 }
 

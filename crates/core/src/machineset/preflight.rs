@@ -1,7 +1,9 @@
 //! The checks a MachineSet runs before it creates or remediates Machines
 //! (`capi-lifecycle.md` §2.7): the control plane must be stable, and the workers' version
 //! within the skew policy. They run only when the Cluster has a control plane with
-//! `spec.version`; `machineset.cluster.x-k8s.io/skip-preflight-checks` opts out.
+//! `spec.version`; `machineset.cluster.x-k8s.io/skip-preflight-checks` opts out. In a managed
+//! topology the control plane is not stable while it has not taken `spec.topology.version`
+//! yet, and a MachineSet waits until its version is the control plane's.
 
 use capw_api::common::ContractVersionedObjectReference;
 
@@ -9,6 +11,7 @@ pub const ALL: &str = "All";
 pub const CONTROL_PLANE_IS_STABLE: &str = "ControlPlaneIsStable";
 pub const KUBERNETES_VERSION_SKEW: &str = "KubernetesVersionSkew";
 pub const KUBEADM_VERSION_SKEW: &str = "KubeadmVersionSkew";
+pub const CONTROL_PLANE_VERSION_SKEW: &str = "ControlPlaneVersionSkew";
 
 /// What the checks read of the control plane.
 #[derive(Debug, Clone, Default)]
@@ -29,6 +32,7 @@ pub fn failures(
     ms_version: Option<&str>,
     bootstrap: Option<&ContractVersionedObjectReference>,
     skip_annotation: Option<&str>,
+    topology_version: Option<&str>,
 ) -> Vec<String> {
     let skipped: Vec<&str> = skip_annotation
         .unwrap_or_default()
@@ -42,7 +46,14 @@ pub fn failures(
         return vec![];
     };
     let mut out = vec![];
-    if runs(CONTROL_PLANE_IS_STABLE) {
+    let cp_v = cp.spec_version.as_deref().unwrap_or_default();
+    let pending = topology_version.filter(|t| *t != cp_v);
+    if let (true, Some(t)) = (runs(CONTROL_PLANE_IS_STABLE), pending) {
+        out.push(format!(
+            "{} has a pending version upgrade to {t} (\"{CONTROL_PLANE_IS_STABLE}\" preflight check failed)",
+            cp.describe
+        ));
+    } else if runs(CONTROL_PLANE_IS_STABLE) {
         match cp.status_version.as_deref().and_then(parse) {
             None => out.push(format!(
                 "{} is provisioning (\"{CONTROL_PLANE_IS_STABLE}\" preflight check failed)",
@@ -58,10 +69,12 @@ pub fn failures(
     let Some(ms) = ms_version.and_then(parse) else {
         return out;
     };
-    let (ms_v, cp_v) = (
-        ms_version.unwrap_or_default(),
-        cp.spec_version.as_deref().unwrap_or_default(),
-    );
+    let ms_v = ms_version.unwrap_or_default();
+    if topology_version.is_some() && runs(CONTROL_PLANE_VERSION_SKEW) && ms_v != cp_v {
+        out.push(format!(
+            "MachineSet version ({ms_v}) is not yet the same as the ControlPlane version ({cp_v}), waiting for version to be propagated to the MachineSet (\"{CONTROL_PLANE_VERSION_SKEW}\" preflight check failed)"
+        ));
+    }
     if runs(KUBERNETES_VERSION_SKEW) {
         if ms.minor > cp_spec.minor {
             out.push(format!(
@@ -99,20 +112,26 @@ mod tests {
     #[test]
     fn preflight_table() {
         // No control plane, or none with a version: nothing to check.
-        assert!(failures(None, Some("v1.30.0"), None, None).is_empty());
+        assert!(failures(None, Some("v1.30.0"), None, None, None).is_empty());
         let unversioned = ControlPlane::default();
-        assert!(failures(Some(&unversioned), Some("v1.30.0"), None, None).is_empty());
+        assert!(failures(Some(&unversioned), Some("v1.30.0"), None, None, None).is_empty());
         // Stable, same version.
         let stable = cp("v1.30.0", Some("v1.30.0"));
-        assert!(failures(Some(&stable), Some("v1.30.0"), None, None).is_empty());
+        assert!(failures(Some(&stable), Some("v1.30.0"), None, None, None).is_empty());
         // Provisioning and upgrading block.
-        let f = failures(Some(&cp("v1.30.0", None)), Some("v1.30.0"), None, None);
+        let f = failures(
+            Some(&cp("v1.30.0", None)),
+            Some("v1.30.0"),
+            None,
+            None,
+            None,
+        );
         assert!(
             f[0].contains("is provisioning") && f[0].contains(CONTROL_PLANE_IS_STABLE),
             "{f:?}"
         );
         let upgrading = cp("v1.31.0", Some("v1.30.0"));
-        let f = failures(Some(&upgrading), Some("v1.30.0"), None, None);
+        let f = failures(Some(&upgrading), Some("v1.30.0"), None, None, None);
         assert!(f[0].contains("is upgrading"), "{f:?}");
         // The skip annotation unblocks, by name or with All.
         assert!(
@@ -120,27 +139,51 @@ mod tests {
                 Some(&upgrading),
                 Some("v1.30.0"),
                 None,
-                Some("ControlPlaneIsStable")
+                Some("ControlPlaneIsStable"),
+                None
             )
             .is_empty()
         );
-        assert!(failures(Some(&upgrading), Some("v1.30.0"), None, Some("All")).is_empty());
+        assert!(failures(Some(&upgrading), Some("v1.30.0"), None, Some("All"), None).is_empty());
         // Workers newer than the control plane, or more than 3 minors older, are refused.
-        let f = failures(Some(&stable), Some("v1.31.0"), None, None);
+        let f = failures(Some(&stable), Some("v1.31.0"), None, None, None);
         assert!(
             f.len() == 1 && f[0].contains(KUBERNETES_VERSION_SKEW),
             "{f:?}"
         );
-        let f = failures(Some(&stable), Some("v1.26.0"), None, None);
+        let f = failures(Some(&stable), Some("v1.26.0"), None, None, None);
         assert!(f.len() == 1 && f[0].contains("more than 3"), "{f:?}");
-        assert!(failures(Some(&stable), Some("v1.27.0"), None, None).is_empty());
+        assert!(failures(Some(&stable), Some("v1.27.0"), None, None, None).is_empty());
         // kubeadm workers must match the control plane's minor.
         let kubeadm = ContractVersionedObjectReference {
             api_group: "bootstrap.cluster.x-k8s.io".into(),
             kind: "KubeadmConfigTemplate".into(),
             name: "t".into(),
         };
-        let f = failures(Some(&stable), Some("v1.29.0"), Some(&kubeadm), None);
+        let f = failures(Some(&stable), Some("v1.29.0"), Some(&kubeadm), None, None);
         assert!(f.len() == 1 && f[0].contains(KUBEADM_VERSION_SKEW), "{f:?}");
+        // A topology's control plane that has not taken the topology's version is not stable,
+        // and a MachineSet waits for the control plane's version (upstream's wording).
+        let f = failures(Some(&stable), Some("v1.30.0"), None, None, Some("v1.31.0"));
+        assert_eq!(
+            f,
+            [
+                "KubeadmControlPlane ns/cp has a pending version upgrade to v1.31.0 (\"ControlPlaneIsStable\" preflight check failed)"
+            ]
+        );
+        let f = failures(
+            Some(&cp("v1.31.0", Some("v1.31.0"))),
+            Some("v1.30.0"),
+            None,
+            None,
+            Some("v1.31.0"),
+        );
+        assert_eq!(
+            f,
+            [
+                "MachineSet version (v1.30.0) is not yet the same as the ControlPlane version (v1.31.0), waiting for version to be propagated to the MachineSet (\"ControlPlaneVersionSkew\" preflight check failed)"
+            ]
+        );
+        assert!(failures(Some(&stable), Some("v1.30.0"), None, None, Some("v1.30.0")).is_empty());
     }
 }

@@ -472,7 +472,13 @@ impl Provider for ControlPlane {
                 &format!("Machine {machine}: {message}"),
             ),
         };
-        let step = if to_delete.is_empty() {
+        // Upstream's TopologyVersionMismatch preflight: in a managed topology, the version the
+        // Cluster asks for reaches this object in the same write as its rotated machine
+        // template; scaling on the old version in between would roll twice.
+        let topology_version = cluster.str("/spec/topology/version");
+        let topology_pending = !topology_version.is_empty()
+            && desired_state.version.as_deref() != Some(topology_version);
+        let step = if to_delete.is_empty() && !topology_pending {
             next_step(&desired_state, &members, &domains)
         } else {
             Step::WaitForHealthy
@@ -662,6 +668,23 @@ mod tests {
             m["status"] = json!({"nodeRef": {"name": name}});
         }
         m
+    }
+
+    #[test]
+    fn a_topology_version_not_yet_propagated_holds_scaling() {
+        let mut c = cluster(&[]);
+        c["spec"]["topology"] = json!({"version": "v1.34.0"});
+        let st = ControlPlane::reconcile_control_plane(context(cp(json!(3))).cluster(c.clone()))
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(
+            st.machines_to_create.is_empty(),
+            "{:?}",
+            st.machines_to_create
+        );
+        c["spec"]["topology"] = json!({"version": "v1.33.0"});
+        let st = ControlPlane::reconcile_control_plane(context(cp(json!(3))).cluster(c))
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(st.machines_to_create.len(), 1);
     }
 
     /// Scaling as KCP does it: one Machine at a time, each waiting for the previous one's Node,
