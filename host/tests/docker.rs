@@ -14,27 +14,9 @@ use serde_json::Value;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{OnceLock, RwLock, RwLockReadGuard};
+use std::sync::{RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 use support::ApiServer;
-
-/// `capw image build` once per test binary: the provider's default image from the musl capw
-/// that `scripts/test` builds.
-fn node_image() {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let out = Command::new(env!("CARGO_BIN_EXE_capw"))
-            .args(["image", "build"])
-            .output()
-            .expect("capw image build runs");
-        assert!(
-            out.status.success(),
-            "capw image build failed (scripts/test builds the musl capw it needs):\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
-}
 
 /// Tests share the engine; the one that restarts dockerd takes it alone.
 static ENGINE: RwLock<()> = RwLock::new(());
@@ -170,7 +152,7 @@ struct Env {
 
 impl Env {
     fn start() -> Env {
-        node_image();
+        support::node_image();
         let dir = tempfile::tempdir().expect("tempdir");
         let api = ApiServer::start(&dir.path().join("api"));
         let plugins = dir.path().join("plugins");

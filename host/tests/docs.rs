@@ -397,6 +397,7 @@ fn every_console_block_is_run_by_a_test_here() {
     let covered = [
         "capw image build",
         "examples/inmemory-cluster.yaml",
+        "examples/clusterclass-inmemory.yaml",
         "capw apiserver",
         "echo-v1.wasm",
     ];
@@ -433,6 +434,13 @@ fn the_in_memory_quickstart_prints_what_the_readme_shows() {
     }
 }
 
+#[test]
+fn the_in_memory_topology_session_prints_what_its_doc_shows() {
+    for block in blocks_with("examples/clusterclass-inmemory.yaml") {
+        run_block(&block, &[]);
+    }
+}
+
 /// Needs dockerd and the static capw (`scripts/test` builds it; CI starts dockerd).
 #[test]
 fn the_docker_quickstart_prints_what_the_readme_shows() {
@@ -441,6 +449,8 @@ fn the_docker_quickstart_prints_what_the_readme_shows() {
     let cleanup = [
         "docker ps -aq --filter label=capw.dev/cluster=default.quickstart | xargs -r docker rm -f",
         "docker network rm docker.capw-quickstart",
+        "docker ps -aq --filter label=capw.dev/cluster=default.capi-quickstart | xargs -r docker rm -f",
+        "docker network rm docker.capw-capi-quickstart",
     ];
     for block in blocks_with("capw image build") {
         run_block(&block, &cleanup);

@@ -25,19 +25,6 @@ const CLUSTER: &str = "capi-quickstart";
 const FROM: &str = "v1.28.13";
 const TO: &str = "v1.29.10";
 
-fn node_image() {
-    let out = Command::new(env!("CARGO_BIN_EXE_capw"))
-        .args(["image", "build"])
-        .output()
-        .expect("capw image build runs");
-    assert!(
-        out.status.success(),
-        "capw image build failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn docker(args: &[&str]) -> String {
     let out = Command::new("docker")
         .args(args)
@@ -191,7 +178,7 @@ fn the_docker_example_is_upstreams_class_and_development_cluster_unchanged() {
 
 #[tokio::test]
 async fn upstreams_development_topology_runs_on_docker_and_upgrades_control_plane_first() {
-    node_image();
+    support::node_image();
     clean_engine();
     let mut env = support::host::start(
         &[

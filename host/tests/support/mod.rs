@@ -221,3 +221,21 @@ pub fn dynamic(
     };
     kube::Api::namespaced_with(client.clone(), "default", &ar)
 }
+
+/// `capw image build` once per test binary: the provider's default image from the musl capw
+/// that `scripts/test` builds.
+pub fn node_image() {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = Command::new(env!("CARGO_BIN_EXE_capw"))
+            .args(["image", "build"])
+            .output()
+            .expect("capw image build runs");
+        assert!(
+            out.status.success(),
+            "capw image build failed (scripts/test builds the musl capw it needs):\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}

@@ -153,25 +153,56 @@ fn owned<K: ResourceExt>(o: &Arc<K>) -> futures::future::Ready<bool> {
     ready(o.labels().contains_key(TOPOLOGY_OWNED_LABEL))
 }
 
+/// Runs a finalizer controller over the topology-owned objects of a shared cache.
+fn finalizer_controller<K>(
+    ctx: &Arc<CoreCtx>,
+    store: kube::runtime::reflector::Store<K>,
+    feed: &Arc<capw_reconcile::fanout::Fanout<K>>,
+    concurrency: &Concurrency,
+    name: &'static str,
+    finalizer: &'static str,
+    cleanup: crate::context::Phase<K>,
+) -> BoxFuture<'static, ()>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    Box::pin(run(
+        ctx.clone(),
+        store,
+        watch(feed).filter(owned),
+        futures::stream::empty(),
+        concurrency.machines,
+        CoreController {
+            name,
+            finalizer,
+            debounce: Duration::from_millis(100),
+            apply: nothing,
+            cleanup,
+        },
+    ))
+}
+
 fn setup_deployments(
     ctx: &Arc<CoreCtx>,
     feeds: &Feeds,
     concurrency: &Concurrency,
 ) -> BoxFuture<'static, ()> {
-    Box::pin(run(
-        ctx.clone(),
+    finalizer_controller(
+        ctx,
         ctx.machine_deployments.clone(),
-        watch(&feeds.machine_deployments).filter(owned),
-        futures::stream::empty(),
-        concurrency.machines,
-        CoreController {
-            name: "topology/machinedeployment",
-            finalizer: MACHINEDEPLOYMENT_TOPOLOGY_FINALIZER,
-            debounce: Duration::from_millis(100),
-            apply: nothing,
-            cleanup: cleanup_deployment,
-        },
-    ))
+        &feeds.machine_deployments,
+        concurrency,
+        "topology/machinedeployment",
+        MACHINEDEPLOYMENT_TOPOLOGY_FINALIZER,
+        cleanup_deployment,
+    )
 }
 
 fn setup_sets(
@@ -179,20 +210,15 @@ fn setup_sets(
     feeds: &Feeds,
     concurrency: &Concurrency,
 ) -> BoxFuture<'static, ()> {
-    Box::pin(run(
-        ctx.clone(),
+    finalizer_controller(
+        ctx,
         ctx.machine_sets.clone(),
-        watch(&feeds.machine_sets).filter(owned),
-        futures::stream::empty(),
-        concurrency.machines,
-        CoreController {
-            name: "topology/machineset",
-            finalizer: MACHINESET_TOPOLOGY_FINALIZER,
-            debounce: Duration::from_millis(100),
-            apply: nothing,
-            cleanup: cleanup_set,
-        },
-    ))
+        &feeds.machine_sets,
+        concurrency,
+        "topology/machineset",
+        MACHINESET_TOPOLOGY_FINALIZER,
+        cleanup_set,
+    )
 }
 
 /// The finalizer on topology-owned MachineDeployments.
