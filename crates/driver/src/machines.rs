@@ -328,6 +328,52 @@ pub(super) async fn delete(
     Ok(())
 }
 
+/// A Machine whose remediation was asked for and never started, and that is healthy again.
+fn recovered(m: &Machine) -> bool {
+    use capw_api::contract::conditions::types;
+    let list = m.status.as_ref().map(|s| &s.conditions[..]).unwrap_or(&[]);
+    let is = |t: &str, s: &str| list.iter().any(|c| c.type_ == t && c.status == s);
+    m.meta().deletion_timestamp.is_none()
+        && is(types::HEALTH_CHECK_SUCCEEDED, "True")
+        && is(types::OWNER_REMEDIATED, "False")
+}
+
+/// Upstream KCP's clean-up of pending remediations: a Machine healthy again loses the
+/// `OwnerRemediated=False` its MachineHealthCheck set, so it no longer reads as waiting for a
+/// remediation that will not come (the control plane could not act on it, for example while it
+/// rolled out).
+pub(super) async fn clear_recovered(
+    kctx: &KindCtx,
+    cp: &DynamicObject,
+    around: &Around,
+) -> Result<(), DriverError> {
+    use capw_api::contract::conditions::types;
+    let ns = cp.namespace().unwrap_or_default();
+    let machines: Api<Machine> = Api::namespaced(kctx.driver.client.clone(), &ns);
+    for m in around.owned_machines.iter().filter(|m| recovered(m)) {
+        let mut list = m.status.clone().unwrap_or_default().conditions;
+        list.retain(|c| c.type_ != types::OWNER_REMEDIATED);
+        let patch = json!({
+            "metadata": {"resourceVersion": m.resource_version()},
+            "status": {"conditions": list},
+        });
+        match machines
+            .patch_status(
+                &m.name_any(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => {}
+            // Changed or gone since the cache read it: the next reconcile looks again.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// A Machine a MachineHealthCheck marked for its owner to remediate.
 fn remediation_candidate(m: &Machine) -> bool {
     use capw_api::contract::conditions::types;
@@ -375,4 +421,50 @@ pub(super) async fn delete_owned(
 ) -> Result<(), DriverError> {
     let names: Vec<String> = around.owned_machines.iter().map(|m| m.name_any()).collect();
     delete(kctx, cp, around, &names).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(conditions: Value, deleting: bool) -> Machine {
+        let mut m: Machine = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m", "namespace": "ns"},
+            "spec": {"clusterName": "c", "bootstrap": {}, "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "n"}},
+            "status": {"conditions": conditions},
+        }))
+        .unwrap();
+        if deleting {
+            m.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+            );
+        }
+        m
+    }
+
+    fn cond(t: &str, s: &str) -> Value {
+        json!({"type": t, "status": s, "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    }
+
+    #[test]
+    fn only_a_healthy_machine_waiting_for_a_remediation_is_recovered() {
+        let waiting = cond("OwnerRemediated", "False");
+        assert!(recovered(&machine(
+            json!([cond("HealthCheckSucceeded", "True"), waiting.clone()]),
+            false
+        )));
+        assert!(!recovered(&machine(
+            json!([cond("HealthCheckSucceeded", "False"), waiting.clone()]),
+            false
+        )));
+        assert!(!recovered(&machine(
+            json!([cond("HealthCheckSucceeded", "True")]),
+            false
+        )));
+        assert!(!recovered(&machine(
+            json!([cond("HealthCheckSucceeded", "True"), waiting]),
+            true
+        )));
+    }
 }

@@ -376,6 +376,7 @@ pub(super) async fn write(
             change.status.up_to_date_replicas = Field::Set(r.replicas.up_to_date);
             super::machines::create(kctx, obj, around, &r.machines_to_create).await?;
             super::machines::delete(kctx, obj, around, &r.machines_to_delete).await?;
+            super::machines::clear_recovered(kctx, obj, around).await?;
             let action = if recheck {
                 Action::requeue(Duration::from_millis(500))
             } else {
