@@ -353,25 +353,34 @@ pub(super) async fn clear_recovered(
     for m in around.owned_machines.iter().filter(|m| recovered(m)) {
         let mut list = m.status.clone().unwrap_or_default().conditions;
         list.retain(|c| c.type_ != types::OWNER_REMEDIATED);
-        let patch = json!({
-            "metadata": {"resourceVersion": m.resource_version()},
-            "status": {"conditions": list},
-        });
-        match machines
-            .patch_status(
-                &m.name_any(),
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            // Changed or gone since the cache read it: the next reconcile looks again.
-            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        // Changed or gone since the cache read it: the next reconcile looks again.
+        write_conditions(&machines, m, list).await?;
     }
     Ok(())
+}
+
+/// Writes a Machine's conditions over the resourceVersion it was read at; false when it changed
+/// or went since.
+async fn write_conditions(
+    machines: &Api<Machine>,
+    m: &Machine,
+    list: Vec<capw_api::common::Condition>,
+) -> Result<bool, DriverError> {
+    let patch = json!({
+        "metadata": {"resourceVersion": m.resource_version()},
+        "status": {"conditions": list},
+    });
+    match machines
+        .patch_status(
+            &m.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(false),
+        r => r.map(|_| true).map_err(DriverError::from),
+    }
 }
 
 /// A Machine a MachineHealthCheck marked for its owner to remediate.
@@ -396,21 +405,7 @@ async fn mark_deleting(machines: &Api<Machine>, m: &Machine) -> Result<bool, Dri
         "Machine is deleting",
         m.metadata.generation,
     );
-    let patch = json!({
-        "metadata": {"resourceVersion": m.resource_version()},
-        "status": {"conditions": list},
-    });
-    match machines
-        .patch_status(
-            &m.name_any(),
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
-    {
-        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(false),
-        r => r.map(|_| true).map_err(DriverError::from),
-    }
+    write_conditions(machines, m, list).await
 }
 
 /// Deletes every Machine the control plane owns (deletion of the control plane itself).

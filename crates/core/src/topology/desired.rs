@@ -69,9 +69,8 @@ fn meta_map(m: &TemplateMeta) -> (Map<String, Value>, Map<String, Value>) {
 
 /// `group/version` and kind of a template, as `cloned-from-groupkind` writes them: `Kind.group`.
 fn group_kind(template: &Value) -> String {
-    let api_version = template["apiVersion"].as_str().unwrap_or_default();
-    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    format!("{}.{group}", template["kind"].as_str().unwrap_or_default())
+    let (group, kind) = super::current::group_kind(template);
+    format!("{kind}.{group}")
 }
 
 fn cloned_from(template: &Value) -> Map<String, Value> {
@@ -152,13 +151,10 @@ fn template_from_template(
     })
 }
 
-fn reference(obj: &Value) -> Value {
-    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
-    json!({
-        "apiGroup": api_version.rsplit_once('/').map_or("", |(g, _)| g),
-        "kind": obj["kind"],
-        "name": obj["metadata"]["name"],
-    })
+/// A `{apiGroup, kind, name}` reference to `obj`.
+pub(super) fn reference(obj: &Value) -> Value {
+    let (group, kind) = super::current::group_kind(obj);
+    json!({"apiGroup": group, "kind": kind, "name": obj["metadata"]["name"]})
 }
 
 fn name_of(obj: Option<&Value>) -> Option<String> {

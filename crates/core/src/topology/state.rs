@@ -11,7 +11,7 @@
 
 use super::TopologyError;
 use super::current::{CONTROL_PLANE_MACHINE_REF, Current, group_kind};
-use super::desired::{Desired, cluster_owner, contained};
+use super::desired::{Desired, cluster_owner, contained, reference};
 use crate::context::CoreCtx;
 use crate::naming;
 use capw_api::cluster::Cluster;
@@ -276,10 +276,6 @@ pub(super) async fn reconcile(
     }
 
     // The Cluster's references and labels.
-    let reference = |o: &Value| {
-        let (group, kind) = group_kind(o);
-        json!({"apiGroup": group, "kind": kind, "name": name(o)})
-    };
     let want_infra = reference(&desired.infrastructure);
     let want_cp = reference(&desired.control_plane);
     let has = |r: &Option<capw_api::common::ContractVersionedObjectReference>, want: &Value| {
