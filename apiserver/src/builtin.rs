@@ -38,6 +38,15 @@ pub fn typed_check(b: Builtin, obj: &Value) -> Result<(), ApiError> {
         Builtin::CertificateSigningRequest => {
             decode::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>(obj)
         }
+        Builtin::WebhookConfiguration => {
+            use k8s_openapi::api::admissionregistration::v1 as adm;
+            match obj.get("kind").and_then(Value::as_str) {
+                Some("MutatingWebhookConfiguration") => {
+                    decode::<adm::MutatingWebhookConfiguration>(obj)
+                }
+                _ => decode::<adm::ValidatingWebhookConfiguration>(obj),
+            }
+        }
         Builtin::SelfSubjectAccessReview => {
             decode::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>(obj)
         }
@@ -116,6 +125,7 @@ pub fn on_write(b: Builtin, obj: &mut Value, old: Option<&Value>) -> Vec<Cause> 
             obj["status"] = json!({"phase": "Active"});
         }
         Builtin::Pod => errs.extend(pod::on_write(obj, old)),
+        Builtin::WebhookConfiguration => errs.extend(crate::admission::on_write(obj)),
         Builtin::Crd => {
             default_crd(obj);
             errs.extend(validate_crd(obj, old));

@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub(crate) mod admission;
 pub mod bootstrap_token;
 pub(crate) mod builtin;
 pub(crate) mod controllers;

@@ -42,6 +42,9 @@ pub enum Builtin {
     /// certificates.k8s.io/v1; kubelet client certificates are approved and signed by
     /// `controllers::csrsigning`.
     CertificateSigningRequest,
+    /// admissionregistration.k8s.io/v1 Mutating- and ValidatingWebhookConfiguration: every
+    /// write they match is sent to their webhooks (`crate::admission`).
+    WebhookConfiguration,
 }
 
 /// A printer column.
@@ -320,6 +323,22 @@ fn builtins() -> Vec<ResourceType> {
             vec![],
         )
     };
+    let webhooks = |kind: &str, plural: &str| {
+        builtin(
+            crate::admission::GROUP,
+            "v1",
+            kind,
+            plural,
+            &[],
+            false,
+            false,
+            Builtin::WebhookConfiguration,
+            vec![
+                c("Webhooks", "integer", "#webhooks"),
+                c("Age", "date", ".metadata.creationTimestamp"),
+            ],
+        )
+    };
     vec![
         builtin(
             "",
@@ -413,6 +432,14 @@ fn builtins() -> Vec<ResourceType> {
             false,
             Builtin::Lease,
             vec![c("Holder", "string", ".spec.holderIdentity")],
+        ),
+        webhooks(
+            "MutatingWebhookConfiguration",
+            "mutatingwebhookconfigurations",
+        ),
+        webhooks(
+            "ValidatingWebhookConfiguration",
+            "validatingwebhookconfigurations",
         ),
         builtin(
             "apiextensions.k8s.io",

@@ -120,6 +120,57 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`), as webhook
+    /// configurations carry them; an empty or absent one selects everything.
+    pub fn from_object(sel: Option<&serde_json::Value>) -> Result<Self, SelectorError> {
+        let mut reqs = vec![];
+        let Some(sel) = sel else {
+            return Ok(LabelSelector(reqs));
+        };
+        for (k, v) in sel
+            .get("matchLabels")
+            .and_then(serde_json::Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            reqs.push((
+                k.clone(),
+                Op::Eq(v.as_str().unwrap_or_default().to_string()),
+            ));
+        }
+        for e in sel
+            .get("matchExpressions")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let key = e
+                .get("key")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default();
+            let values: Vec<String> = e
+                .get("values")
+                .and_then(serde_json::Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect();
+            let op = match e.get("operator").and_then(serde_json::Value::as_str) {
+                Some("In") => Op::In(values),
+                Some("NotIn") => Op::NotIn(values),
+                Some("Exists") => Op::Exists,
+                Some("DoesNotExist") => Op::NotExists,
+                other => {
+                    return Err(SelectorError(format!(
+                        "{other:?} is not a valid label selector operator"
+                    )));
+                }
+            };
+            reqs.push((key.to_string(), op));
+        }
+        Ok(LabelSelector(reqs))
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.0.iter().all(|(k, op)| {
             let v = labels.get(k);

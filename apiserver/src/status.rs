@@ -90,6 +90,11 @@ impl ApiError {
         self
     }
 
+    /// The same error about the object `group`/`kind`/`name` (`details` of the Status).
+    pub fn with_subject(self, group: &str, kind: &str, name: &str) -> Self {
+        self.about(group, kind, name)
+    }
+
     /// The same error with field-level causes.
     pub fn with_causes(mut self, causes: Vec<Cause>) -> Self {
         self.causes = causes;
@@ -146,6 +151,35 @@ impl ApiError {
             ),
         )
         .about(group, plural, name)
+    }
+
+    /// A webhook's refusal: its code and message, and its reason when kube knows it.
+    pub fn from_webhook(code: u16, reason: &str, message: String) -> Self {
+        const KNOWN: &[&str] = &[
+            "Invalid",
+            "Forbidden",
+            "BadRequest",
+            "NotFound",
+            "AlreadyExists",
+            "Conflict",
+            "InternalError",
+            "Unauthorized",
+            "MethodNotAllowed",
+            "TooManyRequests",
+        ];
+        let reason = KNOWN
+            .iter()
+            .find(|k| **k == reason)
+            .copied()
+            .unwrap_or(match code {
+                400 => "BadRequest",
+                404 => "NotFound",
+                409 => "Conflict",
+                422 => "Invalid",
+                500 => "InternalError",
+                _ => "Forbidden",
+            });
+        Self::new(code, reason, message)
     }
 
     /// 400 for a request that cannot be understood.

@@ -124,6 +124,13 @@ fn cell(obj: &Value, col: &Column, now: jiff::Timestamp) -> Value {
                     .map_or(0, |m| m.len());
             return json!(n);
         }
+        "#webhooks" => {
+            return json!(
+                obj.get("webhooks")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len)
+            );
+        }
         "#involved" => {
             let io = &obj["involvedObject"];
             let kind = io["kind"].as_str().unwrap_or_default().to_lowercase();

@@ -9,6 +9,7 @@ mod support;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use support::KillOnDrop;
+use support::up::Up;
 
 /// Starts `capw apiserver` with `extra` flags and returns its first stderr line.
 fn first_log_line(extra: &[&str]) -> String {
@@ -50,96 +51,12 @@ fn json_logs_are_one_object_per_line() {
     assert_eq!(v["fields"]["message"], "capw-apiserver serving");
 }
 
-/// A `capw up` whose stderr (the host's log) goes to a file, with the hostile bootstrap
-/// provider and the in-memory provider dropped in.
-struct Up {
-    child: KillOnDrop,
-    kubeconfig: std::path::PathBuf,
-    home: std::path::PathBuf,
-    log: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-}
-
+/// A `capw up` with the hostile bootstrap provider and the in-memory provider dropped in.
 fn up(format: &str) -> Up {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).expect("plugins dir");
-    for p in ["hostile-bootstrap", "inmemory"] {
-        std::fs::copy(
-            support::plugin(&format!("{p}.wasm")),
-            plugins.join(format!("{p}.wasm")),
-        )
-        .expect("copy plugin");
-    }
-    std::fs::write(plugins.join("inmemory.yaml"), "capabilities: [sim-cloud]\n").expect("yaml");
-    let log = dir.path().join("host.log");
-    let mut child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_capw"))
-            .args(["--log-format", format])
-            .args(["up", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .arg("--plugins")
-            .arg(&plugins)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("capw up starts"),
-    );
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut kubeconfig = std::path::PathBuf::new();
-    for line in lines.by_ref() {
-        let line = line.expect("line");
-        if let Some(k) = line.strip_prefix("kubeconfig: ") {
-            kubeconfig = k.into();
-        }
-        if line.starts_with("watching ") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).expect("home");
-    Up {
-        child,
-        kubeconfig,
-        home,
-        log,
-        _dir: dir,
-    }
-}
-
-impl Up {
-    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let (ok, out) = support::kubectl(&self.kubeconfig, &self.home, args, stdin);
-        assert!(ok, "kubectl {args:?}: {out}");
-        out
-    }
-
-    fn eventually<T>(&self, what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-        loop {
-            if let Some(v) = f() {
-                return v;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "timed out after {secs}s waiting for {what}; host log ends:\n{}",
-                self.log_text()
-                    .lines()
-                    .rev()
-                    .take(20)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
-    }
-
-    fn log_text(&self) -> String {
-        String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()
-    }
+    Up::start(
+        &["--log-format", format],
+        &["hostile-bootstrap", "inmemory"],
+    )
 }
 
 /// What a plugin makes the host log, as `plugin_lines` reads it back: one host line.

@@ -11,13 +11,32 @@ impl Core {
         ns: &str,
         name: &str,
         opts: &DeleteOptions,
-    ) -> Result<(Outcome, Value), ApiError> {
+    ) -> Result<(Outcome, Value, Vec<String>), ApiError> {
         if rt.builtin == Some(Builtin::Namespace) && PROTECTED_NAMESPACES.contains(&name) {
             return Err(ApiError::forbidden(format!(
                 "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
             )));
         }
         let key = Self::key(rt, ns, name);
+        let mut warnings = vec![];
+        if self.has_webhooks()
+            && let Some(cur) = self.store.get(&key)
+        {
+            let at = crate::admission::Attributes {
+                operation: crate::admission::Operation::Delete,
+                rt,
+                subresource: "",
+                namespace: ns,
+                name,
+                user: &opts.requester.user,
+                groups: &opts.requester.groups,
+                dry_run: opts.dry_run,
+            };
+            warnings = self
+                .admit(&at, None, Some(&self.to_view(rt, &cur)))
+                .await?
+                .warnings;
+        }
         let outcome = self
             .store
             .write(&key, opts.dry_run, |cur| {
@@ -81,6 +100,6 @@ impl Core {
             }
             other => self.to_view(rt, other.object()),
         };
-        Ok((outcome, body))
+        Ok((outcome, body, warnings))
     }
 }

@@ -53,9 +53,21 @@ pub struct WriteOptions {
     pub field_validation: FieldValidation,
     /// Server-side apply takes over conflicting fields (`force=true`).
     pub force: bool,
+    /// Who asks, as admission webhooks are told.
+    pub requester: Requester,
+}
+
+/// The authenticated user behind a request, for admission webhooks' `userInfo`.
+#[derive(Debug, Clone, Default)]
+pub struct Requester {
+    /// The user name.
+    pub user: String,
+    /// The user's groups.
+    pub groups: Vec<String>,
 }
 
 /// The body of a PATCH, already parsed.
+#[derive(Clone)]
 pub enum PatchBody {
     /// `application/merge-patch+json`.
     Merge(Value),
@@ -82,6 +94,19 @@ pub enum Op {
     Mutate(MutateFn),
 }
 
+impl Op {
+    /// A copy of a client's write, to run once for admission and again to store; internal
+    /// mutations are not sent to webhooks and have none.
+    fn client_copy(&self) -> Option<Op> {
+        match self {
+            Op::Create(v) => Some(Op::Create(v.clone())),
+            Op::Replace(v) => Some(Op::Replace(v.clone())),
+            Op::Patch(p) => Some(Op::Patch(p.clone())),
+            Op::Mutate(_) => None,
+        }
+    }
+}
+
 /// `propagationPolicy` of a DELETE.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Propagation {
@@ -104,6 +129,8 @@ pub struct DeleteOptions {
     pub precondition_uid: Option<String>,
     /// `preconditions.resourceVersion`: delete only this version of the object.
     pub precondition_rv: Option<String>,
+    /// Who asks, as admission webhooks are told.
+    pub requester: Requester,
 }
 
 /// The result of a write, with the object in the requested version's form.

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// Why an admitted write is worked out again: the object changed while webhooks looked at it.
+const CHANGED_DURING_ADMISSION: &str = "the object changed during admission";
+
 impl Core {
     fn who<'a>(
         opts: &'a WriteOptions,
@@ -263,6 +266,167 @@ impl Core {
         })
     }
 
+    /// What one operation makes of the stored object `cur`.
+    #[allow(clippy::too_many_arguments)]
+    fn propose(
+        &self,
+        rt: &Arc<ResourceType>,
+        ns: &str,
+        name: &str,
+        sub: &str,
+        op: Op,
+        cur: Option<&Arc<Value>>,
+        opts: &WriteOptions,
+        warnings: &mut Vec<String>,
+    ) -> Result<Proposed, ApiError> {
+        match (op, cur) {
+            (Op::Create(_), Some(_)) => Err(ApiError::already_exists(&rt.group, &rt.plural, name)),
+            (Op::Create(body), None) => Ok(Proposed::Put(
+                self.new_object(rt, ns, body, opts, false, warnings)?,
+            )),
+            (Op::Patch(PatchBody::Apply(a)), None) => {
+                if sub == "status" {
+                    return Err(ApiError::not_found(&rt.group, &rt.plural, name));
+                }
+                let mut seed = json!({"metadata": {"name": name}});
+                Self::check_identity(rt, &mut seed, ns, Some(name))?;
+                let (mut obj, _) = self.apply_patch(rt, sub, &seed, PatchBody::Apply(a), opts)?;
+                Self::check_identity(rt, &mut obj, ns, Some(name))?;
+                meta_mut(&mut obj).remove("resourceVersion");
+                Ok(Proposed::Put(
+                    self.new_object(rt, ns, obj, opts, true, warnings)?,
+                ))
+            }
+            (_, None) => Err(ApiError::not_found(&rt.group, &rt.plural, name)),
+            (Op::Replace(body), Some(cur)) => {
+                self.updated(rt, ns, name, sub, cur, body, opts, false, warnings)
+            }
+            (Op::Patch(p), Some(cur)) => {
+                // The patch sees the current resourceVersion, as on kube: a JSON Patch may
+                // `test` or `replace` it, and a stale one answers 409. A patch that leaves it
+                // alone applies to the latest object and never conflicts.
+                let view = self.to_view(rt, cur);
+                let (patched, applied) = self.apply_patch(rt, sub, &view, p, opts)?;
+                self.updated(rt, ns, name, sub, cur, patched, opts, applied, warnings)
+            }
+            (Op::Mutate(f), Some(cur)) => {
+                // The view keeps its resourceVersion: a mutation that leaves it alone never
+                // conflicts, and one that checks it (Scale) can.
+                let new = f(self.to_view(rt, cur))?;
+                self.updated(rt, ns, name, sub, cur, new, opts, false, warnings)
+            }
+        }
+    }
+
+    /// A client's write through the admission webhooks, as kube-apiserver's
+    /// `GuaranteedUpdate` does it: the operation is worked out against the stored object
+    /// without storing it, the result goes to the webhooks, and what they admit (mutated) is
+    /// stored only if the object has not changed meanwhile; otherwise the whole round is
+    /// repeated against the new object.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_admitted(
+        &self,
+        rt: &Arc<ResourceType>,
+        ns: &str,
+        name: &str,
+        sub: &str,
+        op: Op,
+        opts: &WriteOptions,
+        warnings: &mut Vec<String>,
+    ) -> Result<Outcome, ApiError> {
+        const ROUNDS: usize = 5;
+        let key = Self::key(rt, ns, name);
+        for _ in 0..ROUNDS {
+            let mut proposed_warnings = vec![];
+            let mut old: Option<Arc<Value>> = None;
+            let mut round = op.client_copy();
+            let dry = self
+                .store
+                .write(&key, true, |cur| {
+                    old = cur.cloned();
+                    let op = round
+                        .take()
+                        .ok_or_else(|| ApiError::internal("write closure ran twice"))?;
+                    self.propose(rt, ns, name, sub, op, cur, opts, &mut proposed_warnings)
+                })
+                .await?;
+            if matches!(dry, Outcome::Deleted(_)) && old.is_none() {
+                return Ok(dry);
+            }
+            let old_view = old.as_ref().map(|o| self.to_view(rt, o));
+            let at = crate::admission::Attributes {
+                operation: if old.is_some() {
+                    crate::admission::Operation::Update
+                } else {
+                    crate::admission::Operation::Create
+                },
+                rt,
+                subresource: sub,
+                namespace: ns,
+                name,
+                user: &opts.requester.user,
+                groups: &opts.requester.groups,
+                dry_run: opts.dry_run,
+            };
+            let admitted = self
+                .admit(&at, Some(self.to_view(rt, dry.object())), old_view.as_ref())
+                .await?;
+            let mut object = admitted.object.unwrap_or_default();
+            let expected = old
+                .as_ref()
+                .map(|o| meta::str_field(o, "resourceVersion").to_string());
+            let mut stored_warnings = vec![];
+            let result = self
+                .store
+                .write(&key, opts.dry_run, |cur| match (cur, &expected) {
+                    (None, None) => {
+                        let m = meta_mut(&mut object);
+                        m.remove("resourceVersion");
+                        let obj = std::mem::take(&mut object);
+                        Ok(Proposed::Put(self.new_object(
+                            rt,
+                            ns,
+                            obj,
+                            opts,
+                            true,
+                            &mut stored_warnings,
+                        )?))
+                    }
+                    (Some(cur), Some(rv)) if meta::str_field(cur, "resourceVersion") == rv => {
+                        let obj = std::mem::take(&mut object);
+                        self.updated(
+                            rt,
+                            ns,
+                            name,
+                            sub,
+                            cur,
+                            obj,
+                            opts,
+                            true,
+                            &mut stored_warnings,
+                        )
+                    }
+                    _ => Err(ApiError::conflict_msg(
+                        &rt.group,
+                        &rt.plural,
+                        name,
+                        CHANGED_DURING_ADMISSION,
+                    )),
+                })
+                .await;
+            match result {
+                Err(e) if e.message.ends_with(CHANGED_DURING_ADMISSION) => continue,
+                Err(e) => return Err(e),
+                Ok(outcome) => {
+                    warnings.extend(proposed_warnings);
+                    warnings.extend(admitted.warnings);
+                    return Ok(outcome);
+                }
+            }
+        }
+        Err(ApiError::conflict(&rt.group, &rt.plural, name))
+    }
+
     /// Creates, replaces or patches one object.
     pub async fn write(
         &self,
@@ -311,74 +475,26 @@ impl Core {
         }
         let key = Self::key(rt, ns, &name);
         let mut warnings = vec![];
-        let outcome = self
-            .store
-            .write(&key, opts.dry_run, |cur| {
+        let client_op = op.as_ref().and_then(Op::client_copy);
+        let outcome = match client_op {
+            Some(_) if self.has_webhooks() => {
                 let op = op
                     .take()
-                    .ok_or_else(|| ApiError::internal("write closure ran twice"))?;
-                match (op, cur) {
-                    (Op::Create(_), Some(_)) => {
-                        Err(ApiError::already_exists(&rt.group, &rt.plural, &name))
-                    }
-                    (Op::Create(body), None) => Ok(Proposed::Put(self.new_object(
-                        rt,
-                        ns,
-                        body,
-                        opts,
-                        false,
-                        &mut warnings,
-                    )?)),
-                    (Op::Patch(PatchBody::Apply(a)), None) => {
-                        if sub == "status" {
-                            return Err(ApiError::not_found(&rt.group, &rt.plural, &name));
-                        }
-                        let mut seed = json!({"metadata": {"name": name}});
-                        Self::check_identity(rt, &mut seed, ns, Some(&name))?;
-                        let (mut obj, _) =
-                            self.apply_patch(rt, sub, &seed, PatchBody::Apply(a), opts)?;
-                        Self::check_identity(rt, &mut obj, ns, Some(&name))?;
-                        meta_mut(&mut obj).remove("resourceVersion");
-                        Ok(Proposed::Put(self.new_object(
-                            rt,
-                            ns,
-                            obj,
-                            opts,
-                            true,
-                            &mut warnings,
-                        )?))
-                    }
-                    (_, None) => Err(ApiError::not_found(&rt.group, &rt.plural, &name)),
-                    (Op::Replace(body), Some(cur)) => {
-                        self.updated(rt, ns, &name, sub, cur, body, opts, false, &mut warnings)
-                    }
-                    (Op::Patch(p), Some(cur)) => {
-                        // The patch sees the current resourceVersion, as on kube: a JSON Patch
-                        // may `test` or `replace` it, and a stale one answers 409. A patch that
-                        // leaves it alone applies to the latest object and never conflicts.
-                        let view = self.to_view(rt, cur);
-                        let (patched, applied) = self.apply_patch(rt, sub, &view, p, opts)?;
-                        self.updated(
-                            rt,
-                            ns,
-                            &name,
-                            sub,
-                            cur,
-                            patched,
-                            opts,
-                            applied,
-                            &mut warnings,
-                        )
-                    }
-                    (Op::Mutate(f), Some(cur)) => {
-                        // The view keeps its resourceVersion: a mutation that leaves it alone
-                        // never conflicts, and one that checks it (Scale) can.
-                        let new = f(self.to_view(rt, cur))?;
-                        self.updated(rt, ns, &name, sub, cur, new, opts, false, &mut warnings)
-                    }
-                }
-            })
-            .await?;
+                    .ok_or_else(|| ApiError::internal("no operation"))?;
+                self.write_admitted(rt, ns, &name, sub, op, opts, &mut warnings)
+                    .await?
+            }
+            _ => {
+                self.store
+                    .write(&key, opts.dry_run, |cur| {
+                        let op = op
+                            .take()
+                            .ok_or_else(|| ApiError::internal("write closure ran twice"))?;
+                        self.propose(rt, ns, &name, sub, op, cur, opts, &mut warnings)
+                    })
+                    .await?
+            }
+        };
         let view = self.to_view(rt, outcome.object());
         if rt.builtin == Some(Builtin::Crd)
             && matches!(outcome, Outcome::Created(_) | Outcome::Updated(_))

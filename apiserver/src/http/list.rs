@@ -241,7 +241,7 @@ pub async fn delete_collection(
             )
             .await
         {
-            Ok((outcome, _)) => out.push(core.to_view(rt, outcome.object())),
+            Ok((outcome, _, _)) => out.push(core.to_view(rt, outcome.object())),
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
         }

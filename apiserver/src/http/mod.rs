@@ -503,6 +503,7 @@ fn write_options(q: &Query) -> Result<WriteOptions, ApiError> {
         field_manager: q.get("fieldManager").unwrap_or_default().to_string(),
         field_validation,
         force: q.flag("force"),
+        requester: Default::default(),
     })
 }
 
@@ -525,6 +526,13 @@ fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
         }
     }
     r
+}
+
+fn requester(identity: &Identity) -> crate::core::Requester {
+    crate::core::Requester {
+        user: identity.user.clone(),
+        groups: identity.groups.clone(),
+    }
 }
 
 fn written(code: u16, w: &crate::core::Written, want: Want) -> Response {
@@ -588,6 +596,7 @@ fn delete_options(q: &Query, bytes: &[u8]) -> Result<DeleteOptions, ApiError> {
             .pointer("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(String::from),
+        requester: Default::default(),
     })
 }
 
@@ -762,6 +771,7 @@ async fn resource(
                 return Err(ApiError::method_not_allowed("create", &rt.plural));
             }
             let mut opts = write_options(q)?;
+            opts.requester = requester(identity);
             update_manager(&mut opts, headers);
             let bytes = read_body(headers, body).await?;
             let ct = body_type(headers);
@@ -776,6 +786,7 @@ async fn resource(
         }
         (Method::PUT, false) => {
             let mut opts = write_options(q)?;
+            opts.requester = requester(identity);
             update_manager(&mut opts, headers);
             let bytes = read_body(headers, body).await?;
             let ct = body_type(headers);
@@ -787,6 +798,7 @@ async fn resource(
         }
         (Method::PATCH, false) => {
             let mut opts = write_options(q)?;
+            opts.requester = requester(identity);
             let bytes = read_body(headers, body).await?;
             let ct = body_type(headers);
             let patch = parse_patch(&rt, &ct, &bytes)?;
@@ -806,20 +818,20 @@ async fn resource(
         (Method::DELETE, false) => {
             let bytes = read_body(headers, body).await?;
             let opts = delete_options(q, &bytes)?;
-            let (_, body) = core.delete(&rt, ns, name, &opts).await?;
-            Ok(respond(
-                200,
-                &body,
-                if want == Want::Yaml {
-                    Want::Yaml
-                } else {
-                    Want::Json
-                },
-            ))
+            let mut opts = opts;
+            opts.requester = requester(identity);
+            let (_, body, warnings) = core.delete(&rt, ns, name, &opts).await?;
+            let format = if want == Want::Yaml {
+                Want::Yaml
+            } else {
+                Want::Json
+            };
+            Ok(with_warnings(respond(200, &body, format), &warnings))
         }
         (Method::DELETE, true) => {
             let bytes = read_body(headers, body).await?;
-            let opts = delete_options(q, &bytes)?;
+            let mut opts = delete_options(q, &bytes)?;
+            opts.requester = requester(identity);
             list::delete_collection(core, &rt, ns, q, &opts).await
         }
         (m, _) => {

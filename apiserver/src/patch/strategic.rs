@@ -24,6 +24,8 @@ pub fn list_strategy(path: &str) -> Option<ListStrategy> {
         "status.addresses" => ListStrategy::Keyed("type"),
         "spec.taints" => ListStrategy::Keyed("key"),
         "secrets" | "imagePullSecrets" => ListStrategy::Keyed("name"),
+        // Mutating- and ValidatingWebhookConfigurations.
+        "webhooks" => ListStrategy::Keyed("name"),
         // Pods.
         "spec.containers"
         | "spec.initContainers"

@@ -18,6 +18,7 @@ pub mod machineset;
 pub mod naming;
 pub mod referenced;
 pub mod topology;
+pub mod webhooks;
 pub mod written;
 
 /// Every core controller. Adding one is a folder with its `setup` and a line here.

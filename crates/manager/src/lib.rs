@@ -7,6 +7,8 @@
 //! core controllers (each declares its own watches in its `setup`; this iterates
 //! [`capw_core::CONTROLLERS`]), the provider driver, and the `/metrics` and `/healthz` endpoint. `capw up`, `capw run`, the tests and the benchmarks all start it here.
 
+mod webhooks;
+
 use capw_api::cluster::Cluster;
 use capw_api::machine::Machine;
 use capw_core::context::Concurrency;
@@ -38,6 +40,8 @@ pub enum ManagerError {
     },
     #[error(transparent)]
     Engine(#[from] capw_runtime::engine::EngineError),
+    #[error(transparent)]
+    Webhooks(#[from] webhooks::WebhookError),
     #[error("cannot serve metrics on {addr}: {source}")]
     Metrics {
         addr: SocketAddr,
@@ -53,6 +57,9 @@ pub struct HostConfig {
     pub sim: SimSettings,
     /// Where `/metrics` and `/healthz` are served; `None` serves nothing.
     pub metrics: Option<SocketAddr>,
+    /// Where the Cluster and ClusterClass admission webhooks are served (and registered with
+    /// the API server); `None` serves and registers none.
+    pub webhooks: Option<SocketAddr>,
     pub cluster_concurrency: u16,
     pub machine_concurrency: u16,
     /// How often the drop-in directory is scanned when no change was reported (the fallback of
@@ -67,6 +74,7 @@ impl HostConfig {
             cache_dir,
             sim: SimSettings::default(),
             metrics: None,
+            webhooks: None,
             cluster_concurrency: 50,
             machine_concurrency: 100,
             dropin_interval: Duration::from_secs(10),
@@ -84,6 +92,8 @@ pub struct Host {
     pub machines: Store<Machine>,
     /// Where metrics are served, when they are.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where the admission webhooks are served, when they are.
+    pub webhooks_addr: Option<SocketAddr>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -146,6 +156,12 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     })?;
     install_crds(&client).await?;
     let mut tasks = vec![];
+    // Before any controller writes a Cluster: the configurations of an earlier run name a
+    // port and CA that are gone.
+    let webhooks_addr = match config.webhooks {
+        Some(addr) => Some(webhooks::start(client.clone(), addr, &mut tasks).await?),
+        None => None,
+    };
     let metrics = Arc::new(Metrics::default());
     let runtime = Arc::new(Runtime::new(&config.cache_dir)?);
     let sim = SimCloud::new(config.sim.clone());
@@ -246,6 +262,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         clusters: core.clusters.clone(),
         machines: core.machines.clone(),
         metrics_addr,
+        webhooks_addr,
         tasks,
     })
 }

@@ -19,6 +19,12 @@ pub struct HostArgs {
     /// Where `/metrics` (Prometheus text) and `/healthz` are served.
     #[arg(long, env = "CAPW_METRICS", default_value = "127.0.0.1:9440")]
     pub metrics: SocketAddr,
+    /// Where the Cluster and ClusterClass admission webhooks are served over HTTPS; they are
+    /// registered with the API server (a fresh CA each start). `capw up` serves them on a free
+    /// loopback port unless told otherwise; `capw run` only when given an address the API
+    /// server can reach.
+    #[arg(long, env = "CAPW_WEBHOOKS")]
+    pub webhooks: Option<SocketAddr>,
     /// How long a simulated VM of the in-memory provider takes to run its bootstrap data.
     #[arg(long, env = "CAPW_SIM_BOOT_DELAY_MS", default_value_t = 200)]
     pub sim_boot_delay_ms: u64,
@@ -69,6 +75,7 @@ pub async fn client_from(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Clie
 async fn host(client: kube::Client, args: HostArgs, cache_dir: PathBuf) -> anyhow::Result<()> {
     let mut config = HostConfig::new(args.plugins.clone(), cache_dir);
     config.metrics = Some(args.metrics);
+    config.webhooks = args.webhooks;
     config.sim = SimSettings {
         boot_delay: Duration::from_millis(args.sim_boot_delay_ms),
         node_delay: Duration::from_millis(args.sim_node_delay_ms),
@@ -108,7 +115,11 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     println!("capw up: API server at {}", server.url());
     println!("kubeconfig: {}", server.kubeconfig_path().display());
     let client = client_from(Some(server.kubeconfig_path())).await?;
-    host(client, args.host, args.data_dir.join("cache")).await?;
+    let mut host_args = args.host;
+    host_args.webhooks = host_args
+        .webhooks
+        .or(Some(SocketAddr::from(([127, 0, 0, 1], 0))));
+    host(client, host_args, args.data_dir.join("cache")).await?;
     server.shutdown().await;
     Ok(())
 }

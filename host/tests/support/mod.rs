@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod host;
+pub mod up;
 
 /// The `capw` binary's allocator, so a host started in a test (built for the static musl target
 /// by `scripts/test`) allocates as the binary does rather than through musl's allocator.

@@ -26,6 +26,14 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
+/// Whether the class controller has caught up with the class: its variables are listed for
+/// this generation. Topologies and the Cluster webhooks wait for it, as upstream's do.
+pub fn reconciled(class: &ClusterClass) -> bool {
+    let status = class.status.clone().unwrap_or_default();
+    status.observed_generation == class.metadata.generation
+        && capw_api::contract::conditions::is_true(&status.conditions, status::VARIABLES_READY)
+}
+
 /// What one reconcile found, for the status.
 struct Scope {
     class: Arc<ClusterClass>,

@@ -62,12 +62,6 @@ fn class_of(cluster: &Cluster, classes: &Store<ClusterClass>) -> Result<ClusterC
         })
 }
 
-fn reconciled(class: &ClusterClass) -> bool {
-    let status = class.status.clone().unwrap_or_default();
-    status.observed_generation == class.metadata.generation
-        && conditions::is_true(&status.conditions, "VariablesReady")
-}
-
 async fn apply(cluster: Arc<Cluster>, ctx: &TopologyCtx) -> Result<Action, ReconcileError> {
     if cluster.metadata.deletion_timestamp.is_some() {
         write_condition(ctx, &cluster, status::deleting()).await?;
@@ -84,7 +78,7 @@ async fn apply(cluster: Arc<Cluster>, ctx: &TopologyCtx) -> Result<Action, Recon
             return Err(ReconcileError::Invalid(message));
         }
     };
-    if !reconciled(&class) {
+    if !crate::clusterclass::reconciled(&class) {
         write_condition(ctx, &cluster, status::class_not_reconciled()).await?;
         return Ok(Action::await_change());
     }

@@ -1,0 +1,346 @@
+//! Admission as upstream: `capw up` serves the Cluster and ClusterClass webhooks and registers
+//! them with the embedded API server, which calls them for every write they match. Each bad
+//! input gets upstream's message through `kubectl apply`, and nothing is stored; variable
+//! defaults land on the Cluster. The API server's side (failurePolicy, timeouts) is checked
+//! against webhooks that are not there or do not answer.
+
+// Test code: a failed step fails the test where it happened (workspace lints deny these elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use support::up::Up;
+
+/// A class over the in-memory example's templates, with a required variable without default,
+/// a constrained one and one with a default. `infra` names its infrastructure template.
+fn class(name: &str, infra: &str) -> String {
+    format!(
+        r#"apiVersion: cluster.x-k8s.io/v1beta2
+kind: ClusterClass
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  infrastructure:
+    templateRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1beta2, kind: {infra}}}
+  controlPlane:
+    templateRef: {{apiVersion: controlplane.cluster.x-k8s.io/v1beta2, kind: KubeadmControlPlaneTemplate, name: in-memory-control-plane}}
+    machineInfrastructure:
+      templateRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1beta2, kind: InMemoryMachineTemplate, name: in-memory-control-plane}}
+  workers:
+    machineDeployments:
+    - class: default-worker
+      bootstrap:
+        templateRef: {{apiVersion: bootstrap.cluster.x-k8s.io/v1beta2, kind: KubeadmConfigTemplate, name: in-memory-default-worker-bootstraptemplate}}
+      infrastructure:
+        templateRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1beta2, kind: InMemoryMachineTemplate, name: in-memory-default-worker-machinetemplate}}
+  variables:
+  - name: region
+    required: true
+    schema:
+      openAPIV3Schema: {{type: string}}
+  - name: replicas
+    required: false
+    schema:
+      openAPIV3Schema: {{type: integer, minimum: 1}}
+  - name: flavor
+    required: false
+    schema:
+      openAPIV3Schema: {{type: string, default: small}}
+"#
+    )
+}
+
+/// The templates of `examples/clusterclass-inmemory.yaml`, without its class and Cluster.
+fn templates() -> String {
+    let example =
+        std::fs::read_to_string(support::repo_root().join("examples/clusterclass-inmemory.yaml"))
+            .unwrap();
+    example
+        .split("\n---")
+        .filter(|d| d.contains("Template\n") && !d.contains("kind: ClusterClass"))
+        .collect::<Vec<_>>()
+        .join("\n---")
+}
+
+/// A topology Cluster, paused so that nothing is provisioned while admission is checked.
+fn cluster(name: &str, class: &str, version: &str, variables: &str) -> String {
+    format!(
+        r#"apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  paused: true
+  topology:
+    classRef: {{name: {class}}}
+    version: {version}
+    workers:
+      machineDeployments:
+      - {{class: default-worker, name: md-0, replicas: 1}}
+    variables: {variables}
+"#
+    )
+}
+
+/// `kubectl apply` must fail with exactly `message`, and leave the object as it was. kubectl
+/// words an `Invalid` answer by its object and causes (`The Cluster "x" is invalid: ...`), as it
+/// does for upstream's webhooks; the webhook's name is in the Status message the API returns.
+fn refused(up: &Up, manifest: &str, message: &str) {
+    let (ok, out) = up.try_kubectl(&["apply", "-f", "-"], Some(manifest));
+    assert!(
+        !ok,
+        "applied although it should be refused:\n{manifest}\n{out}"
+    );
+    assert!(
+        out.trim_end().ends_with(message),
+        "kubectl printed\n{out}\nexpected it to end with\n{message}"
+    );
+}
+
+fn stored(up: &Up, name: &str, path: &str) -> String {
+    up.kubectl(
+        &[
+            "get",
+            "cluster",
+            name,
+            "-o",
+            &format!("jsonpath={{{path}}}"),
+        ],
+        None,
+    )
+}
+
+#[test]
+fn bad_topologies_are_refused_with_upstreams_messages_and_nothing_is_stored() {
+    let up = Up::start(&[], &["inmemory", "bootstrap", "control-plane"]);
+    up.eventually("the providers' template kinds", 120, || {
+        up.try_kubectl(&["apply", "-f", "-"], Some(&templates()))
+            .0
+            .then_some(())
+    });
+    up.kubectl(
+        &["apply", "-f", "-"],
+        Some(&class(
+            "dev",
+            "InMemoryClusterTemplate, name: in-memory-cluster",
+        )),
+    );
+    up.kubectl(
+        &["apply", "-f", "-"],
+        Some(&class(
+            "machines",
+            "InMemoryMachineTemplate, name: in-memory-control-plane",
+        )),
+    );
+    up.eventually("the classes' variables to be reconciled", 60, || {
+        let out = up.kubectl(
+            &[
+                "get",
+                "clusterclass",
+                "-o",
+                "jsonpath={.items[*].status.conditions[?(@.type==\"VariablesReady\")].status}",
+            ],
+            None,
+        );
+        (out.split_whitespace().filter(|s| *s == "True").count() == 2).then_some(())
+    });
+    let configs = up.kubectl(
+        &[
+            "get",
+            "validatingwebhookconfigurations,mutatingwebhookconfigurations",
+        ],
+        None,
+    );
+    assert!(
+        configs.contains("capi-validating-webhook-configuration"),
+        "{configs}"
+    );
+    assert!(
+        configs.contains("capi-mutating-webhook-configuration"),
+        "{configs}"
+    );
+
+    // A missing required variable: the defaulting webhook refuses it, as upstream's does.
+    refused(
+        &up,
+        &cluster("missing", "dev", "v1.30.0", "[]"),
+        r#"The Cluster "missing" is invalid: spec.topology.variables: Required value: required variable "region" must be set"#,
+    );
+    // A value its schema refuses.
+    refused(
+        &up,
+        &cluster(
+            "low",
+            "dev",
+            "v1.30.0",
+            "[{name: region, value: eu}, {name: replicas, value: 0}]",
+        ),
+        r#"The Cluster "low" is invalid: spec.topology.variables[replicas].value: Invalid value: 0: spec.topology.variables[replicas].value in body should be greater than or equal to 1"#,
+    );
+    // A worker class the class does not have.
+    let wrong_class = cluster("nomd", "dev", "v1.30.0", "[{name: region, value: eu}]")
+        .replace("class: default-worker", "class: gpu-worker");
+    refused(
+        &up,
+        &wrong_class,
+        r#"The Cluster "nomd" is invalid: spec.topology.workers.machineDeployments[0].class: Invalid value: "gpu-worker": MachineDeploymentClass with name "gpu-worker" does not exist in ClusterClass "dev""#,
+    );
+    for name in ["missing", "low", "nomd"] {
+        let (ok, out) = up.try_kubectl(&["get", "cluster", name], None);
+        assert!(!ok && out.contains("NotFound"), "{name} was stored: {out}");
+    }
+
+    // A good one is stored with the variable's default and the version's `v`.
+    up.kubectl(
+        &["apply", "-f", "-"],
+        Some(&cluster(
+            "c1",
+            "dev",
+            "1.30.0",
+            "[{name: region, value: eu}]",
+        )),
+    );
+    assert_eq!(stored(&up, "c1", ".spec.topology.version"), "v1.30.0");
+    assert_eq!(
+        stored(
+            &up,
+            "c1",
+            ".spec.topology.variables[?(@.name==\"flavor\")].value"
+        ),
+        "small",
+        "the default is persisted on the Cluster"
+    );
+    let good =
+        |version: &str, class: &str| cluster("c1", class, version, "[{name: region, value: eu}]");
+
+    // Versions: never down, never two minors up.
+    refused(
+        &up,
+        &good("v1.29.0", "dev"),
+        r#"The Cluster "c1" is invalid: spec.topology.version: Invalid value: "v1.29.0": version cannot be decreased from "1.30.0" to "1.29.0""#,
+    );
+    refused(
+        &up,
+        &good("v1.32.0", "dev"),
+        r#"The Cluster "c1" is invalid: spec.topology.version: Invalid value: "v1.32.0": version cannot be increased from "1.30.0" to "1.32.0""#,
+    );
+    // One minor up is refused while the control plane has not caught up (it has none yet).
+    let (ok, out) = up.try_kubectl(&["apply", "-f", "-"], Some(&good("v1.31.0", "dev")));
+    assert!(!ok, "{out}");
+    assert!(out.contains(r#"spec.topology.version: Invalid value: "v1.31.0": version cannot be changed: failed to check if control plane is upgrading"#), "{out}");
+    // A class whose infrastructure template is of another kind.
+    refused(
+        &up,
+        &good("v1.30.0", "machines"),
+        r#"The Cluster "c1" is invalid: spec.infrastructure.ref.kind: Forbidden: apiVersion.kind cannot be changed from "InMemoryClusterTemplate" to "InMemoryMachineTemplate" to prevent incompatible changes in the Clusters"#,
+    );
+    // A class that does not exist, on update.
+    refused(
+        &up,
+        &good("v1.30.0", "nope"),
+        r#"The Cluster "c1" is invalid: spec.topology.class: Internal error: clusterclasses.cluster.x-k8s.io "nope" not found"#,
+    );
+    assert_eq!(stored(&up, "c1", ".spec.topology.version"), "v1.30.0");
+    assert_eq!(stored(&up, "c1", ".spec.topology.classRef.name"), "dev");
+
+    // On create, upstream only warns about an unknown class: GitOps tools apply Clusters and
+    // classes in any order.
+    let (ok, out) = up.try_kubectl(
+        &["apply", "-f", "-"],
+        Some(&cluster(
+            "early",
+            "later",
+            "v1.30.0",
+            "[{name: region, value: eu}]",
+        )),
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("Warning: Cluster refers to ClusterClass default/later, but this ClusterClass does not exist. Cluster topology has not been fully validated. The ClusterClass must be created to reconcile the Cluster"),
+        "{out}"
+    );
+
+    // A class in use cannot be deleted.
+    let (ok, out) = up.try_kubectl(&["delete", "clusterclass", "dev"], None);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(r#"Error from server (Forbidden): admission webhook "validation.clusterclass.cluster.x-k8s.io" denied the request: ClusterClass.cluster.x-k8s.io "dev" is forbidden: ClusterClass cannot be deleted because it is used by Cluster(s): default/c1"#),
+        "{out}"
+    );
+    up.kubectl(&["get", "clusterclass", "dev"], None);
+}
+
+/// The API server's side: a webhook that cannot be reached refuses the write under
+/// `failurePolicy: Fail` and is skipped under `Ignore`; one that does not answer in
+/// `timeoutSeconds` counts as unreachable; a selector that does not match skips it.
+#[test]
+fn failure_policy_timeout_and_selectors_are_kubes() {
+    let up = Up::start(&[], &[]);
+    // Accepts connections and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let closed_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let config = |policy: &str, port: u16, timeout: u32, selector: &str| {
+        format!(
+            r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: configmaps}}
+webhooks:
+- name: configmaps.example.com
+  clientConfig: {{url: "https://127.0.0.1:{port}/validate"}}
+  rules: [{{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}}]
+  failurePolicy: {policy}
+  timeoutSeconds: {timeout}
+  objectSelector: {selector}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+"#
+        )
+    };
+    up.kubectl(
+        &["apply", "-f", "-"],
+        Some(&config("Fail", closed_port, 5, "{}")),
+    );
+    let (ok, out) = up.try_kubectl(&["create", "configmap", "refused"], None);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(&format!(
+            r#"Internal error occurred: failed calling webhook "configmaps.example.com": failed to call webhook: Post "https://127.0.0.1:{closed_port}/validate?timeout=5s""#
+        )),
+        "{out}"
+    );
+    let (ok, _) = up.try_kubectl(&["get", "configmap", "refused"], None);
+    assert!(!ok, "a refused ConfigMap was stored");
+
+    up.kubectl(
+        &["apply", "-f", "-"],
+        Some(&config("Fail", silent_port, 1, "{}")),
+    );
+    let (ok, out) = up.try_kubectl(&["create", "configmap", "slow"], None);
+    assert!(!ok, "{out}");
+    assert!(out.contains("context deadline exceeded"), "{out}");
+
+    up.kubectl(
+        &["apply", "-f", "-"],
+        Some(&config(
+            "Fail",
+            closed_port,
+            5,
+            "{matchLabels: {checked: \"yes\"}}",
+        )),
+    );
+    up.kubectl(&["create", "configmap", "unlabelled"], None);
+
+    up.kubectl(
+        &["apply", "-f", "-"],
+        Some(&config("Ignore", closed_port, 5, "{}")),
+    );
+    up.kubectl(&["create", "configmap", "ignored"], None);
+    up.kubectl(&["get", "configmap", "ignored", "unlabelled"], None);
+    drop(silent);
+}
