@@ -344,3 +344,74 @@ webhooks:
     up.kubectl(&["get", "configmap", "ignored", "unlabelled"], None);
     drop(silent);
 }
+
+/// A patch whose Go template calls a function capw does not have passes admission (upstream
+/// does not check templates there either) and is reported on the Cluster: `TopologyReconciled`
+/// is False and names the patch, the kind and the function. Nothing is generated.
+#[test]
+fn an_unknown_template_function_is_named_on_the_cluster() {
+    let up = Up::start(&[], &["inmemory", "bootstrap", "control-plane"]);
+    up.eventually("the providers' template kinds", 120, || {
+        up.try_kubectl(&["apply", "-f", "-"], Some(&templates()))
+            .0
+            .then_some(())
+    });
+    let broken = class("hashed", "InMemoryClusterTemplate, name: in-memory-cluster")
+        + r#"  patches:
+  - name: hashed
+    definitions:
+    - selector:
+        apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+        kind: InMemoryClusterTemplate
+        matchResources: {infrastructureCluster: true}
+      jsonPatches:
+      - op: add
+        path: /spec/template/metadata/annotations
+        valueFrom:
+          template: "{{ sha256sum .builtin.cluster.name }}"
+"#;
+    up.kubectl(&["apply", "-f", "-"], Some(&broken));
+    up.eventually("the class to be reconciled", 60, || {
+        let ready = up.kubectl(
+            &[
+                "get",
+                "clusterclass",
+                "hashed",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"VariablesReady\")].status}",
+            ],
+            None,
+        );
+        (ready == "True").then_some(())
+    });
+    let unpaused = cluster("hashed", "hashed", "v1.30.0", "[{name: region, value: eu}]")
+        .replace("paused: true", "paused: false");
+    up.kubectl(&["apply", "-f", "-"], Some(&unpaused));
+    let message = up.eventually("TopologyReconciled=False", 60, || {
+        let out = up.kubectl(
+            &[
+                "get",
+                "cluster",
+                "hashed",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"TopologyReconciled\")]}",
+            ],
+            None,
+        );
+        let c: serde_json::Value = serde_json::from_str(&out).ok()?;
+        (c["status"] == "False").then(|| c["message"].as_str().unwrap_or_default().to_string())
+    });
+    assert!(
+        message.contains(r#"patch "hashed" on InMemoryClusterTemplate"#)
+            && message.contains("sha256sum"),
+        "{message}"
+    );
+    let (_, generated) = up.try_kubectl(
+        &["get", "inmemoryclusters,kubeadmcontrolplanes", "-o", "name"],
+        None,
+    );
+    assert!(
+        !generated.contains('/'),
+        "objects were generated from a failed patch: {generated}"
+    );
+}

@@ -49,6 +49,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "capw-runtime",
             "capw-core",
             "capw-driver",
+            "capw-apiserver",
         ],
     ),
     // The binary reaches the controllers only through the manager.
