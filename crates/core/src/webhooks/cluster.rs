@@ -283,10 +283,9 @@ async fn validate_topology(
         ));
     } else if let (Some(new_v), Some(old_v)) =
         (parse(&topology.version), parse(&old_topology.version))
+        && let Some(e) = version_change(w, old, &topology.version, &new_v, &old_v).await
     {
-        if let Some(e) = version_change(w, old, &topology.version, &new_v, &old_v).await {
-            errors.push(e);
-        }
+        errors.push(e);
     }
     if class_key(old) != class_key(cluster) {
         let new_class = match class {
