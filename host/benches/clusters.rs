@@ -20,7 +20,9 @@
 //! above, then the same shape as managed topologies of one ClusterClass (one Cluster object
 //! each); with `CAPW_BENCH_UPGRADE=1` each is then upgraded, by hand with one patch to the
 //! control plane and one to the MachineDeployment, as a topology with one patch to
-//! `spec.topology.version`. It reports both times and the requests per cluster.
+//! `spec.topology.version`. It reports both times and the requests per cluster, and then the
+//! topologies once more with the Cluster and ClusterClass admission webhooks served and
+//! registered (`CAPW_BENCH_WEBHOOKS=1`, as `capw up` runs), so their cost is measured too.
 
 // Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -675,6 +677,9 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
         }
     }
     let mut config = HostConfig::new(plugins, dir.path().join("cache"));
+    if std::env::var("CAPW_BENCH_WEBHOOKS").is_ok() {
+        config.webhooks = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+    }
     config.sim = SimSettings {
         boot_delay: Duration::ZERO,
         node_delay: Duration::ZERO,
@@ -1014,25 +1019,32 @@ fn main() {
 /// `CAPW_BENCH_SHAPE=compare`: the same clusters by hand, then as topologies, components only.
 fn compare(exe: &Path, clusters: usize) {
     let mut walls = vec![];
-    for shape in ["hand", "topology"] {
-        eprintln!("running {shape}...");
-        let out = Command::new(exe)
-            .env("CAPW_BENCH_MODE", "wasm")
+    for (label, shape, webhooks) in [
+        ("hand", "hand", false),
+        ("topology", "topology", false),
+        ("admitted", "topology", true),
+    ] {
+        eprintln!("running {label}...");
+        let mut run = Command::new(exe);
+        run.env("CAPW_BENCH_MODE", "wasm")
             .env("CAPW_BENCH_SHAPE", shape)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("the benchmark runs a shape");
+            .stderr(Stdio::inherit());
+        if webhooks {
+            run.env("CAPW_BENCH_WEBHOOKS", "1");
+        }
+        let out = run.output().expect("the benchmark runs a shape");
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{shape} failed: {text}");
+        assert!(out.status.success(), "{label} failed: {text}");
         for line in text.lines() {
             match line.strip_prefix("RESULT ") {
                 Some(w) => walls.push(w.parse::<f64>().expect("wall time")),
-                None => println!("{shape:<8} {line}"),
+                None => println!("{label:<8} {line}"),
             }
         }
     }
     println!(
-        "{clusters} clusters: topology/by hand create wall time {:.3}",
-        walls[1] / walls[0]
+        "{clusters} clusters: topology/by hand create wall time {:.3}; with admission webhooks/without {:.3}",
+        walls[1] / walls[0],
+        walls[2] / walls[1]
     );
 }

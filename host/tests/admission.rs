@@ -112,14 +112,36 @@ fn stored(up: &Up, name: &str, path: &str) -> String {
     )
 }
 
-#[test]
-fn bad_topologies_are_refused_with_upstreams_messages_and_nothing_is_stored() {
+/// `capw up` with the providers of the in-memory example, and its templates applied.
+fn with_templates() -> Up {
     let up = Up::start(&[], &["inmemory", "bootstrap", "control-plane"]);
     up.eventually("the providers' template kinds", 120, || {
         up.try_kubectl(&["apply", "-f", "-"], Some(&templates()))
             .0
             .then_some(())
     });
+    up
+}
+
+/// Waits until `n` classes have their variables reconciled, as the webhooks need.
+fn wait_for_classes(up: &Up, n: usize) {
+    up.eventually("the classes' variables to be reconciled", 60, || {
+        let out = up.kubectl(
+            &[
+                "get",
+                "clusterclass",
+                "-o",
+                "jsonpath={.items[*].status.conditions[?(@.type==\"VariablesReady\")].status}",
+            ],
+            None,
+        );
+        (out.split_whitespace().filter(|s| *s == "True").count() == n).then_some(())
+    });
+}
+
+#[test]
+fn bad_topologies_are_refused_with_upstreams_messages_and_nothing_is_stored() {
+    let up = with_templates();
     up.kubectl(
         &["apply", "-f", "-"],
         Some(&class(
@@ -134,18 +156,7 @@ fn bad_topologies_are_refused_with_upstreams_messages_and_nothing_is_stored() {
             "InMemoryMachineTemplate, name: in-memory-control-plane",
         )),
     );
-    up.eventually("the classes' variables to be reconciled", 60, || {
-        let out = up.kubectl(
-            &[
-                "get",
-                "clusterclass",
-                "-o",
-                "jsonpath={.items[*].status.conditions[?(@.type==\"VariablesReady\")].status}",
-            ],
-            None,
-        );
-        (out.split_whitespace().filter(|s| *s == "True").count() == 2).then_some(())
-    });
+    wait_for_classes(&up, 2);
     let configs = up.kubectl(
         &[
             "get",
@@ -350,12 +361,7 @@ webhooks:
 /// is False and names the patch, the kind and the function. Nothing is generated.
 #[test]
 fn an_unknown_template_function_is_named_on_the_cluster() {
-    let up = Up::start(&[], &["inmemory", "bootstrap", "control-plane"]);
-    up.eventually("the providers' template kinds", 120, || {
-        up.try_kubectl(&["apply", "-f", "-"], Some(&templates()))
-            .0
-            .then_some(())
-    });
+    let up = with_templates();
     let broken = class("hashed", "InMemoryClusterTemplate, name: in-memory-cluster")
         + r#"  patches:
   - name: hashed
@@ -371,19 +377,7 @@ fn an_unknown_template_function_is_named_on_the_cluster() {
           template: "{{ sha256sum .builtin.cluster.name }}"
 "#;
     up.kubectl(&["apply", "-f", "-"], Some(&broken));
-    up.eventually("the class to be reconciled", 60, || {
-        let ready = up.kubectl(
-            &[
-                "get",
-                "clusterclass",
-                "hashed",
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"VariablesReady\")].status}",
-            ],
-            None,
-        );
-        (ready == "True").then_some(())
-    });
+    wait_for_classes(&up, 1);
     let unpaused = cluster("hashed", "hashed", "v1.30.0", "[{name: region, value: eu}]")
         .replace("paused: true", "paused: false");
     up.kubectl(&["apply", "-f", "-"], Some(&unpaused));

@@ -159,11 +159,25 @@ fn webhooks(core: &Core, storage: &str) -> Vec<(String, Value)> {
 }
 
 impl Core {
-    /// Whether any webhook configuration exists: most servers have none, and then a write
-    /// takes the direct path.
-    pub(crate) fn has_webhooks(&self) -> bool {
-        !self.store.list(MUTATING, None).0.is_empty()
-            || !self.store.list(VALIDATING, None).0.is_empty()
+    /// Whether any webhook's rules name this kind (and subresource) for one of `operations`:
+    /// only such writes take the admission path, so a server whose webhooks are about
+    /// Clusters writes everything else as if it had none.
+    pub(crate) fn may_admit(
+        &self,
+        rt: &ResourceType,
+        subresource: &str,
+        operations: &[Operation],
+    ) -> bool {
+        [MUTATING, VALIDATING].iter().any(|storage| {
+            self.store.list(storage, None).0.iter().any(|config| {
+                let hooks = config.get("webhooks").and_then(Value::as_array);
+                hooks.into_iter().flatten().any(|hook| {
+                    operations
+                        .iter()
+                        .any(|op| rules::named(hook, rt, subresource, *op))
+                })
+            })
+        })
     }
 
     /// Sends a write through the matching webhooks: `object` is the proposed object (none on

@@ -1,6 +1,7 @@
 //! Which writes a webhook sees: kube's `rules.Matcher` plus the namespace and object selectors.
 
 use super::Attributes;
+use crate::registry::ResourceType;
 use crate::selector::LabelSelector;
 use crate::status::ApiError;
 use serde_json::Value;
@@ -55,17 +56,26 @@ fn resource_listed(list: &[String], plural: &str, sub: &str) -> bool {
     })
 }
 
-fn rule_matches(rule: &Value, at: &Attributes<'_>) -> bool {
+fn rule_matches(rule: &Value, rt: &ResourceType, subresource: &str, op: Operation) -> bool {
     let scope_ok = match rule.get("scope").and_then(Value::as_str).unwrap_or("*") {
-        "Cluster" => !at.rt.namespaced,
-        "Namespaced" => at.rt.namespaced,
+        "Cluster" => !rt.namespaced,
+        "Namespaced" => rt.namespaced,
         _ => true,
     };
     scope_ok
-        && listed(&strings(rule, "operations"), at.operation.as_str())
-        && listed(&strings(rule, "apiGroups"), &at.rt.group)
-        && listed(&strings(rule, "apiVersions"), &at.rt.version)
-        && resource_listed(&strings(rule, "resources"), &at.rt.plural, at.subresource)
+        && listed(&strings(rule, "operations"), op.as_str())
+        && listed(&strings(rule, "apiGroups"), &rt.group)
+        && listed(&strings(rule, "apiVersions"), &rt.version)
+        && resource_listed(&strings(rule, "resources"), &rt.plural, subresource)
+}
+
+/// Whether one of `hook`'s rules names this kind, subresource and operation.
+pub(super) fn named(hook: &Value, rt: &ResourceType, subresource: &str, op: Operation) -> bool {
+    let rules = hook.get("rules").and_then(Value::as_array);
+    rules
+        .into_iter()
+        .flatten()
+        .any(|r| rule_matches(r, rt, subresource, op))
 }
 
 fn labels(obj: Option<&Value>) -> BTreeMap<String, String> {
@@ -93,8 +103,7 @@ pub(super) fn matches(
     old: Option<&Value>,
     namespace_labels: Option<&Value>,
 ) -> Result<bool, ApiError> {
-    let rules = hook.get("rules").and_then(Value::as_array);
-    if !rules.into_iter().flatten().any(|r| rule_matches(r, at)) {
+    if !named(hook, at.rt, at.subresource, at.operation) {
         return Ok(false);
     }
     let by_object = selector(hook, "objectSelector")?;

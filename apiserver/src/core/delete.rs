@@ -19,7 +19,7 @@ impl Core {
         }
         let key = Self::key(rt, ns, name);
         let mut warnings = vec![];
-        if self.has_webhooks()
+        if self.may_admit(rt, "", &[crate::admission::Operation::Delete])
             && let Some(cur) = self.store.get(&key)
         {
             let at = crate::admission::Attributes {

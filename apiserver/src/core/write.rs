@@ -477,7 +477,16 @@ impl Core {
         let mut warnings = vec![];
         let client_op = op.as_ref().and_then(Op::client_copy);
         let outcome = match client_op {
-            Some(_) if self.has_webhooks() => {
+            Some(_)
+                if self.may_admit(
+                    rt,
+                    sub,
+                    &[
+                        crate::admission::Operation::Create,
+                        crate::admission::Operation::Update,
+                    ],
+                ) =>
+            {
                 let op = op
                     .take()
                     .ok_or_else(|| ApiError::internal("no operation"))?;
