@@ -475,34 +475,33 @@ impl Core {
         }
         let key = Self::key(rt, ns, &name);
         let mut warnings = vec![];
-        let client_op = op.as_ref().and_then(Op::client_copy);
-        let outcome = match client_op {
-            Some(_)
-                if self.may_admit(
-                    rt,
-                    sub,
-                    &[
-                        crate::admission::Operation::Create,
-                        crate::admission::Operation::Update,
-                    ],
-                ) =>
-            {
-                let op = op
-                    .take()
-                    .ok_or_else(|| ApiError::internal("no operation"))?;
-                self.write_admitted(rt, ns, &name, sub, op, opts, &mut warnings)
-                    .await?
-            }
-            _ => {
-                self.store
-                    .write(&key, opts.dry_run, |cur| {
-                        let op = op
-                            .take()
-                            .ok_or_else(|| ApiError::internal("write closure ran twice"))?;
-                        self.propose(rt, ns, &name, sub, op, cur, opts, &mut warnings)
-                    })
-                    .await?
-            }
+        // Internal mutations (garbage collector, namespace and CRD controllers) are not sent to
+        // webhooks.
+        let from_client = !matches!(op, Some(Op::Mutate(_)) | None);
+        let admitted = from_client
+            && self.may_admit(
+                rt,
+                sub,
+                &[
+                    crate::admission::Operation::Create,
+                    crate::admission::Operation::Update,
+                ],
+            );
+        let outcome = if admitted {
+            let op = op
+                .take()
+                .ok_or_else(|| ApiError::internal("no operation"))?;
+            self.write_admitted(rt, ns, &name, sub, op, opts, &mut warnings)
+                .await?
+        } else {
+            self.store
+                .write(&key, opts.dry_run, |cur| {
+                    let op = op
+                        .take()
+                        .ok_or_else(|| ApiError::internal("write closure ran twice"))?;
+                    self.propose(rt, ns, &name, sub, op, cur, opts, &mut warnings)
+                })
+                .await?
         };
         let view = self.to_view(rt, outcome.object());
         if rt.builtin == Some(Builtin::Crd)
