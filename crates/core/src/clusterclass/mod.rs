@@ -7,6 +7,8 @@
 //! controller on its own watch rather than the finalizer skeleton the other core kinds use.
 
 mod references;
+
+pub(crate) use references::of as template_references;
 mod status;
 mod variables;
 

@@ -23,7 +23,7 @@ pub(super) struct Outdated {
 /// Every template reference of the class, with the field it is in, each once, in upstream's
 /// order: infrastructure, control plane, its machine infrastructure, then each worker class's
 /// bootstrap and infrastructure.
-pub(super) fn of(spec: &ClusterClassSpec) -> Vec<(String, &TemplateReference)> {
+pub(crate) fn of(spec: &ClusterClassSpec) -> Vec<(String, &TemplateReference)> {
     let mut refs: Vec<(String, &TemplateReference)> = vec![
         (
             "spec.infrastructure.templateRef".into(),

@@ -7,7 +7,7 @@ use crate::context::CoreCtx;
 use capw_api::clusterclass::{ClusterClass, TemplateReference};
 use capw_api::common::ContractVersionedObjectReference;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// A MachineDeployment class's two templates.
 pub(super) struct WorkerTemplates {
@@ -58,73 +58,57 @@ async fn template(
 pub(super) async fn fetch(ctx: &CoreCtx, class: ClusterClass) -> Result<Blueprint, TopologyError> {
     let ns = kube::ResourceExt::namespace(&class).unwrap_or_default();
     let spec = &class.spec;
-    let infrastructure = template(
-        ctx,
-        &ns,
+    // Every template the class references (the class controller's list: each once, in
+    // upstream's order), so a missing one fails before anything is generated.
+    let mut fetched = HashMap::new();
+    for (field, reference) in crate::clusterclass::template_references(spec) {
+        let value = template(ctx, &ns, reference, &field).await?;
+        fetched.insert(reference.clone(), value);
+    }
+    let get = |reference: &TemplateReference, field: &str| {
+        fetched
+            .get(reference)
+            .cloned()
+            .ok_or_else(|| TopologyError::Blueprint {
+                field: field.to_string(),
+                kind: reference.kind.clone(),
+                name: reference.name.clone(),
+                why: "the reference has no kind or name".to_string(),
+            })
+    };
+    let infrastructure = get(
         &spec.infrastructure.template_ref,
         "spec.infrastructure.templateRef",
-    )
-    .await?;
-    let control_plane = template(
-        ctx,
-        &ns,
+    )?;
+    let control_plane = get(
         &spec.control_plane.template_ref,
         "spec.controlPlane.templateRef",
-    )
-    .await?;
-    let control_plane_machine = match &spec.control_plane.machine_infrastructure {
-        Some(m) => Some(
-            template(
-                ctx,
-                &ns,
+    )?;
+    let control_plane_machine = spec
+        .control_plane
+        .machine_infrastructure
+        .as_ref()
+        .map(|m| {
+            get(
                 &m.template_ref,
                 "spec.controlPlane.machineInfrastructure.templateRef",
             )
-            .await?,
-        ),
-        None => None,
-    };
+        })
+        .transpose()?;
     let mut workers = BTreeMap::new();
     for (i, md) in spec.workers.machine_deployments.iter().enumerate() {
         let at = format!("spec.workers.machineDeployments[{i}]");
-        let bootstrap = template(
-            ctx,
-            &ns,
-            &md.bootstrap.template_ref,
-            &format!("{at}.bootstrap.templateRef"),
-        )
-        .await?;
-        let infrastructure = template(
-            ctx,
-            &ns,
-            &md.infrastructure.template_ref,
-            &format!("{at}.infrastructure.templateRef"),
-        )
-        .await?;
-        workers.insert(
-            md.class.clone(),
-            WorkerTemplates {
-                bootstrap,
-                infrastructure,
-            },
-        );
-    }
-    for (i, mp) in spec.workers.machine_pools.iter().enumerate() {
-        let at = format!("spec.workers.machinePools[{i}]");
-        template(
-            ctx,
-            &ns,
-            &mp.bootstrap.template_ref,
-            &format!("{at}.bootstrap.templateRef"),
-        )
-        .await?;
-        template(
-            ctx,
-            &ns,
-            &mp.infrastructure.template_ref,
-            &format!("{at}.infrastructure.templateRef"),
-        )
-        .await?;
+        let templates = WorkerTemplates {
+            bootstrap: get(
+                &md.bootstrap.template_ref,
+                &format!("{at}.bootstrap.templateRef"),
+            )?,
+            infrastructure: get(
+                &md.infrastructure.template_ref,
+                &format!("{at}.infrastructure.templateRef"),
+            )?,
+        };
+        workers.insert(md.class.clone(), templates);
     }
     Ok(Blueprint {
         class,

@@ -16,7 +16,6 @@ use capw_api::machinehealthcheck::MachineHealthCheck;
 use capw_api::machineset::MachineSet;
 use futures::StreamExt;
 use futures::future::{BoxFuture, ready};
-use kube::api::DeleteParams;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use std::sync::Arc;
@@ -64,16 +63,7 @@ async fn delete_unused(
             continue;
         }
         let r = ctx.resolver.resolve(&t.api_group, &t.kind).await?;
-        match ctx
-            .resolver
-            .api(ns, &r)
-            .delete(&t.name, &DeleteParams::background())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        super::delete_if_present(&ctx.resolver.api(ns, &r), &t.name).await?;
     }
     Ok(())
 }
@@ -89,14 +79,7 @@ fn cleanup_deployment(
     Box::pin(async move {
         let ns = md.namespace().unwrap_or_default();
         let api: Api<MachineHealthCheck> = Api::namespaced(ctx.client.clone(), &ns);
-        match api
-            .delete(&md.name_any(), &DeleteParams::background())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        super::delete_if_present(&api, &md.name_any()).await?;
         // Its MachineSets hold the templates until they are gone.
         let sets = ctx
             .machine_sets_of(&ns, &md.spec.cluster_name)

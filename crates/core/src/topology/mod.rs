@@ -24,6 +24,22 @@ pub mod variables;
 mod watches;
 
 pub use state::FIELD_MANAGER;
+
+/// Deletes `name` in the background; one that is already gone counts as deleted, since
+/// the topology deletes what it no longer wants and may race the garbage collector.
+async fn delete_if_present<K>(api: &kube::Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api
+        .delete(name, &kube::api::DeleteParams::background())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
 pub use watches::CONTROLLER;
 
 /// Why a topology could not be reconciled; the message is the `TopologyReconciled` condition's.

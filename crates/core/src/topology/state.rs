@@ -19,7 +19,7 @@ use capw_api::common::names::{CLUSTER_NAME_LABEL, TOPOLOGY_OWNED_LABEL};
 use capw_api::machinedeployment::MachineDeployment;
 use capw_api::machinehealthcheck::MachineHealthCheck;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -53,16 +53,7 @@ async fn apply(ctx: &CoreCtx, ns: &str, obj: &Value) -> Result<Value, TopologyEr
 async fn delete(ctx: &CoreCtx, ns: &str, obj: &Value) -> Result<(), TopologyError> {
     let (group, kind) = group_kind(obj);
     let r = ctx.resolver.resolve(&group, &kind).await?;
-    match ctx
-        .resolver
-        .api(ns, &r)
-        .delete(&name(obj), &DeleteParams::background())
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    Ok(super::delete_if_present(&ctx.resolver.api(ns, &r), &name(obj)).await?)
 }
 
 /// What the desired object sets, compared with what exists: spec, labels, annotations.
@@ -105,11 +96,7 @@ async fn shim(
         .is_some();
     if owned_by_cluster(&current.infrastructure) && owned_by_cluster(&current.control_plane) {
         if exists {
-            match api.delete(&shim_name, &DeleteParams::background()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            super::delete_if_present(&api, &shim_name).await?;
         }
         return Ok(None);
     }
@@ -194,11 +181,7 @@ async fn reconcile_health_check(
     let api: Api<MachineHealthCheck> = Api::namespaced(ctx.client.clone(), ns);
     match (desired, current) {
         (None, None) => Ok(()),
-        (None, Some(c)) => match api.delete(&c.name_any(), &DeleteParams::background()).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
-        },
+        (None, Some(c)) => Ok(super::delete_if_present(&api, &c.name_any()).await?),
         (Some(d), c) => {
             if let Some(c) = c
                 && !changed(d, &serde_json::to_value(c)?)
@@ -357,14 +340,7 @@ async fn reconcile_deployments(
             continue;
         }
         reconcile_health_check(ctx, ns, None, c.health_check.as_deref()).await?;
-        match api
-            .delete(&c.object.name_any(), &DeleteParams::background())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        super::delete_if_present(&api, &c.object.name_any()).await?;
     }
     Ok(())
 }
