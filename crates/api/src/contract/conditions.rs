@@ -36,6 +36,8 @@ pub mod types {
     pub const MACHINES_UP_TO_DATE: &str = "MachinesUpToDate";
     pub const REMEDIATING: &str = "Remediating";
     pub const ROLLING_OUT: &str = "RollingOut";
+    /// A topology Cluster's: set by the topology controller, beside the Cluster controller's.
+    pub const TOPOLOGY_RECONCILED: &str = "TopologyReconciled";
     pub const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
 }
 
@@ -231,6 +233,18 @@ pub fn set_paused(list: &mut Vec<Condition>, paused: bool, message: &str, genera
             generation,
         );
     }
+}
+
+/// Takes the conditions of `types`, which other controllers own, from `latest` into `list`: a
+/// status written again after a conflict keeps their latest, whatever this reconcile read.
+pub fn keep_foreign(list: &mut Vec<Condition>, latest: &[Condition], types: &[&str]) {
+    list.retain(|c| !types.contains(&c.type_.as_str()));
+    list.extend(
+        latest
+            .iter()
+            .filter(|c| types.contains(&c.type_.as_str()))
+            .cloned(),
+    );
 }
 
 pub fn is_true(list: &[Condition], type_: &str) -> bool {

@@ -12,7 +12,7 @@ use super::error::ReconcileError;
 use capw_api::cluster::{Cluster, ClusterStatus};
 use capw_api::common::names::CLUSTER_FINALIZER;
 use capw_api::contract::conditions::{self, set_paused};
-use capw_reconcile::skeleton::{Phases, write_status};
+use capw_reconcile::skeleton::{Phases, write_status_at};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -50,10 +50,21 @@ impl Scope {
 
 pub(crate) use capw_api::cluster::is_paused;
 
+/// Conditions of the Cluster that other controllers own: the topology controller's.
+const FOREIGN: &[&str] = &[conditions::types::TOPOLOGY_RECONCILED];
+/// Status writes after a conflict before the reconcile is left to the next one.
+const CONFLICT_RETRIES: usize = 3;
+const CONFLICT_PAUSE: Duration = Duration::from_millis(20);
+
 /// Writes what changed: the endpoint into spec, then status. Nothing when nothing changed.
+///
+/// The status is written only over the version it was computed from, since the topology
+/// controller sets its condition on the same list: a write refused because the Cluster changed
+/// meanwhile reads it again, keeps the foreign conditions from it and writes once more.
 pub(crate) async fn write_back(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
     let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &scope.ns());
     let name = scope.cluster.name_any();
+    let mut version = scope.cluster.resource_version();
     if let Some(ep) = &scope.endpoint
         && scope.cluster.spec.control_plane_endpoint.as_ref() != Some(ep)
     {
@@ -68,9 +79,31 @@ pub(crate) async fn write_back(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), R
             scope.cluster.metadata.generation,
             written.metadata.generation,
         );
+        version = written.resource_version();
     }
-    write_status(&api, &name, scope.cluster.status.as_ref(), &scope.status).await?;
-    Ok(())
+    let mut before = scope.cluster.status.clone();
+    for _ in 0..CONFLICT_RETRIES {
+        match write_status_at(&api, &name, version.clone(), before.as_ref(), &scope.status).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tokio::time::sleep(CONFLICT_PAUSE).await;
+                let latest = api.get(&name).await?;
+                let foreign = latest
+                    .status
+                    .as_ref()
+                    .map_or(&[][..], |s| &s.conditions[..]);
+                conditions::keep_foreign(&mut scope.status.conditions, foreign, FOREIGN);
+                version = latest.resource_version();
+                before = latest.status;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ReconcileError::waiting(
+        "ClusterChanged",
+        format!("Cluster {name} kept changing while it was reconciled; reading it again"),
+        CONFLICT_PAUSE,
+    ))
 }
 
 async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, ReconcileError> {

@@ -87,16 +87,8 @@ const CONFLICT_PAUSE: Duration = Duration::from_millis(20);
 /// `status`: a status written after a conflict keeps the latest of these, whatever this
 /// reconcile read.
 fn keep_foreign_conditions(status: &mut MachineStatus, latest: Option<&MachineStatus>) {
-    status
-        .conditions
-        .retain(|c| !OTHERS.contains(&c.type_.as_str()));
-    status.conditions.extend(
-        latest
-            .into_iter()
-            .flat_map(|s| &s.conditions)
-            .filter(|c| OTHERS.contains(&c.type_.as_str()))
-            .cloned(),
-    );
+    let latest = latest.map_or(&[][..], |s| &s.conditions[..]);
+    conditions::keep_foreign(&mut status.conditions, latest, &OTHERS);
 }
 
 pub(crate) async fn write_back(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {

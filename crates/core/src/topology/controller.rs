@@ -160,37 +160,60 @@ async fn write_condition(
     cluster: &Cluster,
     (status, reason, message): Verdict,
 ) -> Result<(), ReconcileError> {
-    let latest = ctx
-        .core
-        .clusters
-        .get(&ObjectRef::from_obj(cluster))
-        .unwrap_or_else(|| Arc::new(cluster.clone()));
-    let mut list = latest
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    let before = list.clone();
-    conditions::set(
-        &mut list,
-        TOPOLOGY_RECONCILED,
-        status,
-        reason,
-        &message,
-        latest.metadata.generation,
-    );
-    if list == before {
-        return Ok(());
-    }
     let api: Api<Cluster> = Api::namespaced(
         ctx.core.client.clone(),
         &cluster.namespace().unwrap_or_default(),
     );
-    api.patch_status(
-        &cluster.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"status": {"conditions": list}})),
-    )
-    .await?;
-    Ok(())
+    let mut latest = ctx
+        .core
+        .clusters
+        .get(&ObjectRef::from_obj(cluster))
+        .unwrap_or_else(|| Arc::new(cluster.clone()));
+    // The Cluster controller writes the rest of the list: the condition is written over the
+    // version it was read from, and read again if that changed, so neither drops the other's.
+    for _ in 0..3 {
+        let mut list = latest
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let before = list.clone();
+        conditions::set(
+            &mut list,
+            TOPOLOGY_RECONCILED,
+            status,
+            reason,
+            &message,
+            latest.metadata.generation,
+        );
+        if list == before {
+            return Ok(());
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": latest.resource_version()},
+            "status": {"conditions": list},
+        });
+        match api
+            .patch_status(
+                &cluster.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                latest = Arc::new(api.get(&cluster.name_any()).await?);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ReconcileError::waiting(
+        "ClusterChanged",
+        format!(
+            "Cluster {} kept changing while its topology condition was written; reading it again",
+            cluster.name_any()
+        ),
+        Duration::from_millis(20),
+    ))
 }

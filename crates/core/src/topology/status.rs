@@ -5,7 +5,7 @@
 use super::upgrade::{ControlPlaneTracker, WorkerTracker};
 use std::collections::BTreeSet;
 
-pub(super) const TOPOLOGY_RECONCILED: &str = "TopologyReconciled";
+pub(super) use capw_api::contract::conditions::types::TOPOLOGY_RECONCILED;
 
 /// A condition as (status, reason, message).
 pub(super) type Verdict = (&'static str, &'static str, String);
