@@ -66,6 +66,14 @@ pub fn check_structural(schema: &Value, path: &str) -> Vec<Cause> {
             }
         }
     }
+    out.extend(check_value_schema(schema, path));
+    out
+}
+
+/// The structural rules below a CRD's root (every node typed, no metadata rules), and its CEL
+/// rules' checks: what a schema for one value, such as a ClusterClass variable's, must pass.
+pub fn check_value_schema(schema: &Value, path: &str) -> Vec<Cause> {
+    let mut out = vec![];
     check_node(schema, path, &mut out);
     rules::check(schema, path, &mut out);
     out

@@ -8,10 +8,10 @@ use crate::schema;
 pub use crate::status::Cause;
 use serde_json::Value;
 
-/// Whether `schema` is structural, as a CRD version's schema must be; the causes' fields start
-/// at `path`.
+/// Whether `schema` is structural, as a CRD field's schema must be (any type at its root), and
+/// its CEL rules compile; the causes' fields start at `path`.
 pub fn structural(schema: &Value, path: &str) -> Vec<Cause> {
-    schema::check_structural(schema, path)
+    schema::check_value_schema(schema, path)
 }
 
 /// Fills `value`'s absent properties from the schema's defaults.

@@ -273,6 +273,32 @@ fn bad_topologies_are_refused_with_upstreams_messages_and_nothing_is_stored() {
         "{out}"
     );
 
+    // A class whose variable schema kube-apiserver would not take, or whose default fails it.
+    let bad_default = class("bad", "InMemoryClusterTemplate, name: in-memory-cluster").replace(
+        "{type: integer, minimum: 1}",
+        "{type: integer, minimum: 1, default: 0}",
+    );
+    refused(
+        &up,
+        &bad_default,
+        r#"The ClusterClass "bad" is invalid: spec.variables[1].schema.openAPIV3Schema.default: Invalid value: 0: spec.variables[1].schema.openAPIV3Schema.default in body should be greater than or equal to 1"#,
+    );
+    let untyped = class("bad", "InMemoryClusterTemplate, name: in-memory-cluster").replace(
+        "{type: string, default: small}",
+        "{type: object, properties: {size: {}}}",
+    );
+    let (ok, out) = up.try_kubectl(&["apply", "-f", "-"], Some(&untyped));
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(r#"The ClusterClass "bad" is invalid: spec.variables[2].schema.openAPIV3Schema.properties[size].type: Required value"#),
+        "{out}"
+    );
+    let (ok, out) = up.try_kubectl(&["get", "clusterclass", "bad"], None);
+    assert!(
+        !ok && out.contains("NotFound"),
+        "a refused class was stored: {out}"
+    );
+
     // A class in use cannot be deleted.
     let (ok, out) = up.try_kubectl(&["delete", "clusterclass", "dev"], None);
     assert!(!ok, "{out}");

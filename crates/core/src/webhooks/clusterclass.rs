@@ -7,6 +7,7 @@ use super::{Allowed, Webhooks};
 use crate::topology::variables::FieldError;
 use capw_api::cluster::Cluster;
 use capw_api::clusterclass::ClusterClass;
+use capw_apiserver::values;
 use kube::ResourceExt;
 use kube::api::ListParams;
 
@@ -95,6 +96,17 @@ pub(super) async fn validate(
                     v.name
                 ),
             ));
+        }
+        // The schema must be one kube-apiserver would take for a CRD field, and its default
+        // must pass it: the API server's own checks and messages.
+        let schema = &v.schema.open_api_v3_schema;
+        let path = format!("spec.variables[{i}].schema.openAPIV3Schema");
+        let structural = values::structural(schema, &path);
+        let sound = structural.is_empty();
+        errors.extend(structural.into_iter().map(|c| err(c.field, c.message)));
+        if sound && let Some(default) = schema.get("default") {
+            let causes = values::validate(default, schema, &format!("{path}.default"));
+            errors.extend(causes.into_iter().map(|c| err(c.field, c.message)));
         }
     }
     let mut classes = std::collections::HashSet::new();
