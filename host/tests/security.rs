@@ -593,7 +593,19 @@ async fn demo_running(e: &Env) {
     let example =
         std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
             .expect("example");
-    e.kubectl(&["apply", "-f", "-"], Some(&example));
+    // The driver may serve five kinds before every provider's CRDs are established: apply
+    // until kubectl knows them all.
+    e.eventually("the example to apply", 60, || async {
+        support::kubectl(
+            &e.kubeconfig,
+            &e.home,
+            &["apply", "-f", "-"],
+            Some(&example),
+        )
+        .0
+        .then_some(())
+    })
+    .await;
     let machines: Api<Machine> = Api::namespaced(e.client.clone(), "default");
     e.eventually("demo's six Machines Running", 120, || async {
         let l = machines.list(&ListParams::default()).await.ok()?;
