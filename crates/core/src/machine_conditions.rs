@@ -9,9 +9,9 @@ use crate::context::CoreCtx;
 use crate::error::ReconcileError;
 use capw_api::contract::conditions;
 use capw_api::machine::Machine;
+use capw_reconcile::skeleton::write_conditions_at;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
+use kube::api::Api;
 
 /// The condition types this module writes for other controllers; the Machine controller
 /// owns every other condition of a Machine.
@@ -80,18 +80,7 @@ async fn patch(
     list: Vec<conditions::Condition>,
 ) -> Result<(), ReconcileError> {
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default());
-    let patch = json!({
-        "metadata": {"resourceVersion": m.resource_version()},
-        "status": {"conditions": list},
-    });
-    match api
-        .patch_status(
-            &m.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
+    match write_conditions_at(&api, &m.name_any(), m.resource_version(), &list).await {
         Ok(written) => {
             ctx.machines_written
                 .record(m.resource_version().into_iter().collect(), written);

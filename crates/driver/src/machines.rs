@@ -366,17 +366,13 @@ async fn write_conditions(
     m: &Machine,
     list: Vec<capw_api::common::Condition>,
 ) -> Result<bool, DriverError> {
-    let patch = json!({
-        "metadata": {"resourceVersion": m.resource_version()},
-        "status": {"conditions": list},
-    });
-    match machines
-        .patch_status(
-            &m.name_any(),
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
+    match capw_reconcile::skeleton::write_conditions_at(
+        machines,
+        &m.name_any(),
+        m.resource_version(),
+        &list,
+    )
+    .await
     {
         Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(false),
         r => r.map(|_| true).map_err(DriverError::from),

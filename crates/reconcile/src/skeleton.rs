@@ -202,13 +202,47 @@ where
     if before == Some(after) {
         return Ok(None);
     }
+    merge_status_at(api, name, version, serde_json::json!(after))
+        .await
+        .map(Some)
+}
+
+/// Replaces `status.conditions` over `version` (409 when the object changed since): for a
+/// controller that sets a condition on an object another controller owns the status of.
+pub async fn write_conditions_at<K, C>(
+    api: &Api<K>,
+    name: &str,
+    version: Option<String>,
+    conditions: &[C],
+) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    C: Serialize,
+{
+    merge_status_at(
+        api,
+        name,
+        version,
+        serde_json::json!({"conditions": conditions}),
+    )
+    .await
+}
+
+async fn merge_status_at<K>(
+    api: &Api<K>,
+    name: &str,
+    version: Option<String>,
+    status: serde_json::Value,
+) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
     let patch = serde_json::json!({
         "metadata": {"resourceVersion": version},
-        "status": after,
+        "status": status,
     });
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map(Some)
 }
 
 #[cfg(test)]

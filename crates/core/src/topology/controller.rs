@@ -11,11 +11,10 @@ use capw_api::cluster::{Cluster, is_paused};
 use capw_api::clusterclass::ClusterClass;
 use capw_api::contract::conditions;
 use capw_reconcile::external::Tracker;
-use kube::api::{Patch, PatchParams};
+use capw_reconcile::skeleton::write_conditions_at;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
-use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
@@ -189,17 +188,7 @@ async fn write_condition(
         if list == before {
             return Ok(());
         }
-        let patch = json!({
-            "metadata": {"resourceVersion": latest.resource_version()},
-            "status": {"conditions": list},
-        });
-        match api
-            .patch_status(
-                &cluster.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
+        match write_conditions_at(&api, &cluster.name_any(), latest.resource_version(), &list).await
         {
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(e)) if e.code == 409 => {

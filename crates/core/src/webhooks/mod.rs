@@ -19,6 +19,7 @@ use kube::{Api, Client};
 use refusal::Refusal;
 use serde_json::{Value, json};
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// The defaulting webhook of Cluster, at upstream's path.
 pub const MUTATE_CLUSTER: &str = "/mutate-cluster-x-k8s-io-v1beta2-cluster";
@@ -64,15 +65,18 @@ impl Webhooks {
             }
         };
         let span = tracing::info_span!("webhook", path, kind = %request.kind.kind, name = %request.name, operation = ?request.operation);
-        let _enter = span.enter();
-        let answer = match path {
-            MUTATE_CLUSTER => self.default_cluster(&request).await,
-            VALIDATE_CLUSTER => self.validate_cluster(&request).await,
-            VALIDATE_CLUSTERCLASS => self.validate_class(&request).await,
-            other => Err(Refusal::bad_request(format!(
-                "no webhook is served at {other}"
-            ))),
-        };
+        let answer = async {
+            match path {
+                MUTATE_CLUSTER => self.default_cluster(&request).await,
+                VALIDATE_CLUSTER => self.validate_cluster(&request).await,
+                VALIDATE_CLUSTERCLASS => self.validate_class(&request).await,
+                other => Err(Refusal::bad_request(format!(
+                    "no webhook is served at {other}"
+                ))),
+            }
+        }
+        .instrument(span)
+        .await;
         let response = AdmissionResponse::from(&request);
         respond(match answer {
             Ok(a) => a.into_response(response),
