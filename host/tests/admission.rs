@@ -256,22 +256,15 @@ fn bad_topologies_are_refused_with_upstreams_messages_and_nothing_is_stored() {
     assert_eq!(stored(&up, "c1", ".spec.topology.version"), "v1.30.0");
     assert_eq!(stored(&up, "c1", ".spec.topology.classRef.name"), "dev");
 
-    // On create, upstream only warns about an unknown class: GitOps tools apply Clusters and
-    // classes in any order.
-    let (ok, out) = up.try_kubectl(
-        &["apply", "-f", "-"],
-        Some(&cluster(
-            "early",
-            "later",
-            "v1.30.0",
-            "[{name: region, value: eu}]",
-        )),
+    // An unknown class is refused on create too (upstream only warns there; see
+    // docs/clusterclass.md), and nothing is stored.
+    refused(
+        &up,
+        &cluster("early", "later", "v1.30.0", "[{name: region, value: eu}]"),
+        r#"The Cluster "early" is invalid: spec.topology.class: Internal error: clusterclasses.cluster.x-k8s.io "later" not found"#,
     );
-    assert!(ok, "{out}");
-    assert!(
-        out.contains("Warning: Cluster refers to ClusterClass default/later, but this ClusterClass does not exist. Cluster topology has not been fully validated. The ClusterClass must be created to reconcile the Cluster"),
-        "{out}"
-    );
+    let (ok, out) = up.try_kubectl(&["get", "cluster", "early"], None);
+    assert!(!ok && out.contains("NotFound"), "early was stored: {out}");
 
     // A class whose variable schema kube-apiserver would not take, or whose default fails it.
     let bad_default = class("bad", "InMemoryClusterTemplate, name: in-memory-cluster").replace(

@@ -247,9 +247,14 @@ async fn validate_topology(
     let class = class_of(w, cluster).await;
     match &class {
         Ok(class) => errors.extend(deployments_defined(cluster, class)),
-        Err(Lookup::NotFound(_)) => warnings.push(format!(
-            "Cluster refers to ClusterClass {key}, but this ClusterClass does not exist. Cluster topology has not been fully validated. The ClusterClass must be created to reconcile the Cluster"
-        )),
+        // Upstream only warns here on create, so that a GitOps tool may apply a Cluster before
+        // its class. capw refuses it (issue 30: a bad topology is refused at apply), with the
+        // message upstream gives on update; a class in the same apply still gets the two-second
+        // poll above, and one that exists but is not yet reconciled is only a warning.
+        Err(Lookup::NotFound(e)) => {
+            errors.push(err("spec.topology.class", format!("Internal error: {e}")));
+            return;
+        }
         Err(Lookup::NotReconciled) => warnings.push(format!(
             "Cluster refers to ClusterClass {key}, but this ClusterClass hasn't been successfully reconciled. Cluster topology has not been fully validated. Please take a look at the ClusterClass status"
         )),
@@ -259,10 +264,6 @@ async fn validate_topology(
         }
     }
     let Some(old) = old else { return };
-    if let Err(Lookup::NotFound(e)) = &class {
-        errors.push(err("spec.topology.class", format!("Internal error: {e}")));
-        return;
-    }
     let Some(old_topology) = old
         .spec
         .topology
