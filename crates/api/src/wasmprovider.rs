@@ -26,7 +26,7 @@ pub struct WasmProviderSpec {
     pub module: String,
     /// The sha256 of the file (hex). A file that hashes differently is not loaded.
     pub sha256: String,
-    /// Host interfaces granted to the component: `log`, `container-runtime`, `sim-cloud`.
+    /// Host interfaces granted to the component: `log`, `container-runtime`, `sim-cloud`, `aws`.
     #[serde(default)]
     pub capabilities: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -41,6 +41,47 @@ pub struct WasmProviderSpec {
     /// What the `container-runtime` capability lets this plugin ask of the engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_runtime: Option<ContainerRuntimeGrant>,
+    /// What the `aws` capability lets this plugin call, and with whose credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws: Option<AwsGrant>,
+}
+
+/// Options of the `aws` grant. The host signs every call; the plugin never sees a credential.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AwsGrant {
+    /// The actions the plugin may call, per service (`ec2`, `elasticloadbalancing`), by their
+    /// Query API names (`RunInstances`). A service not listed is refused whole. Default: the
+    /// EC2 and Elastic Load Balancing actions Cluster API Provider AWS makes (status shows
+    /// them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actions: Option<std::collections::BTreeMap<String, Vec<String>>>,
+    /// The regions the plugin may call. Default: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regions: Option<Vec<String>>,
+    /// Where the host gets the credentials it signs with. Default: its own environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<AwsCredentialSource>,
+}
+
+/// Where the host gets AWS credentials for a plugin.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AwsCredentialSource {
+    /// A Secret with the keys `AccessKeyID`, `SecretAccessKey` and, for temporary credentials,
+    /// `SessionToken`, as Cluster API Provider AWS's `AWSClusterStaticIdentity` names them.
+    /// Without it, the host's environment: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
+    /// `AWS_SESSION_TOKEN`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<AwsSecretRef>,
+}
+
+/// A Secret, by namespace and name.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AwsSecretRef {
+    pub namespace: String,
+    pub name: String,
 }
 
 /// Options of the `container-runtime` grant. Everything not granted here is refused at
@@ -116,6 +157,9 @@ pub struct WasmProviderStatus {
     /// The `container-runtime` grant in force, defaults filled in (only when it is granted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_runtime: Option<ContainerRuntimeGrant>,
+    /// The `aws` grant in force, defaults filled in (only when it is granted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws: Option<AwsGrant>,
     /// Kinds the active version serves (`Kind.group`).
     #[serde(default)]
     pub kinds: Vec<String>,

@@ -16,6 +16,9 @@ use capw_driver::Driver;
 use capw_reconcile::external::Resolver;
 use capw_reconcile::metrics::{METRICS_CONTENT_TYPE, Metrics};
 use capw_reconcile::remote;
+use capw_runtime::capabilities::aws::{
+    AwsBackend, Environment as AwsEnvironment, Policy as AwsPolicy,
+};
 use capw_runtime::capabilities::sim_cloud::{SimCloud, SimSettings};
 use capw_runtime::{Registry, Runtime};
 use capw_runtime::{dropin, wasmprovider};
@@ -42,6 +45,8 @@ pub enum ManagerError {
     Engine(#[from] capw_runtime::engine::EngineError),
     #[error(transparent)]
     Webhooks(#[from] webhooks::WebhookError),
+    #[error("the AWS capability cannot start: {0}")]
+    Aws(String),
     #[error("cannot serve metrics on {addr}: {source}")]
     Metrics {
         addr: SocketAddr,
@@ -65,6 +70,9 @@ pub struct HostConfig {
     /// How often the drop-in directory is scanned when no change was reported (the fallback of
     /// the file watcher).
     pub dropin_interval: Duration,
+    /// The `AWS_*` environment `capw:host/aws` takes endpoints, region and (for grants that
+    /// name no Secret) credentials from: the process's, unless a test gives its own.
+    pub aws: AwsEnvironment,
 }
 
 impl HostConfig {
@@ -78,6 +86,7 @@ impl HostConfig {
             cluster_concurrency: 50,
             machine_concurrency: 100,
             dropin_interval: Duration::from_secs(10),
+            aws: AwsEnvironment::from_process(),
         }
     }
 }
@@ -166,6 +175,9 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     let runtime = Arc::new(Runtime::new(&config.cache_dir)?);
     let sim = SimCloud::new(config.sim.clone());
     runtime.engine.services.backends.provide(sim.clone());
+    let aws = AwsBackend::with(config.aws.clone(), Some(client.clone()), AwsPolicy::default())
+        .map_err(|e| ManagerError::Aws(e.to_string()))?;
+    runtime.engine.services.backends.provide(Arc::new(aws));
     let registry = Arc::new(Registry::default());
     let wp = Arc::new(wasmprovider::Ctx {
         claims: Default::default(),

@@ -10,14 +10,14 @@ wasmtime::component::bindgen!({
     path: ["../../wit/host", "../../wit/provider"],
     world: "capw:provider/any-provider",
     exports: { default: async },
-    // Docker calls take milliseconds to seconds: they must not block an executor thread.
-    imports: { "capw:host/container-runtime": async },
+    // Docker and AWS calls take milliseconds to seconds: they must not block an executor thread.
+    imports: { "capw:host/container-runtime": async, "capw:host/aws": async },
     // Lets an in-process transport (the clusters benchmark's) carry values across from the
     // guest SDK's copy of these types.
     additional_derives: [serde::Serialize, serde::Deserialize],
 });
 
-pub use self::capw::host::{container_runtime, log, sim_cloud};
+pub use self::capw::host::{aws, container_runtime, log, sim_cloud};
 pub use self::capw::provider::types;
 pub use self::exports::capw::provider::{
     bootstrap_config, control_plane, infrastructure_cluster, infrastructure_machine, plugin_info,

@@ -33,6 +33,8 @@ pub struct Manifest {
     pub container_runtime: Option<ContainerRuntimeGrant>,
     #[serde(default)]
     pub take_over_kinds: Vec<String>,
+    #[serde(default)]
+    pub aws: Option<capw_api::wasmprovider::AwsGrant>,
 }
 
 /// What a file looked like when it was last applied.
@@ -79,6 +81,9 @@ pub fn desired(dir: &Path, name: &str) -> Result<serde_json::Value, String> {
     }
     if let Some(g) = manifest.container_runtime {
         spec["containerRuntime"] = serde_json::to_value(g).unwrap_or_default();
+    }
+    if let Some(g) = manifest.aws {
+        spec["aws"] = serde_json::to_value(g).unwrap_or_default();
     }
     Ok(serde_json::json!({
         "apiVersion": "runtime.capw.dev/v1alpha1",

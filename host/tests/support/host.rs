@@ -41,6 +41,15 @@ pub const SIM_CLOUD: &[(&str, &str)] = &[("inmemory", "capabilities: [sim-cloud]
 /// 200 ms, and the drop-in directory is scanned every 200 ms, so a test waits on the host's
 /// logic rather than on its timers.
 pub async fn start(plugins: &[(&str, &str)], manifests: &[(&str, &str)]) -> Env {
+    start_configured(plugins, manifests, |_| {}).await
+}
+
+/// [`start`], with the host's configuration changed by `configure` first.
+pub async fn start_configured(
+    plugins: &[(&str, &str)],
+    manifests: &[(&str, &str)],
+    configure: impl FnOnce(&mut HostConfig),
+) -> Env {
     // RUST_LOG=capw_core=debug,capw_driver=debug shows the host's reconciles when a test fails.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -63,6 +72,7 @@ pub async fn start(plugins: &[(&str, &str)], manifests: &[(&str, &str)]) -> Env 
         node_delay: Duration::from_millis(200),
     };
     config.dropin_interval = Duration::from_millis(200);
+    configure(&mut config);
     let host = manager::start(client.clone(), config)
         .await
         .expect("host starts");

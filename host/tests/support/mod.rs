@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod host;
+pub mod moto;
 pub mod up;
 
 /// The `capw` binary's allocator, so a host started in a test (built for the static musl target

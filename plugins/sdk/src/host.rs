@@ -1,4 +1,5 @@
-//! The host interfaces a provider calls: `capw:host/log`, `sim-cloud` and `container-runtime`.
+//! The host interfaces a provider calls: `capw:host/log`, `sim-cloud`, `container-runtime` and
+//! `aws`.
 //!
 //! In a component each function is the import. In a native build (a provider's unit tests, the
 //! host's native-versus-Wasm benchmark) there is no host to import from, so each function calls
@@ -54,6 +55,13 @@ pub trait Native: Send + Sync {
     fn delete_api_server(&self, cluster: &str) -> Result<bool, sim_cloud::SimCloudError> {
         let _ = cluster;
         Err(sim_cloud::unavailable())
+    }
+    /// `aws.call`.
+    fn aws(&self, call: &aws::Call<'_>) -> Result<aws::AwsResponse, aws::AwsError> {
+        let _ = call;
+        Err(aws::AwsError::Unavailable(
+            "no AWS in this native build".into(),
+        ))
     }
     /// Any `container-runtime` call, by function name and JSON arguments; answers JSON.
     fn container(
@@ -217,5 +225,38 @@ pub mod container_runtime {
         remove(name: &str) -> ();
         /// This plugin's containers carrying every given label.
         list(labels: &[(String, String)]) -> Vec<ContainerInfo>;
+    }
+}
+
+/// `capw:host/aws`: AWS Query API calls the host signs and sends (the component never holds a
+/// credential).
+pub mod aws {
+    pub use crate::bindings::capw::host::aws::{AwsError, AwsResponse};
+
+    /// One call, as a native backend sees it.
+    #[derive(Debug, Clone)]
+    pub struct Call<'a> {
+        /// Empty: the grant's default.
+        pub region: &'a str,
+        /// `ec2`, `elasticloadbalancing`.
+        pub service: &'a str,
+        /// The API version (`2016-11-15`).
+        pub version: &'a str,
+        /// The action (`RunInstances`).
+        pub action: &'a str,
+        /// The parameters, in order.
+        pub params: &'a [(String, String)],
+    }
+
+    /// Signs and sends one call; a non-2xx answer from AWS is `Ok` with its error XML.
+    pub fn call(c: &Call<'_>) -> Result<AwsResponse, AwsError> {
+        #[cfg(target_arch = "wasm32")]
+        return crate::bindings::capw::host::aws::call(
+            c.region, c.service, c.version, c.action, c.params,
+        );
+        #[cfg(not(target_arch = "wasm32"))]
+        super::native()
+            .ok_or_else(|| AwsError::Unavailable("no AWS in this native build".into()))?
+            .aws(c)
     }
 }

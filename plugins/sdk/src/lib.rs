@@ -45,7 +45,7 @@ pub use bindings::exports::capw::provider::infrastructure_machine::MachineStatus
 pub use bindings::exports::capw::provider::plugin_info::{
     ControlPlaneMachines, KindRef, KindRole, PluginMetadata as Metadata, ProviderType, ServedKind,
 };
-pub use host::{container_runtime, log, sim_cloud};
+pub use host::{aws, container_runtime, log, sim_cloud};
 pub use serde_json::{self, Value, json};
 
 pub mod host;

@@ -11,6 +11,7 @@
 //! which the guests' SDK builds against too) and, when its grant has options, their field on the
 //! WasmProvider in `capw-api` (the CRD's schema is made there, below the runtime).
 
+pub mod aws;
 pub mod container_runtime;
 pub mod log;
 pub mod sim_cloud;
@@ -46,6 +47,7 @@ pub static ALL: &[&dyn HostCapability] = &[
     &log::Log,
     &container_runtime::ContainerRuntimeCapability,
     &sim_cloud::SimCloudCapability,
+    &aws::AwsCapability,
 ];
 
 /// A granted capability, by its short name; ordered as [`ALL`] lists them.
@@ -71,6 +73,8 @@ impl Capability {
     pub const CONTAINER_RUNTIME: Capability = Capability(container_runtime::NAME);
     /// `capw:host/sim-cloud`.
     pub const SIM_CLOUD: Capability = Capability(sim_cloud::NAME);
+    /// `capw:host/aws`.
+    pub const AWS: Capability = Capability(aws::NAME);
 
     fn position(self) -> usize {
         ALL.iter()
@@ -87,7 +91,8 @@ impl Capability {
         self.registration().map_or("", |c| c.interface())
     }
 
-    /// Parses the short names used in plugin manifests (`log`, `container-runtime`, `sim-cloud`).
+    /// Parses the short names used in plugin manifests (`log`, `container-runtime`, `sim-cloud`,
+    /// `aws`).
     pub fn parse(name: &str) -> Option<Capability> {
         ALL.iter()
             .find(|c| c.name() == name)
@@ -263,6 +268,7 @@ mod tests {
             Capability::LOG,
             Capability::CONTAINER_RUNTIME,
             Capability::SIM_CLOUD,
+            Capability::AWS,
         ] {
             assert_eq!(
                 ALL.iter().filter(|r| r.name() == c.name()).count(),

@@ -1,0 +1,201 @@
+//! The AWS provider against moto, the EC2 emulator: the real `aws.wasm` component, the host's
+//! `capw:host/aws` signing every call (moto checks the signatures), a real `capw apiserver`
+//! over HTTPS and kubectl applying `examples/aws-cluster.yaml` unchanged.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::Value;
+use support::host::Env;
+use support::moto::Moto;
+
+const GROUP: &str = "infrastructure.cluster.x-k8s.io";
+const CLUSTER: &str = "aws-demo";
+
+async fn host(moto: &Moto, secret: &str, manifest: &str) -> Env {
+    let aws = moto.env_with(secret);
+    let mut env = support::host::start_configured(
+        &[
+            ("bootstrap", "bootstrap.wasm"),
+            ("control-plane", "control-plane.wasm"),
+            ("aws", "aws.wasm"),
+        ],
+        &[("aws", manifest)],
+        |c| c.aws = aws,
+    )
+    .await;
+    env.dump = "awsclusters,awsmachines,machines";
+    env.serving("the AWS, bootstrap and control-plane plugins to serve", 4)
+        .await;
+    env
+}
+
+fn example() -> String {
+    std::fs::read_to_string(support::repo_root().join("examples/aws-cluster.yaml")).unwrap()
+}
+
+async fn apply(env: &Env, manifest: &str) {
+    env.eventually("the manifest to apply", 60, || async {
+        support::kubectl(&env.kubeconfig, &env.home, &["apply", "-f", "-"], Some(manifest))
+            .0
+            .then_some(())
+    })
+    .await;
+}
+
+fn aws_clusters(env: &Env) -> Api<DynamicObject> {
+    env.dynamic(GROUP, "AWSCluster", "awsclusters")
+}
+
+/// The message of the AWSCluster's `PluginCallSucceeded=False` condition, once it has one.
+async fn call_failure(env: &Env) -> String {
+    let api = aws_clusters(env);
+    env.eventually("the AWSCluster to report a failed call", 60, || async {
+        let c = api.get_opt(CLUSTER).await.ok()??;
+        let conds = c.data["status"]["conditions"].as_array()?.clone();
+        conds
+            .iter()
+            .find(|c| c["type"] == "PluginCallSucceeded" && c["status"] == "False")
+            .map(|c| format!("{}: {}", c["reason"].as_str().unwrap_or(""), c["message"].as_str().unwrap_or("")))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_aws_cluster_gets_capas_network_and_balancer_and_deleting_it_leaves_nothing() {
+    let moto = Moto::start(true);
+    let env = host(&moto, &moto.key.1.clone(), "capabilities: [aws]\n").await;
+    apply(&env, &example()).await;
+
+    // The network, the groups and the balancer, with the balancer's name as the endpoint.
+    let api = aws_clusters(&env);
+    let endpoint = env
+        .eventually("the AWSCluster provisioned with an endpoint", 120, || async {
+            let c = api.get_opt(CLUSTER).await.ok()??;
+            (c.data["status"]["initialization"]["provisioned"] == true)
+                .then(|| c.data["spec"]["controlPlaneEndpoint"].clone())
+        })
+        .await;
+    let host = endpoint["host"].as_str().unwrap().to_string();
+    assert_eq!(endpoint["port"], 6443);
+    assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 1);
+    assert_eq!(moto.tagged(CLUSTER, "DescribeSubnets", "subnetId", &[]).await, 6, "a public and a private subnet in each of 3 zones");
+    assert_eq!(moto.tagged(CLUSTER, "DescribeSecurityGroups", "groupId", &[]).await, 4);
+    let lbs = moto
+        .call("elasticloadbalancing", "DescribeLoadBalancers", &[("Names.member.1", "aws-demo-apiserver")])
+        .await;
+    assert!(lbs.contains(&format!("<DNSName>{host}</DNSName>")), "the endpoint is the balancer's: {host}\n{lbs}");
+    assert!(lbs.contains("<Type>network</Type>"), "{lbs}");
+    let c = api.get(CLUSTER).await.unwrap();
+    let fds = c.data["status"]["failureDomains"].as_array().cloned().unwrap_or_default();
+    assert_eq!(fds.len(), 3, "a failure domain per private subnet's zone: {fds:?}");
+    assert_eq!(c.data["status"]["networkStatus"]["apiServerElb"]["dnsName"], host.as_str());
+
+    // The control-plane machine is an instance of the looked-up AMI, behind the balancer.
+    let machines = env.dynamic(GROUP, "AWSMachine", "awsmachines");
+    let provider_id = env
+        .eventually("the control-plane AWSMachine's instance", 120, || async {
+            let l = machines.list(&Default::default()).await.ok()?;
+            l.items
+                .iter()
+                .find_map(|m| m.data["spec"]["providerID"].as_str().map(str::to_string))
+        })
+        .await;
+    let instance = provider_id.rsplit('/').next().unwrap().to_string();
+    assert!(provider_id.starts_with("aws:///us-east-1"), "{provider_id}");
+    let running = [("Filter.2.Name", "instance-state-name"), ("Filter.2.Value.1", "running")];
+    assert_eq!(moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &running).await, 1);
+    let described = moto.call("ec2", "DescribeInstances", &[("InstanceId.1", &instance)]).await;
+    assert!(described.contains("<imageId>ami-0ca9a000000000000</imageId>"), "CAPA's AMI lookup for v1.33.4: {described}");
+    let groups = moto
+        .call("elasticloadbalancing", "DescribeTargetGroups", &[("Names.member.1", "aws-demo-apiserver")])
+        .await;
+    let arn = groups.split("<TargetGroupArn>").nth(1).unwrap().split('<').next().unwrap().to_string();
+    let health = moto
+        .call("elasticloadbalancing", "DescribeTargetHealth", &[("TargetGroupArn", &arn)])
+        .await;
+    assert!(health.contains(&format!("<Id>{instance}</Id>")), "{health}");
+
+    // Deleting the Cluster deletes everything tagged for it, in reverse.
+    env.kubectl(&["delete", "cluster", CLUSTER, "--wait=false"], None);
+    let clusters = env.dynamic("cluster.x-k8s.io", "Cluster", "clusters");
+    env.eventually("the Cluster gone", 180, || async {
+        clusters.get_opt(CLUSTER).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &running).await, 0);
+    assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 0);
+    assert_eq!(moto.tagged(CLUSTER, "DescribeSubnets", "subnetId", &[]).await, 0);
+    assert_eq!(moto.tagged(CLUSTER, "DescribeSecurityGroups", "groupId", &[]).await, 0);
+    assert_eq!(moto.tagged(CLUSTER, "DescribeInternetGateways", "internetGatewayId", &[]).await, 0);
+    assert_eq!(moto.tagged(CLUSTER, "DescribeAddresses", "allocationId", &[]).await, 0);
+    let nats = [("Filter.2.Name", "state"), ("Filter.2.Value.1", "available")];
+    assert_eq!(moto.tagged(CLUSTER, "DescribeNatGateways", "natGatewayId", &nats).await, 0);
+    let lbs = moto.call("elasticloadbalancing", "DescribeLoadBalancers", &[]).await;
+    assert!(!lbs.contains("<LoadBalancerArn>"), "{lbs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn credentials_are_the_hosts_and_a_refusal_names_their_source() {
+    let moto = Moto::start(true);
+
+    // The host's environment with a wrong secret: moto's signature check refuses it.
+    let env = host(&moto, "not-the-secret", "capabilities: [aws]\n").await;
+    apply(&env, &example()).await;
+    let failure = call_failure(&env).await;
+    assert!(
+        failure.contains("AWS refused the credentials from the host's environment")
+            && failure.contains("AuthFailure"),
+        "{failure}"
+    );
+    drop(env);
+
+    // A grant naming a Secret: missing, then created with the IAM key.
+    let manifest = "capabilities: [aws]\naws:\n  credentials:\n    secretRef: {namespace: default, name: aws-creds}\n";
+    let mut env = host(&moto, "not-the-secret", manifest).await;
+    env.dump = "wasmproviders";
+    let wp: Api<capw_api::wasmprovider::WasmProvider> = Api::all(env.client.clone());
+    let shown = env
+        .eventually("the grant shown in status", 60, || async {
+            let w = wp.get_opt("aws").await.ok()??;
+            serde_json::to_value(w.status?.aws?).ok()
+        })
+        .await;
+    assert_eq!(shown["credentials"]["secretRef"]["name"], "aws-creds");
+    assert!(shown["actions"]["ec2"].as_array().unwrap().contains(&Value::from("RunInstances")));
+    apply(&env, &example()).await;
+    let failure = call_failure(&env).await;
+    assert!(
+        failure.contains("Secret default/aws-creds (the WasmProvider's spec.aws.credentials.secretRef) does not exist"),
+        "{failure}"
+    );
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(env.client.clone(), "default");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "aws-creds"},
+        "stringData": {"AccessKeyID": moto.key.0, "SecretAccessKey": moto.key.1}
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    let api = aws_clusters(&env);
+    env.eventually("the AWSCluster provisioned with the Secret's key", 120, || async {
+        let c = api.get_opt(CLUSTER).await.ok()??;
+        (c.data["status"]["initialization"]["provisioned"] == true).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_action_outside_the_grant_is_refused_naming_the_field() {
+    let moto = Moto::start(false);
+    let manifest = "capabilities: [aws]\naws:\n  actions:\n    ec2: [DescribeVpcs]\n";
+    let env = host(&moto, &moto.key.1.clone(), manifest).await;
+    apply(&env, &example()).await;
+    let failure = call_failure(&env).await;
+    assert_eq!(
+        failure,
+        "TerminalError: plugin aws 0.1.0: terminal provider error: ec2:CreateVpc was refused by the host: action ec2:CreateVpc is not granted to plugin aws: add it to its WasmProvider's spec.aws.actions.ec2"
+    );
+    assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 0, "nothing was sent");
+}

@@ -1,0 +1,269 @@
+//! AWSCluster, AWSMachine and their templates, on the v1beta2 contract.
+
+use crate::scope::Scope;
+use crate::{instances, load_balancer, network, security_groups};
+use capw_sdk::*;
+
+const GROUP: &str = "infrastructure.cluster.x-k8s.io";
+const VERSION: &str = "0.1.0";
+const CONTROL_PLANE_LABEL: &str = "/metadata/labels/cluster.x-k8s.io~1control-plane";
+const CLUSTER_LABEL: &str = "/metadata/labels/cluster.x-k8s.io~1cluster-name";
+
+pub struct Aws;
+
+fn owner(ctx: &Context, obj: &View) -> Result<View, ProviderError> {
+    ctx.cluster_view()?.ok_or_else(|| {
+        wait(
+            format!("waiting for the Cluster controller to set an owner reference on {}", obj.name()),
+            5,
+        )
+    })
+}
+
+/// The cluster name for deletion, when the owner may already be gone.
+fn cluster_name(ctx: &Context, obj: &View) -> Result<String, ProviderError> {
+    Ok(match ctx.cluster_view()? {
+        Some(c) => c.name().to_string(),
+        None => obj.str(CLUSTER_LABEL).to_string(),
+    })
+}
+
+fn crds() -> Vec<String> {
+    let cluster_col = ("Cluster", "string", ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']");
+    vec![
+        crd(
+            GROUP,
+            "AWSCluster",
+            "awsclusters",
+            &[
+                cluster_col,
+                ("Provisioned", "boolean", ".status.initialization.provisioned"),
+                ("Endpoint", "string", ".spec.controlPlaneEndpoint.host"),
+                ("Region", "string", ".spec.region"),
+            ],
+        ),
+        crd(
+            GROUP,
+            "AWSMachine",
+            "awsmachines",
+            &[
+                cluster_col,
+                ("State", "string", ".status.instanceState"),
+                ("Provisioned", "boolean", ".status.initialization.provisioned"),
+                ("InstanceID", "string", ".spec.providerID"),
+                ("Machine", "string", ".metadata.ownerReferences[?(@.kind==\"Machine\")].name"),
+            ],
+        ),
+        crd(GROUP, "AWSMachineTemplate", "awsmachinetemplates", &[]),
+        crd(GROUP, "AWSClusterTemplate", "awsclustertemplates", &[]),
+    ]
+}
+
+impl Provider for Aws {
+    fn metadata() -> Metadata {
+        Metadata {
+            kinds: vec![
+                kind(GROUP, "AWSCluster", KindRole::InfrastructureCluster),
+                kind(GROUP, "AWSMachine", KindRole::InfrastructureMachine),
+                kind(
+                    GROUP,
+                    "AWSMachineTemplate",
+                    KindRole::InfrastructureMachineTemplate("AWSMachine".into()),
+                ),
+                kind(
+                    GROUP,
+                    "AWSClusterTemplate",
+                    KindRole::InfrastructureClusterTemplate("AWSCluster".into()),
+                ),
+            ],
+            crds: crds(),
+            ..Metadata::new("aws", VERSION, ProviderType::Infrastructure)
+        }
+    }
+
+    fn reconcile_cluster(ctx: Context) -> Result<ClusterStatus, ProviderError> {
+        let obj = ctx.view()?;
+        let cluster = owner(&ctx, &obj)?;
+        let mut s = Scope::new(cluster.name(), View(obj.0.clone()));
+        let net = network::reconcile(&mut s)?;
+        let groups = security_groups::reconcile(&mut s, &net)?;
+        let lb_group = groups
+            .get("apiserver-lb")
+            .and_then(|g| g.get("id"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let (dns, elb) = load_balancer::reconcile(&mut s, &net, &lb_group)?;
+        let mut zones: Vec<String> = net.private().map(|x| x.zone.clone()).collect();
+        zones.dedup();
+        let failure_domains = zones
+            .into_iter()
+            .map(|z| FailureDomain {
+                name: z,
+                control_plane: true,
+                attributes: vec![],
+            })
+            .collect();
+        let was = obj.get("/status/initialization/provisioned") == Some(&Value::Bool(true));
+        let endpoint = dns
+            .map(|host| ApiEndpoint { host, port: load_balancer::PORT })
+            .or_else(|| {
+                let host = obj.str("/spec/controlPlaneEndpoint/host");
+                (!host.is_empty()).then(|| ApiEndpoint {
+                    host: host.into(),
+                    port: obj
+                        .get("/spec/controlPlaneEndpoint/port")
+                        .and_then(Value::as_u64)
+                        .and_then(|p| u16::try_from(p).ok())
+                        .unwrap_or(load_balancer::PORT),
+                })
+            });
+        let provisioned = was || endpoint.is_some();
+        let mut conditions = std::mem::take(&mut s.conditions);
+        conditions.push(if provisioned {
+            condition("Ready", true, "Provisioned", "")
+        } else {
+            condition("Ready", false, "LoadBalancerProvisioning", "waiting for the API load balancer to become active")
+        });
+        let mut common = common(
+            conditions,
+            Some(json!({"networkStatus": {"securityGroups": groups, "apiServerElb": elb}})),
+        );
+        if !provisioned {
+            common.requeue_after_seconds = Some(5);
+        }
+        Ok(ClusterStatus {
+            provisioned,
+            control_plane_endpoint: endpoint,
+            failure_domains,
+            common,
+        })
+    }
+
+    fn delete_cluster(ctx: Context) -> Result<DeleteStatus, ProviderError> {
+        let obj = ctx.view()?;
+        let s = Scope::new(&cluster_name(&ctx, &obj)?, obj);
+        // CAPA's order: the load balancer, the security groups, then the network.
+        let done = load_balancer::delete(&s)? && security_groups::delete(&s)? && network::delete(&s)?;
+        let mut common = common(vec![], None);
+        if !done {
+            common.requeue_after_seconds = Some(3);
+        }
+        Ok(DeleteStatus { done, common })
+    }
+
+    fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
+        let obj = ctx.view()?;
+        let cluster = owner(&ctx, &obj)?;
+        let machine = ctx.machine_view()?.ok_or_else(|| {
+            wait(format!("waiting for the Machine controller to set an owner reference on {}", obj.name()), 5)
+        })?;
+        let Some(aws_cluster) = ctx.infrastructure_cluster_view()? else {
+            return Ok(waiting("WaitingForInfrastructureCluster", "the AWSCluster is not there yet"));
+        };
+        if cluster.get("/status/initialization/infrastructureProvisioned") != Some(&Value::Bool(true)) {
+            return Ok(waiting("WaitingForClusterInfrastructure", "the cluster's network and load balancer are not provisioned yet"));
+        }
+        let s = Scope::new(cluster.name(), aws_cluster);
+        let control_plane = machine.get(CONTROL_PLANE_LABEL).is_some();
+        let instance = match instances::find(&s, &obj)? {
+            Some(i) => i,
+            None if instances::instance_id(&obj).is_some() => {
+                return Ok(terminated(&obj, "the instance is gone from EC2"));
+            }
+            None => {
+                let Some(data) = ctx.bootstrap_data.as_deref() else {
+                    return Ok(waiting("WaitingForBootstrapData", "the bootstrap provider has not made the data yet"));
+                };
+                instances::create(&s, &obj, &machine, control_plane, data)?
+            }
+        };
+        let state = instance.text("instanceState/name").to_string();
+        let patch = json!({"instanceState": state});
+        match state.as_str() {
+            "running" => {}
+            "shutting-down" | "terminated" | "stopping" | "stopped" if instances::instance_id(&obj).is_some() => {
+                return Ok(terminated(&obj, &format!("the instance is {state}: it was stopped or terminated outside Cluster API")));
+            }
+            _ => {
+                let mut c = common(
+                    vec![condition("InstanceReady", false, "InstanceNotReady", &format!("instance {} is {state}", instance.text("instanceId")))],
+                    Some(patch),
+                );
+                c.requeue_after_seconds = Some(2);
+                return Ok(MachineStatus::pending(c));
+            }
+        }
+        if control_plane {
+            instances::register(&s, instance.text("instanceId"))?;
+        }
+        let mut addresses = vec![];
+        for (type_, path) in [
+            ("InternalIP", "privateIpAddress"),
+            ("ExternalIP", "ipAddress"),
+            ("InternalDNS", "privateDnsName"),
+            ("ExternalDNS", "dnsName"),
+        ] {
+            let a = instance.text(path);
+            if !a.is_empty() {
+                addresses.push(Address { type_: type_.into(), address: a.into() });
+            }
+        }
+        Ok(MachineStatus {
+            provisioned: true,
+            provider_id: Some(instances::provider_id(&instance)),
+            addresses,
+            failure_domain: Some(instance.text("placement/availabilityZone").to_string()).filter(|z| !z.is_empty()),
+            interruptible: false,
+            common: common(
+                vec![
+                    condition("InstanceReady", true, "InstanceRunning", ""),
+                    condition("Ready", true, "Provisioned", ""),
+                ],
+                Some(patch),
+            ),
+        })
+    }
+
+    fn delete_machine(ctx: Context) -> Result<DeleteStatus, ProviderError> {
+        let obj = ctx.view()?;
+        let cluster = cluster_name(&ctx, &obj)?;
+        let aws_cluster = ctx.infrastructure_cluster_view()?.unwrap_or_else(|| View(json!({})));
+        let s = Scope::new(&cluster, aws_cluster);
+        let control_plane = ctx
+            .machine_view()?
+            .is_some_and(|m| m.get(CONTROL_PLANE_LABEL).is_some());
+        let done = instances::delete(&s, &obj, control_plane)?;
+        let mut common = common(vec![], None);
+        if !done {
+            common.requeue_after_seconds = Some(2);
+        }
+        Ok(DeleteStatus { done, common })
+    }
+}
+
+fn waiting(reason: &str, message: &str) -> MachineStatus {
+    let mut c = common(vec![condition("InstanceReady", false, reason, message)], None);
+    c.requeue_after_seconds = Some(10);
+    MachineStatus::pending(c)
+}
+
+/// An instance gone behind Cluster API's back. The machine stays provisioned (the contract's
+/// flag is sticky) with its provider ID, and says it failed: a MachineHealthCheck replaces it
+/// once its Node goes.
+fn terminated(obj: &View, why: &str) -> MachineStatus {
+    MachineStatus {
+        provisioned: true,
+        provider_id: Some(obj.str("/spec/providerID").to_string()),
+        addresses: vec![],
+        failure_domain: None,
+        interruptible: false,
+        common: common(
+            vec![
+                condition("InstanceReady", false, "InstanceTerminated", why),
+                condition("Ready", false, "InstanceTerminated", why),
+            ],
+            Some(json!({"instanceState": "terminated"})),
+        ),
+    }
+}
