@@ -385,9 +385,11 @@ fn delete_strays(s: &Scope) -> Result<bool, Fail> {
         ))?;
     }
     let addresses = s.api.ec2("DescribeAddresses", tags::owned_filter(Params::new(), &s.cluster, None))?;
+    // Their NAT gateways are gone by now; an address still in use is tried again next pass.
     for a in addresses.list("addressesSet") {
-        if a.text("associationId").is_empty() {
-            ignore_gone(s.api.ec2("ReleaseAddress", Params::new().set("AllocationId", a.text("allocationId"))))?;
+        match s.api.ec2("ReleaseAddress", Params::new().set("AllocationId", a.text("allocationId"))) {
+            Err(f) if f.code().is_some_and(|c| c.ends_with("InUse")) => return Ok(false),
+            r => ignore_gone(r)?,
         }
     }
     Ok(find_vpc(s)?.is_none())
