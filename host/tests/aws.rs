@@ -9,13 +9,16 @@ mod support;
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::Value;
 use support::host::Env;
-use support::moto::Moto;
+use support::moto::{Fault, FaultProxy, Moto};
 
 const GROUP: &str = "infrastructure.cluster.x-k8s.io";
 const CLUSTER: &str = "aws-demo";
 
 async fn host(moto: &Moto, secret: &str, manifest: &str) -> Env {
-    let aws = moto.env_with(secret);
+    host_at(moto.env_with(secret), manifest).await
+}
+
+async fn host_at(aws: capw_runtime::capabilities::aws::Environment, manifest: &str) -> Env {
     let mut env = support::host::start_configured(
         &[
             ("bootstrap", "bootstrap.wasm"),
@@ -195,7 +198,90 @@ async fn an_action_outside_the_grant_is_refused_naming_the_field() {
     let failure = call_failure(&env).await;
     assert_eq!(
         failure,
-        "TerminalError: plugin aws 0.1.0: terminal provider error: ec2:CreateVpc was refused by the host: action ec2:CreateVpc is not granted to plugin aws: add it to its WasmProvider's spec.aws.actions.ec2"
+        "TransientError: plugin aws 0.1.0: transient provider error: ec2:CreateVpc was refused by the host: action ec2:CreateVpc is not granted to plugin aws: add it to its WasmProvider's spec.aws.actions.ec2"
     );
     assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 0, "nothing was sent");
+}
+
+/// Waits for the AWSCluster to be provisioned.
+async fn provisioned(env: &Env, secs: u64) -> DynamicObject {
+    let api = aws_clusters(env);
+    env.eventually("the AWSCluster provisioned", secs, || async {
+        let c = api.get_opt(CLUSTER).await.ok()??;
+        (c.data["status"]["initialization"]["provisioned"] == true).then_some(c)
+    })
+    .await
+}
+
+fn reasons(o: &DynamicObject) -> Vec<String> {
+    o.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["reason"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn throttling_and_unavailability_are_retried_not_terminal() {
+    let moto = Moto::start(false);
+    // 5xx for a moment: the host's retries inside one call absorb it.
+    let proxy = FaultProxy::start(&moto.url, Fault::Unavailable, 3).await;
+    let env = host_at(moto.env_at(&proxy.url, &moto.key.1), "capabilities: [aws]\n").await;
+    apply(&env, &example()).await;
+    let c = provisioned(&env, 60).await;
+    assert_eq!(proxy.left.load(std::sync::atomic::Ordering::SeqCst), 0, "every fault was answered");
+    assert!(!reasons(&c).iter().any(|r| r == "TerminalError"), "{:?}", reasons(&c));
+    drop(env);
+
+    // RequestLimitExceeded for longer than one call retries: the call is throttled, the
+    // reconcile waits and tries again, and the cluster still gets made.
+    let moto = Moto::start(false);
+    let proxy = FaultProxy::start(&moto.url, Fault::Throttled, 12).await;
+    let env = host_at(moto.env_at(&proxy.url, &moto.key.1), "capabilities: [aws]\n").await;
+    apply(&env, &example()).await;
+    let c = provisioned(&env, 90).await;
+    assert_eq!(proxy.left.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert!(!reasons(&c).iter().any(|r| r == "TerminalError"), "{:?}", reasons(&c));
+    assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restart_mid_provisioning_makes_no_second_vpc_or_instance() {
+    let moto = Moto::start(false);
+    let env = host(&moto, &moto.key.1.clone(), "capabilities: [aws]\n").await;
+    apply(&env, &example()).await;
+    // The host stops the moment the VPC exists: the network is half made and nothing of it is
+    // recorded anywhere but in the cloud's tags.
+    env.eventually("the VPC", 60, || async {
+        (moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await == 1).then_some(())
+    })
+    .await;
+    let aws = moto.env();
+    let env = env.restart(|c| c.aws = aws).await;
+    provisioned(&env, 120).await;
+    assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 1, "the VPC was found, not made again");
+    assert_eq!(moto.tagged(CLUSTER, "DescribeSubnets", "subnetId", &[]).await, 6);
+    assert_eq!(moto.tagged(CLUSTER, "DescribeInternetGateways", "internetGatewayId", &[]).await, 1);
+    let nats = [("Filter.2.Name", "state"), ("Filter.2.Value.1", "available")];
+    assert_eq!(moto.tagged(CLUSTER, "DescribeNatGateways", "natGatewayId", &nats).await, 3);
+
+    // It stops again the moment the control-plane instance exists.
+    let live = [("Filter.2.Name", "instance-state-name"), ("Filter.2.Value.1", "pending"), ("Filter.2.Value.2", "running")];
+    env.eventually("the control-plane instance", 60, || async {
+        (moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &live).await == 1).then_some(())
+    })
+    .await;
+    let aws = moto.env();
+    let env = env.restart(|c| c.aws = aws).await;
+    let machines = env.dynamic(GROUP, "AWSMachine", "awsmachines");
+    env.eventually("the control-plane AWSMachine provisioned", 120, || async {
+        let l = machines.list(&Default::default()).await.ok()?;
+        l.items
+            .iter()
+            .any(|m| m.data["status"]["initialization"]["provisioned"] == true)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &live).await, 1, "the instance was found by its tags");
 }

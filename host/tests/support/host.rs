@@ -66,12 +66,7 @@ pub async fn start_configured(
     for (stem, yaml) in manifests {
         std::fs::write(pdir.join(format!("{stem}.yaml")), yaml).expect("manifest");
     }
-    let mut config = HostConfig::new(pdir, dir.path().join("cache"));
-    config.sim = SimSettings {
-        boot_delay: Duration::from_millis(100),
-        node_delay: Duration::from_millis(200),
-    };
-    config.dropin_interval = Duration::from_millis(200);
+    let mut config = test_config(dir.path());
     configure(&mut config);
     let host = manager::start(client.clone(), config)
         .await
@@ -89,7 +84,31 @@ pub async fn start_configured(
     }
 }
 
+/// The tests' host configuration for the plugin directory and cache under `dir`.
+fn test_config(dir: &std::path::Path) -> HostConfig {
+    let mut config = HostConfig::new(dir.join("plugins"), dir.join("cache"));
+    config.sim = SimSettings {
+        boot_delay: Duration::from_millis(100),
+        node_delay: Duration::from_millis(200),
+    };
+    config.dropin_interval = Duration::from_millis(200);
+    config
+}
+
 impl Env {
+    /// Stops the host and starts a new one on the same API server and plugin directory, as a
+    /// restarted process would (nothing of the old one's memory is kept).
+    pub async fn restart(self, configure: impl FnOnce(&mut HostConfig)) -> Env {
+        let Env { api, client, host, kubeconfig, home, dump, dir } = self;
+        drop(host);
+        let mut config = test_config(dir.path());
+        configure(&mut config);
+        let host = manager::start(client.clone(), config)
+            .await
+            .expect("host restarts");
+        Env { api, client, host, kubeconfig, home, dump, dir }
+    }
+
     /// Waits until the driver serves `n` kinds (a plugin serves one kind or more).
     pub async fn serving(&self, what: &str, n: usize) {
         self.eventually(what, 60, || async {

@@ -65,8 +65,13 @@ impl Moto {
 
     /// The host environment that points capw:host/aws here, with `secret` as the secret key.
     pub fn env_with(&self, secret: &str) -> Environment {
+        self.env_at(&self.url, secret)
+    }
+
+    /// The host environment that sends to `url` (a proxy in front of this emulator).
+    pub fn env_at(&self, url: &str, secret: &str) -> Environment {
         Environment::from_pairs([
-            ("AWS_ENDPOINT_URL", self.url.as_str()),
+            ("AWS_ENDPOINT_URL", url),
             ("AWS_REGION", "us-east-1"),
             ("AWS_ACCESS_KEY_ID", self.key.0.as_str()),
             ("AWS_SECRET_ACCESS_KEY", secret),
@@ -107,5 +112,92 @@ impl Moto {
         params.extend_from_slice(extra);
         let body = self.call("ec2", describe, &params).await;
         body.matches(&format!("<{id_tag}>")).count()
+    }
+}
+
+/// What a [`FaultProxy`] answers instead of forwarding.
+#[derive(Clone, Copy, Debug)]
+pub enum Fault {
+    /// `503 Service Unavailable`.
+    Unavailable,
+    /// EC2's throttling answer: 503 with `RequestLimitExceeded`, as AWS sends it.
+    Throttled,
+}
+
+/// A loopback proxy in front of moto that answers the first faults itself, then forwards every
+/// connection: AWS having a bad minute, with a real emulator behind it.
+pub struct FaultProxy {
+    pub url: String,
+    /// Faults still to answer.
+    pub left: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FaultProxy {
+    pub async fn start(upstream: &str, fault: Fault, count: usize) -> FaultProxy {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let upstream = upstream.trim_start_matches("http://").to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let left = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(count));
+        let counter = left.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else { return };
+                let counter = counter.clone();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let take = counter
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok();
+                    if !take {
+                        let Ok(mut out) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                        return;
+                    }
+                    // Read the whole request, so the client sees an answer, not a reset.
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 8192];
+                    loop {
+                        let Ok(n) = inbound.read(&mut chunk).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buf);
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let len = text[..end]
+                                .lines()
+                                .find_map(|l| {
+                                    let (k, v) = l.split_once(':')?;
+                                    k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok())?
+                                })
+                                .unwrap_or(0);
+                            if buf.len() >= end + 4 + len {
+                                break;
+                            }
+                        }
+                    }
+                    let body = match fault {
+                        Fault::Unavailable => "<Response><Errors><Error><Code>ServiceUnavailable</Code><Message>try again</Message></Error></Errors><RequestID>fault</RequestID></Response>",
+                        Fault::Throttled => "<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>fault</RequestID></Response>",
+                    };
+                    let answer = format!(
+                        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/xml\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = inbound.write_all(answer.as_bytes()).await;
+                    let _ = inbound.shutdown().await;
+                });
+            }
+        });
+        FaultProxy { url, left, task }
     }
 }

@@ -120,11 +120,16 @@ impl Client {
     }
 }
 
-/// What the host's refusals mean for the reconcile: a grant or the credentials need a person
-/// (terminal, the message says which field); throttling and outages are waited out.
+/// What the host's refusals mean for the reconcile. A missing grant or refused credentials need
+/// a person, who changes the WasmProvider or a Secret rather than this object's spec: they are
+/// retried slowly, so the fix takes effect without touching the object. A malformed call is
+/// this plugin's bug (terminal); throttling and outages are waited out.
 fn host_error(service: &str, action: &str, e: AwsError) -> ProviderError {
     match e {
-        AwsError::Denied(m) => ProviderError::Terminal(format!("{service}:{action} was refused by the host: {m}")),
+        AwsError::Denied(m) => ProviderError::Transient(Retry {
+            message: format!("{service}:{action} was refused by the host: {m}"),
+            retry_after_seconds: Some(60),
+        }),
         AwsError::Invalid(m) => ProviderError::Terminal(format!("{service}:{action} is malformed: {m}")),
         AwsError::Credentials(m) => ProviderError::Transient(Retry {
             message: format!("AWS credentials: {m}"),
