@@ -285,3 +285,71 @@ async fn a_restart_mid_provisioning_makes_no_second_vpc_or_instance() {
     .await;
     assert_eq!(moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &live).await, 1, "the instance was found by its tags");
 }
+
+/// The sandbox, through a real component (`aws-probe.wasm`): the grant is required to load it,
+/// only granted actions are sent, reserved parameters and region names that are not regions
+/// are refused, no socket reaches anything (the emulator's own port included), and after its
+/// calls succeeded against moto's signature check the component's memory holds no trace of the
+/// secret key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_component_never_holds_the_secret_and_reaches_only_granted_actions() {
+    use capw_runtime::capabilities::Grants;
+    use capw_runtime::capabilities::aws::{AwsBackend, AwsPermit, Policy};
+    use capw_runtime::{Capability, Context, Limits, Plugin, Runtime};
+    let moto = Moto::start(true);
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(dir.path()).unwrap();
+    rt.engine
+        .services
+        .backends
+        .provide(std::sync::Arc::new(AwsBackend::with(moto.env(), None, Policy::default()).unwrap()));
+    let wasm = std::fs::read(support::plugin("aws-probe.wasm")).unwrap();
+    let ungranted = Plugin::load(&rt.engine, &rt.cache, &wasm, None, [Capability::LOG].into(), Limits::default()).await;
+    let e = ungranted.err().expect("a component importing aws loaded without the grant").to_string();
+    assert!(e.contains("capw:host/aws"), "{e}");
+    let limits = Limits {
+        grants: Grants::default().with(AwsPermit::default()).into(),
+        ..Limits::default()
+    };
+    let probe = Plugin::load(&rt.engine, &rt.cache, &wasm, None, [Capability::LOG, Capability::AWS].into(), limits)
+        .await
+        .expect("aws-probe loads with the grant");
+    let reversed = |s: &str| s.chars().rev().collect::<String>();
+    let moto_port = moto.url.rsplit(':').next().unwrap().to_string();
+    let ctx = Context::of(
+        serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AwsProbeMachine",
+            "metadata": {"name": "m", "namespace": "default"},
+            "spec": {
+                "calls": [
+                    {"service": "ec2", "action": "DescribeVpcs"},
+                    {"service": "ec2", "action": "CreateKeyPair", "params": {"KeyName": "k"}},
+                    {"service": "iam", "action": "CreateUser", "params": {"UserName": "u"}},
+                    {"service": "ec2", "action": "DescribeVpcs", "params": {"X-Amz-Security-Token": "t"}},
+                    {"service": "ec2", "action": "DescribeVpcs", "region": "169.254.169.254"},
+                ],
+                "connect": format!("127.0.0.1:{moto_port}"),
+                "needleReversed": reversed(&moto.key.1),
+                "controlReversed": reversed("DescribeVpcsResponse"),
+            }
+        })
+        .to_string(),
+    );
+    let st = probe.reconcile_machine(&ctx).await.expect("reconcile");
+    let report: serde_json::Value = serde_json::from_str(&st.common.status_patch.expect("report")).unwrap();
+    let calls = &report["calls"];
+    assert_eq!(calls[0]["status"], 200, "signed by the host, checked by moto: {report}");
+    assert_eq!(
+        calls[1]["denied"],
+        "action ec2:CreateKeyPair is not granted to plugin aws-probe: add it to its WasmProvider's spec.aws.actions.ec2"
+    );
+    assert!(calls[2]["denied"].as_str().unwrap().starts_with("service \"iam\" is not granted"), "{report}");
+    assert!(calls[3]["invalid"].as_str().unwrap().contains("\"X-Amz-Security-Token\" is reserved"), "{report}");
+    assert!(calls[4]["invalid"].as_str().unwrap().contains("is not a region name"), "{report}");
+    assert_ne!(report["connect"], "connected", "a socket reached the emulator directly: {report}");
+    assert!(report["scannedBytes"].as_u64().unwrap() > 1 << 20, "{report}");
+    assert_eq!(report["controlFound"], true, "the search finds what the answers brought in: {report}");
+    assert_eq!(report["secretFound"], false, "the secret key is in the component's memory: {report}");
+    let created = moto.call("ec2", "DescribeKeyPairs", &[]).await;
+    assert!(!created.contains("<keyName>k</keyName>"), "a refused call reached the cloud: {created}");
+}
