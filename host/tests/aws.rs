@@ -41,9 +41,14 @@ fn example() -> String {
 
 async fn apply(env: &Env, manifest: &str) {
     env.eventually("the manifest to apply", 60, || async {
-        support::kubectl(&env.kubeconfig, &env.home, &["apply", "-f", "-"], Some(manifest))
-            .0
-            .then_some(())
+        support::kubectl(
+            &env.kubeconfig,
+            &env.home,
+            &["apply", "-f", "-"],
+            Some(manifest),
+        )
+        .0
+        .then_some(())
     })
     .await;
 }
@@ -61,7 +66,13 @@ async fn call_failure(env: &Env) -> String {
         conds
             .iter()
             .find(|c| c["type"] == "PluginCallSucceeded" && c["status"] == "False")
-            .map(|c| format!("{}: {}", c["reason"].as_str().unwrap_or(""), c["message"].as_str().unwrap_or("")))
+            .map(|c| {
+                format!(
+                    "{}: {}",
+                    c["reason"].as_str().unwrap_or(""),
+                    c["message"].as_str().unwrap_or("")
+                )
+            })
     })
     .await
 }
@@ -75,26 +86,56 @@ async fn an_aws_cluster_gets_capas_network_and_balancer_and_deleting_it_leaves_n
     // The network, the groups and the balancer, with the balancer's name as the endpoint.
     let api = aws_clusters(&env);
     let endpoint = env
-        .eventually("the AWSCluster provisioned with an endpoint", 120, || async {
-            let c = api.get_opt(CLUSTER).await.ok()??;
-            (c.data["status"]["initialization"]["provisioned"] == true)
-                .then(|| c.data["spec"]["controlPlaneEndpoint"].clone())
-        })
+        .eventually(
+            "the AWSCluster provisioned with an endpoint",
+            120,
+            || async {
+                let c = api.get_opt(CLUSTER).await.ok()??;
+                (c.data["status"]["initialization"]["provisioned"] == true)
+                    .then(|| c.data["spec"]["controlPlaneEndpoint"].clone())
+            },
+        )
         .await;
     let host = endpoint["host"].as_str().unwrap().to_string();
     assert_eq!(endpoint["port"], 6443);
     assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 1);
-    assert_eq!(moto.tagged(CLUSTER, "DescribeSubnets", "subnetId", &[]).await, 6, "a public and a private subnet in each of 3 zones");
-    assert_eq!(moto.tagged(CLUSTER, "DescribeSecurityGroups", "groupId", &[]).await, 4);
+    assert_eq!(
+        moto.tagged(CLUSTER, "DescribeSubnets", "subnetId", &[])
+            .await,
+        6,
+        "a public and a private subnet in each of 3 zones"
+    );
+    assert_eq!(
+        moto.tagged(CLUSTER, "DescribeSecurityGroups", "groupId", &[])
+            .await,
+        4
+    );
     let lbs = moto
-        .call("elasticloadbalancing", "DescribeLoadBalancers", &[("Names.member.1", "aws-demo-apiserver")])
+        .call(
+            "elasticloadbalancing",
+            "DescribeLoadBalancers",
+            &[("Names.member.1", "aws-demo-apiserver")],
+        )
         .await;
-    assert!(lbs.contains(&format!("<DNSName>{host}</DNSName>")), "the endpoint is the balancer's: {host}\n{lbs}");
+    assert!(
+        lbs.contains(&format!("<DNSName>{host}</DNSName>")),
+        "the endpoint is the balancer's: {host}\n{lbs}"
+    );
     assert!(lbs.contains("<Type>network</Type>"), "{lbs}");
     let c = api.get(CLUSTER).await.unwrap();
-    let fds = c.data["status"]["failureDomains"].as_array().cloned().unwrap_or_default();
-    assert_eq!(fds.len(), 3, "a failure domain per private subnet's zone: {fds:?}");
-    assert_eq!(c.data["status"]["networkStatus"]["apiServerElb"]["dnsName"], host.as_str());
+    let fds = c.data["status"]["failureDomains"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        fds.len(),
+        3,
+        "a failure domain per private subnet's zone: {fds:?}"
+    );
+    assert_eq!(
+        c.data["status"]["networkStatus"]["apiServerElb"]["dnsName"],
+        host.as_str()
+    );
 
     // The control-plane machine is an instance of the looked-up AMI, behind the balancer.
     let machines = env.dynamic(GROUP, "AWSMachine", "awsmachines");
@@ -108,16 +149,43 @@ async fn an_aws_cluster_gets_capas_network_and_balancer_and_deleting_it_leaves_n
         .await;
     let instance = provider_id.rsplit('/').next().unwrap().to_string();
     assert!(provider_id.starts_with("aws:///us-east-1"), "{provider_id}");
-    let running = [("Filter.2.Name", "instance-state-name"), ("Filter.2.Value.1", "running")];
-    assert_eq!(moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &running).await, 1);
-    let described = moto.call("ec2", "DescribeInstances", &[("InstanceId.1", &instance)]).await;
-    assert!(described.contains("<imageId>ami-0ca9a000000000000</imageId>"), "CAPA's AMI lookup for v1.33.4: {described}");
-    let groups = moto
-        .call("elasticloadbalancing", "DescribeTargetGroups", &[("Names.member.1", "aws-demo-apiserver")])
+    let running = [
+        ("Filter.2.Name", "instance-state-name"),
+        ("Filter.2.Value.1", "running"),
+    ];
+    assert_eq!(
+        moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &running)
+            .await,
+        1
+    );
+    let described = moto
+        .call("ec2", "DescribeInstances", &[("InstanceId.1", &instance)])
         .await;
-    let arn = groups.split("<TargetGroupArn>").nth(1).unwrap().split('<').next().unwrap().to_string();
+    assert!(
+        described.contains("<imageId>ami-0ca9a000000000000</imageId>"),
+        "CAPA's AMI lookup for v1.33.4: {described}"
+    );
+    let groups = moto
+        .call(
+            "elasticloadbalancing",
+            "DescribeTargetGroups",
+            &[("Names.member.1", "aws-demo-apiserver")],
+        )
+        .await;
+    let arn = groups
+        .split("<TargetGroupArn>")
+        .nth(1)
+        .unwrap()
+        .split('<')
+        .next()
+        .unwrap()
+        .to_string();
     let health = moto
-        .call("elasticloadbalancing", "DescribeTargetHealth", &[("TargetGroupArn", &arn)])
+        .call(
+            "elasticloadbalancing",
+            "DescribeTargetHealth",
+            &[("TargetGroupArn", &arn)],
+        )
         .await;
     assert!(health.contains(&format!("<Id>{instance}</Id>")), "{health}");
 
@@ -125,18 +193,57 @@ async fn an_aws_cluster_gets_capas_network_and_balancer_and_deleting_it_leaves_n
     env.kubectl(&["delete", "cluster", CLUSTER, "--wait=false"], None);
     let clusters = env.dynamic("cluster.x-k8s.io", "Cluster", "clusters");
     env.eventually("the Cluster gone", 180, || async {
-        clusters.get_opt(CLUSTER).await.ok()?.is_none().then_some(())
+        clusters
+            .get_opt(CLUSTER)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
     })
     .await;
-    assert_eq!(moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &running).await, 0);
+    assert_eq!(
+        moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &running)
+            .await,
+        0
+    );
     assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 0);
-    assert_eq!(moto.tagged(CLUSTER, "DescribeSubnets", "subnetId", &[]).await, 0);
-    assert_eq!(moto.tagged(CLUSTER, "DescribeSecurityGroups", "groupId", &[]).await, 0);
-    assert_eq!(moto.tagged(CLUSTER, "DescribeInternetGateways", "internetGatewayId", &[]).await, 0);
-    assert_eq!(moto.tagged(CLUSTER, "DescribeAddresses", "allocationId", &[]).await, 0);
-    let nats = [("Filter.2.Name", "state"), ("Filter.2.Value.1", "available")];
-    assert_eq!(moto.tagged(CLUSTER, "DescribeNatGateways", "natGatewayId", &nats).await, 0);
-    let lbs = moto.call("elasticloadbalancing", "DescribeLoadBalancers", &[]).await;
+    assert_eq!(
+        moto.tagged(CLUSTER, "DescribeSubnets", "subnetId", &[])
+            .await,
+        0
+    );
+    assert_eq!(
+        moto.tagged(CLUSTER, "DescribeSecurityGroups", "groupId", &[])
+            .await,
+        0
+    );
+    assert_eq!(
+        moto.tagged(
+            CLUSTER,
+            "DescribeInternetGateways",
+            "internetGatewayId",
+            &[]
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        moto.tagged(CLUSTER, "DescribeAddresses", "allocationId", &[])
+            .await,
+        0
+    );
+    let nats = [
+        ("Filter.2.Name", "state"),
+        ("Filter.2.Value.1", "available"),
+    ];
+    assert_eq!(
+        moto.tagged(CLUSTER, "DescribeNatGateways", "natGatewayId", &nats)
+            .await,
+        0
+    );
+    let lbs = moto
+        .call("elasticloadbalancing", "DescribeLoadBalancers", &[])
+        .await;
     assert!(!lbs.contains("<LoadBalancerArn>"), "{lbs}");
 }
 
@@ -167,25 +274,38 @@ async fn credentials_are_the_hosts_and_a_refusal_names_their_source() {
         })
         .await;
     assert_eq!(shown["credentials"]["secretRef"]["name"], "aws-creds");
-    assert!(shown["actions"]["ec2"].as_array().unwrap().contains(&Value::from("RunInstances")));
+    assert!(
+        shown["actions"]["ec2"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("RunInstances"))
+    );
     apply(&env, &example()).await;
     let failure = call_failure(&env).await;
     assert!(
         failure.contains("Secret default/aws-creds (the WasmProvider's spec.aws.credentials.secretRef) does not exist"),
         "{failure}"
     );
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(env.client.clone(), "default");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(env.client.clone(), "default");
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "aws-creds"},
         "stringData": {"AccessKeyID": moto.key.0, "SecretAccessKey": moto.key.1}
     }))
     .unwrap();
-    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
     let api = aws_clusters(&env);
-    env.eventually("the AWSCluster provisioned with the Secret's key", 120, || async {
-        let c = api.get_opt(CLUSTER).await.ok()??;
-        (c.data["status"]["initialization"]["provisioned"] == true).then_some(())
-    })
+    env.eventually(
+        "the AWSCluster provisioned with the Secret's key",
+        120,
+        || async {
+            let c = api.get_opt(CLUSTER).await.ok()??;
+            (c.data["status"]["initialization"]["provisioned"] == true).then_some(())
+        },
+    )
     .await;
 }
 
@@ -200,7 +320,11 @@ async fn an_action_outside_the_grant_is_refused_naming_the_field() {
         failure,
         "TransientError: plugin aws 0.1.0: transient provider error: ec2:CreateVpc was refused by the host: action ec2:CreateVpc is not granted to plugin aws: add it to its WasmProvider's spec.aws.actions.ec2"
     );
-    assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 0, "nothing was sent");
+    assert_eq!(
+        moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await,
+        0,
+        "nothing was sent"
+    );
 }
 
 /// Waits for the AWSCluster to be provisioned.
@@ -227,22 +351,42 @@ async fn throttling_and_unavailability_are_retried_not_terminal() {
     let moto = Moto::start(false);
     // 5xx for a moment: the host's retries inside one call absorb it.
     let proxy = FaultProxy::start(&moto.url, Fault::Unavailable, 3).await;
-    let env = host_at(moto.env_at(&proxy.url, &moto.key.1), "capabilities: [aws]\n").await;
+    let env = host_at(
+        moto.env_at(&proxy.url, &moto.key.1),
+        "capabilities: [aws]\n",
+    )
+    .await;
     apply(&env, &example()).await;
     let c = provisioned(&env, 60).await;
-    assert_eq!(proxy.left.load(std::sync::atomic::Ordering::SeqCst), 0, "every fault was answered");
-    assert!(!reasons(&c).iter().any(|r| r == "TerminalError"), "{:?}", reasons(&c));
+    assert_eq!(
+        proxy.left.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "every fault was answered"
+    );
+    assert!(
+        !reasons(&c).iter().any(|r| r == "TerminalError"),
+        "{:?}",
+        reasons(&c)
+    );
     drop(env);
 
     // RequestLimitExceeded for longer than one call retries: the call is throttled, the
     // reconcile waits and tries again, and the cluster still gets made.
     let moto = Moto::start(false);
     let proxy = FaultProxy::start(&moto.url, Fault::Throttled, 12).await;
-    let env = host_at(moto.env_at(&proxy.url, &moto.key.1), "capabilities: [aws]\n").await;
+    let env = host_at(
+        moto.env_at(&proxy.url, &moto.key.1),
+        "capabilities: [aws]\n",
+    )
+    .await;
     apply(&env, &example()).await;
     let c = provisioned(&env, 90).await;
     assert_eq!(proxy.left.load(std::sync::atomic::Ordering::SeqCst), 0);
-    assert!(!reasons(&c).iter().any(|r| r == "TerminalError"), "{:?}", reasons(&c));
+    assert!(
+        !reasons(&c).iter().any(|r| r == "TerminalError"),
+        "{:?}",
+        reasons(&c)
+    );
     assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 1);
 }
 
@@ -260,16 +404,48 @@ async fn a_restart_mid_provisioning_makes_no_second_vpc_or_instance() {
     let aws = moto.env();
     let env = env.restart(|c| c.aws = aws).await;
     provisioned(&env, 120).await;
-    assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 1, "the VPC was found, not made again");
-    assert_eq!(moto.tagged(CLUSTER, "DescribeSubnets", "subnetId", &[]).await, 6);
-    assert_eq!(moto.tagged(CLUSTER, "DescribeInternetGateways", "internetGatewayId", &[]).await, 1);
-    let nats = [("Filter.2.Name", "state"), ("Filter.2.Value.1", "available")];
-    assert_eq!(moto.tagged(CLUSTER, "DescribeNatGateways", "natGatewayId", &nats).await, 3);
+    assert_eq!(
+        moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await,
+        1,
+        "the VPC was found, not made again"
+    );
+    assert_eq!(
+        moto.tagged(CLUSTER, "DescribeSubnets", "subnetId", &[])
+            .await,
+        6
+    );
+    assert_eq!(
+        moto.tagged(
+            CLUSTER,
+            "DescribeInternetGateways",
+            "internetGatewayId",
+            &[]
+        )
+        .await,
+        1
+    );
+    let nats = [
+        ("Filter.2.Name", "state"),
+        ("Filter.2.Value.1", "available"),
+    ];
+    assert_eq!(
+        moto.tagged(CLUSTER, "DescribeNatGateways", "natGatewayId", &nats)
+            .await,
+        3
+    );
 
     // It stops again the moment the control-plane instance exists.
-    let live = [("Filter.2.Name", "instance-state-name"), ("Filter.2.Value.1", "pending"), ("Filter.2.Value.2", "running")];
+    let live = [
+        ("Filter.2.Name", "instance-state-name"),
+        ("Filter.2.Value.1", "pending"),
+        ("Filter.2.Value.2", "running"),
+    ];
     env.eventually("the control-plane instance", 60, || async {
-        (moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &live).await == 1).then_some(())
+        (moto
+            .tagged(CLUSTER, "DescribeInstances", "instanceId", &live)
+            .await
+            == 1)
+            .then_some(())
     })
     .await;
     let aws = moto.env();
@@ -283,7 +459,12 @@ async fn a_restart_mid_provisioning_makes_no_second_vpc_or_instance() {
             .then_some(())
     })
     .await;
-    assert_eq!(moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &live).await, 1, "the instance was found by its tags");
+    assert_eq!(
+        moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &live)
+            .await,
+        1,
+        "the instance was found by its tags"
+    );
 }
 
 /// The sandbox, through a real component (`aws-probe.wasm`): the grant is required to load it,
@@ -299,21 +480,38 @@ async fn the_component_never_holds_the_secret_and_reaches_only_granted_actions()
     let moto = Moto::start(true);
     let dir = tempfile::tempdir().unwrap();
     let rt = Runtime::new(dir.path()).unwrap();
-    rt.engine
-        .services
-        .backends
-        .provide(std::sync::Arc::new(AwsBackend::with(moto.env(), None, Policy::default()).unwrap()));
+    rt.engine.services.backends.provide(std::sync::Arc::new(
+        AwsBackend::with(moto.env(), None, Policy::default()).unwrap(),
+    ));
     let wasm = std::fs::read(support::plugin("aws-probe.wasm")).unwrap();
-    let ungranted = Plugin::load(&rt.engine, &rt.cache, &wasm, None, [Capability::LOG].into(), Limits::default()).await;
-    let e = ungranted.err().expect("a component importing aws loaded without the grant").to_string();
+    let ungranted = Plugin::load(
+        &rt.engine,
+        &rt.cache,
+        &wasm,
+        None,
+        [Capability::LOG].into(),
+        Limits::default(),
+    )
+    .await;
+    let e = ungranted
+        .err()
+        .expect("a component importing aws loaded without the grant")
+        .to_string();
     assert!(e.contains("capw:host/aws"), "{e}");
     let limits = Limits {
         grants: Grants::default().with(AwsPermit::default()).into(),
         ..Limits::default()
     };
-    let probe = Plugin::load(&rt.engine, &rt.cache, &wasm, None, [Capability::LOG, Capability::AWS].into(), limits)
-        .await
-        .expect("aws-probe loads with the grant");
+    let probe = Plugin::load(
+        &rt.engine,
+        &rt.cache,
+        &wasm,
+        None,
+        [Capability::LOG, Capability::AWS].into(),
+        limits,
+    )
+    .await
+    .expect("aws-probe loads with the grant");
     let reversed = |s: &str| s.chars().rev().collect::<String>();
     let moto_port = moto.url.rsplit(':').next().unwrap().to_string();
     let ctx = Context::of(
@@ -336,20 +534,57 @@ async fn the_component_never_holds_the_secret_and_reaches_only_granted_actions()
         .to_string(),
     );
     let st = probe.reconcile_machine(&ctx).await.expect("reconcile");
-    let report: serde_json::Value = serde_json::from_str(&st.common.status_patch.expect("report")).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&st.common.status_patch.expect("report")).unwrap();
     let calls = &report["calls"];
-    assert_eq!(calls[0]["status"], 200, "signed by the host, checked by moto: {report}");
+    assert_eq!(
+        calls[0]["status"], 200,
+        "signed by the host, checked by moto: {report}"
+    );
     assert_eq!(
         calls[1]["denied"],
         "action ec2:CreateKeyPair is not granted to plugin aws-probe: add it to its WasmProvider's spec.aws.actions.ec2"
     );
-    assert!(calls[2]["denied"].as_str().unwrap().starts_with("service \"iam\" is not granted"), "{report}");
-    assert!(calls[3]["invalid"].as_str().unwrap().contains("\"X-Amz-Security-Token\" is reserved"), "{report}");
-    assert!(calls[4]["invalid"].as_str().unwrap().contains("is not a region name"), "{report}");
-    assert_ne!(report["connect"], "connected", "a socket reached the emulator directly: {report}");
-    assert!(report["scannedBytes"].as_u64().unwrap() > 1 << 20, "{report}");
-    assert_eq!(report["controlFound"], true, "the search finds what the answers brought in: {report}");
-    assert_eq!(report["secretFound"], false, "the secret key is in the component's memory: {report}");
+    assert!(
+        calls[2]["denied"]
+            .as_str()
+            .unwrap()
+            .starts_with("service \"iam\" is not granted"),
+        "{report}"
+    );
+    assert!(
+        calls[3]["invalid"]
+            .as_str()
+            .unwrap()
+            .contains("\"X-Amz-Security-Token\" is reserved"),
+        "{report}"
+    );
+    assert!(
+        calls[4]["invalid"]
+            .as_str()
+            .unwrap()
+            .contains("is not a region name"),
+        "{report}"
+    );
+    assert_ne!(
+        report["connect"], "connected",
+        "a socket reached the emulator directly: {report}"
+    );
+    assert!(
+        report["scannedBytes"].as_u64().unwrap() > 1 << 20,
+        "{report}"
+    );
+    assert_eq!(
+        report["controlFound"], true,
+        "the search finds what the answers brought in: {report}"
+    );
+    assert_eq!(
+        report["secretFound"], false,
+        "the secret key is in the component's memory: {report}"
+    );
     let created = moto.call("ec2", "DescribeKeyPairs", &[]).await;
-    assert!(!created.contains("<keyName>k</keyName>"), "a refused call reached the cloud: {created}");
+    assert!(
+        !created.contains("<keyName>k</keyName>"),
+        "a refused call reached the cloud: {created}"
+    );
 }

@@ -175,8 +175,12 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     let runtime = Arc::new(Runtime::new(&config.cache_dir)?);
     let sim = SimCloud::new(config.sim.clone());
     runtime.engine.services.backends.provide(sim.clone());
-    let aws = AwsBackend::with(config.aws.clone(), Some(client.clone()), AwsPolicy::default())
-        .map_err(|e| ManagerError::Aws(e.to_string()))?;
+    let aws = AwsBackend::with(
+        config.aws.clone(),
+        Some(client.clone()),
+        AwsPolicy::default(),
+    )
+    .map_err(|e| ManagerError::Aws(e.to_string()))?;
     runtime.engine.services.backends.provide(Arc::new(aws));
     let registry = Arc::new(Registry::default());
     let wp = Arc::new(wasmprovider::Ctx {

@@ -99,14 +99,30 @@ impl Env {
     /// Stops the host and starts a new one on the same API server and plugin directory, as a
     /// restarted process would (nothing of the old one's memory is kept).
     pub async fn restart(self, configure: impl FnOnce(&mut HostConfig)) -> Env {
-        let Env { api, client, host, kubeconfig, home, dump, dir } = self;
+        let Env {
+            api,
+            client,
+            host,
+            kubeconfig,
+            home,
+            dump,
+            dir,
+        } = self;
         drop(host);
         let mut config = test_config(dir.path());
         configure(&mut config);
         let host = manager::start(client.clone(), config)
             .await
             .expect("host restarts");
-        Env { api, client, host, kubeconfig, home, dump, dir }
+        Env {
+            api,
+            client,
+            host,
+            kubeconfig,
+            home,
+            dump,
+            dir,
+        }
     }
 
     /// Waits until the driver serves `n` kinds (a plugin serves one kind or more).

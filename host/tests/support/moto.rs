@@ -30,7 +30,10 @@ impl Moto {
             .port();
         let mut cmd = Command::new(&server);
         cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .env("MOTO_AMIS_PATH", super::repo_root().join("tests/aws/amis.json"))
+            .env(
+                "MOTO_AMIS_PATH",
+                super::repo_root().join("tests/aws/amis.json"),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if strict {
@@ -40,7 +43,10 @@ impl Moto {
         let url = format!("http://127.0.0.1:{port}");
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "moto did not listen on {url}");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "moto did not listen on {url}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         let key = if strict {
@@ -50,9 +56,16 @@ impl Moto {
                 .arg(&url)
                 .output()
                 .expect("iam_key.py runs");
-            assert!(out.status.success(), "iam_key.py: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "iam_key.py: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("key JSON");
-            (v["id"].as_str().unwrap().to_string(), v["secret"].as_str().unwrap().to_string())
+            (
+                v["id"].as_str().unwrap().to_string(),
+                v["secret"].as_str().unwrap().to_string(),
+            )
         } else {
             ("AKIDCAPWTEST".into(), "capw-test-secret".into())
         };
@@ -85,10 +98,18 @@ impl Moto {
     /// One signed call, as the test's own look at the emulator; answers the XML.
     pub async fn call(&self, service: &str, action: &str, params: &[(&str, &str)]) -> String {
         let backend = AwsBackend::with(self.env(), None, Policy::default()).expect("backend");
-        let version = if service == "ec2" { "2016-11-15" } else { "2015-12-01" };
+        let version = if service == "ec2" {
+            "2016-11-15"
+        } else {
+            "2015-12-01"
+        };
         // The test's own look is granted whatever it asks.
         let mut permit = AwsPermit::default();
-        permit.actions.entry(service.to_string()).or_default().insert(action.to_string());
+        permit
+            .actions
+            .entry(service.to_string())
+            .or_default()
+            .insert(action.to_string());
         let a = backend
             .call(
                 "test",
@@ -98,20 +119,37 @@ impl Moto {
                     service: service.into(),
                     version: version.into(),
                     action: action.into(),
-                    params: params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                    params: params
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
                 },
             )
             .await
             .unwrap_or_else(|e| panic!("{service}:{action}: {e}"));
-        assert!(a.status < 300, "{service}:{action} answered {}: {}", a.status, a.body);
+        assert!(
+            a.status < 300,
+            "{service}:{action} answered {}: {}",
+            a.status,
+            a.body
+        );
         a.body
     }
 
     /// How many EC2 resources of `describe` (listing `id_tag` elements) carry `cluster`'s
     /// owned tag.
-    pub async fn tagged(&self, cluster: &str, describe: &str, id_tag: &str, extra: &[(&str, &str)]) -> usize {
+    pub async fn tagged(
+        &self,
+        cluster: &str,
+        describe: &str,
+        id_tag: &str,
+        extra: &[(&str, &str)],
+    ) -> usize {
         let key = format!("tag:sigs.k8s.io/cluster-api-provider-aws/cluster/{cluster}");
-        let mut params = vec![("Filter.1.Name", key.as_str()), ("Filter.1.Value.1", "owned")];
+        let mut params = vec![
+            ("Filter.1.Name", key.as_str()),
+            ("Filter.1.Value.1", "owned"),
+        ];
         params.extend_from_slice(extra);
         let body = self.call("ec2", describe, &params).await;
         body.matches(&format!("<{id_tag}>")).count()
@@ -153,7 +191,9 @@ impl FaultProxy {
         let counter = left.clone();
         let task = tokio::spawn(async move {
             loop {
-                let Ok((mut inbound, _)) = listener.accept().await else { return };
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
                 let counter = counter.clone();
                 let upstream = upstream.clone();
                 tokio::spawn(async move {
@@ -161,7 +201,9 @@ impl FaultProxy {
                         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                         .is_ok();
                     if !take {
-                        let Ok(mut out) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                        let Ok(mut out) = tokio::net::TcpStream::connect(&upstream).await else {
+                            return;
+                        };
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
                         return;
                     }
@@ -169,7 +211,9 @@ impl FaultProxy {
                     let mut buf = Vec::new();
                     let mut chunk = [0u8; 8192];
                     loop {
-                        let Ok(n) = inbound.read(&mut chunk).await else { return };
+                        let Ok(n) = inbound.read(&mut chunk).await else {
+                            return;
+                        };
                         if n == 0 {
                             return;
                         }
@@ -180,7 +224,8 @@ impl FaultProxy {
                                 .lines()
                                 .find_map(|l| {
                                     let (k, v) = l.split_once(':')?;
-                                    k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok())?
+                                    k.eq_ignore_ascii_case("content-length")
+                                        .then(|| v.trim().parse::<usize>().ok())?
                                 })
                                 .unwrap_or(0);
                             if buf.len() >= end + 4 + len {
@@ -189,8 +234,12 @@ impl FaultProxy {
                         }
                     }
                     let body = match fault {
-                        Fault::Unavailable => "<Response><Errors><Error><Code>ServiceUnavailable</Code><Message>try again</Message></Error></Errors><RequestID>fault</RequestID></Response>",
-                        Fault::Throttled => "<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>fault</RequestID></Response>",
+                        Fault::Unavailable => {
+                            "<Response><Errors><Error><Code>ServiceUnavailable</Code><Message>try again</Message></Error></Errors><RequestID>fault</RequestID></Response>"
+                        }
+                        Fault::Throttled => {
+                            "<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>fault</RequestID></Response>"
+                        }
                     };
                     let answer = format!(
                         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/xml\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",

@@ -6,7 +6,10 @@
 pub fn split(cidr: &str, count: usize) -> Option<Vec<String>> {
     let (addr, len) = cidr.split_once('/')?;
     let len: u32 = len.parse().ok()?;
-    let octets: Vec<u32> = addr.split('.').map(|o| o.parse().ok()).collect::<Option<_>>()?;
+    let octets: Vec<u32> = addr
+        .split('.')
+        .map(|o| o.parse().ok())
+        .collect::<Option<_>>()?;
     if octets.len() != 4 || octets.iter().any(|o| *o > 255) || len > 32 || count == 0 {
         return None;
     }
@@ -23,7 +26,13 @@ pub fn split(cidr: &str, count: usize) -> Option<Vec<String>> {
         (0..count as u32)
             .map(|i| {
                 let a = base + i * size;
-                format!("{}.{}.{}.{}/{new_len}", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255)
+                format!(
+                    "{}.{}.{}.{}/{new_len}",
+                    a >> 24,
+                    (a >> 16) & 255,
+                    (a >> 8) & 255,
+                    a & 255
+                )
             })
             .collect(),
     )
@@ -38,9 +47,19 @@ mod tests {
     fn blocks_are_equal_and_in_order() {
         assert_eq!(
             split("10.0.0.0/16", 6).unwrap(),
-            ["10.0.0.0/19", "10.0.32.0/19", "10.0.64.0/19", "10.0.96.0/19", "10.0.128.0/19", "10.0.160.0/19"]
+            [
+                "10.0.0.0/19",
+                "10.0.32.0/19",
+                "10.0.64.0/19",
+                "10.0.96.0/19",
+                "10.0.128.0/19",
+                "10.0.160.0/19"
+            ]
         );
-        assert_eq!(split("10.1.0.0/16", 2).unwrap(), ["10.1.0.0/17", "10.1.128.0/17"]);
+        assert_eq!(
+            split("10.1.0.0/16", 2).unwrap(),
+            ["10.1.0.0/17", "10.1.128.0/17"]
+        );
         assert_eq!(split("10.0.0.0/27", 4), None, "too small");
         assert_eq!(split("10.0.0/16", 2), None);
     }

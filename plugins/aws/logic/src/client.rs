@@ -24,20 +24,29 @@ impl Params {
 
     /// `Filter.N.Name` / `Filter.N.Value.M`, numbered after the filters already set.
     pub fn filter(mut self, name: &str, values: &[&str]) -> Self {
-        let n = self.0.iter().filter(|(k, _)| k.ends_with(".Name") && k.starts_with("Filter.")).count() + 1;
+        let n = self
+            .0
+            .iter()
+            .filter(|(k, _)| k.ends_with(".Name") && k.starts_with("Filter."))
+            .count()
+            + 1;
         self.0.push((format!("Filter.{n}.Name"), name.to_string()));
         for (i, v) in values.iter().enumerate() {
-            self.0.push((format!("Filter.{n}.Value.{}", i + 1), v.to_string()));
+            self.0
+                .push((format!("Filter.{n}.Value.{}", i + 1), v.to_string()));
         }
         self
     }
 
     /// EC2's `TagSpecification.1` for a resource type created by this call.
     pub fn tag_spec(mut self, resource: &str, tags: &[(String, String)]) -> Self {
-        self.0.push(("TagSpecification.1.ResourceType".into(), resource.into()));
+        self.0
+            .push(("TagSpecification.1.ResourceType".into(), resource.into()));
         for (i, (k, v)) in tags.iter().enumerate() {
-            self.0.push((format!("TagSpecification.1.Tag.{}.Key", i + 1), k.clone()));
-            self.0.push((format!("TagSpecification.1.Tag.{}.Value", i + 1), v.clone()));
+            self.0
+                .push((format!("TagSpecification.1.Tag.{}.Key", i + 1), k.clone()));
+            self.0
+                .push((format!("TagSpecification.1.Tag.{}.Value", i + 1), v.clone()));
         }
         self
     }
@@ -94,7 +103,12 @@ impl Client {
         self.call(ELBV2, action, params)
     }
 
-    fn call(&self, (service, version): (&str, &str), action: &str, params: Params) -> Result<Node, Fail> {
+    fn call(
+        &self,
+        (service, version): (&str, &str),
+        action: &str,
+        params: Params,
+    ) -> Result<Node, Fail> {
         let answer = aws::call(&aws::Call {
             region: &self.region,
             service,
@@ -130,7 +144,9 @@ fn host_error(service: &str, action: &str, e: AwsError) -> ProviderError {
             message: format!("{service}:{action} was refused by the host: {m}"),
             retry_after_seconds: Some(60),
         }),
-        AwsError::Invalid(m) => ProviderError::Terminal(format!("{service}:{action} is malformed: {m}")),
+        AwsError::Invalid(m) => {
+            ProviderError::Terminal(format!("{service}:{action} is malformed: {m}"))
+        }
         AwsError::Credentials(m) => ProviderError::Transient(Retry {
             message: format!("AWS credentials: {m}"),
             retry_after_seconds: Some(30),

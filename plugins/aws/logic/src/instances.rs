@@ -23,7 +23,10 @@ const LIVE: &[&str] = &["pending", "running", "stopping", "stopped", "shutting-d
 /// The instance of this AWSMachine: by the id in its provider ID, else by its tags.
 pub fn find(s: &Scope, machine: &View) -> Result<Option<Node>, Fail> {
     if let Some(id) = instance_id(machine) {
-        let found = match s.api.ec2("DescribeInstances", Params::new().set("InstanceId.1", id)) {
+        let found = match s
+            .api
+            .ec2("DescribeInstances", Params::new().set("InstanceId.1", id))
+        {
             Ok(n) => n,
             Err(f) if f.code() == Some("InvalidInstanceID.NotFound") => return Ok(None),
             Err(f) => return Err(f),
@@ -87,7 +90,12 @@ fn image(s: &Scope, machine: &View, version: &str) -> Result<String, ProviderErr
     let mut images: Vec<(String, String)> = found
         .list("imagesSet")
         .iter()
-        .map(|i| (i.text("creationDate").to_string(), i.text("imageId").to_string()))
+        .map(|i| {
+            (
+                i.text("creationDate").to_string(),
+                i.text("imageId").to_string(),
+            )
+        })
         .collect();
     images.sort();
     images.pop().map(|(_, id)| id).ok_or_else(|| {
@@ -114,7 +122,10 @@ pub fn create(
     }
     let image = image(s, machine, owner.str("/spec/version"))?;
     let Some((vpc, _)) = network::find_vpc(s)? else {
-        return Err(ProviderError::Other(format!("the VPC of cluster {} is gone", s.cluster)));
+        return Err(ProviderError::Other(format!(
+            "the VPC of cluster {} is gone",
+            s.cluster
+        )));
     };
     let subnet = match machine.str("/spec/subnet/id") {
         "" => {
@@ -134,7 +145,11 @@ pub fn create(
         }
         id => id.to_string(),
     };
-    let role = if control_plane { "controlplane" } else { "node" };
+    let role = if control_plane {
+        "controlplane"
+    } else {
+        "node"
+    };
     let mut groups: Vec<String> = security_groups::find(s, role)?.into_iter().collect();
     groups.extend(
         machine
@@ -144,9 +159,16 @@ pub fn create(
             .flatten()
             .filter_map(|g| g.get("id").and_then(Value::as_str).map(str::to_string)),
     );
-    let tag_role = if control_plane { tags::CONTROL_PLANE } else { tags::NODE };
+    let tag_role = if control_plane {
+        tags::CONTROL_PLANE
+    } else {
+        tags::NODE
+    };
     let mut t = s.tags(tag_role, machine.name());
-    t.push((format!("kubernetes.io/cluster/{}", s.cluster), "owned".into()));
+    t.push((
+        format!("kubernetes.io/cluster/{}", s.cluster),
+        "owned".into(),
+    ));
     let mut p = Params::new()
         .set("ImageId", image)
         .set("InstanceType", instance_type)
@@ -185,7 +207,10 @@ pub fn register(s: &Scope, instance: &str) -> Result<(), ProviderError> {
             "the API load balancer's target group {name} does not exist yet"
         )));
     };
-    let health = s.api.elb("DescribeTargetHealth", Params::new().set("TargetGroupArn", &tg))?;
+    let health = s.api.elb(
+        "DescribeTargetHealth",
+        Params::new().set("TargetGroupArn", &tg),
+    )?;
     let registered = health
         .list("TargetHealthDescriptions")
         .iter()
@@ -218,7 +243,9 @@ pub fn delete(s: &Scope, machine: &View, control_plane: bool) -> Result<bool, Pr
         if let Some(tg) = load_balancer::find_target_group(s, &name)? {
             match s.api.elb(
                 "DeregisterTargets",
-                Params::new().set("TargetGroupArn", &tg).set("Targets.member.1.Id", &id),
+                Params::new()
+                    .set("TargetGroupArn", &tg)
+                    .set("Targets.member.1.Id", &id),
             ) {
                 Err(f) if f.code() == Some("InvalidTarget") => {}
                 r => {
@@ -227,6 +254,9 @@ pub fn delete(s: &Scope, machine: &View, control_plane: bool) -> Result<bool, Pr
             }
         }
     }
-    network::ignore_gone(s.api.ec2("TerminateInstances", Params::new().set("InstanceId.1", &id)))?;
+    network::ignore_gone(
+        s.api
+            .ec2("TerminateInstances", Params::new().set("InstanceId.1", &id)),
+    )?;
     Ok(false)
 }

@@ -7,7 +7,7 @@ use crate::network::Network;
 use crate::scope::Scope;
 use crate::tags;
 use crate::xml::Node;
-use capw_sdk::{ProviderError, View, Value, json};
+use capw_sdk::{ProviderError, Value, View, json};
 
 pub const PORT: u16 = 6443;
 
@@ -23,15 +23,18 @@ pub fn name(aws_cluster: &View, cluster: &str) -> String {
         return full;
     }
     // FNV-1a: stable across builds and platforms, which std's hasher does not promise.
-    let hash = full
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let hash = full.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
     format!("{}-{:08x}", &full[..23].trim_end_matches('-'), hash as u32)
 }
 
 /// The balancer named `name`, if it exists.
 pub fn find(s: &Scope, name: &str) -> Result<Option<Node>, Fail> {
-    match s.api.elb("DescribeLoadBalancers", Params::new().set("Names.member.1", name)) {
+    match s.api.elb(
+        "DescribeLoadBalancers",
+        Params::new().set("Names.member.1", name),
+    ) {
         Ok(n) => Ok(n.list("LoadBalancers").first().map(|n| (*n).clone())),
         Err(f) if f.code() == Some("LoadBalancerNotFound") => Ok(None),
         Err(f) => Err(f),
@@ -40,7 +43,10 @@ pub fn find(s: &Scope, name: &str) -> Result<Option<Node>, Fail> {
 
 /// The target group of the balancer named `name` (it carries the same name).
 pub fn find_target_group(s: &Scope, name: &str) -> Result<Option<String>, Fail> {
-    match s.api.elb("DescribeTargetGroups", Params::new().set("Names.member.1", name)) {
+    match s.api.elb(
+        "DescribeTargetGroups",
+        Params::new().set("Names.member.1", name),
+    ) {
         Ok(n) => Ok(n
             .list("TargetGroups")
             .first()
@@ -62,7 +68,11 @@ fn elb_tags(s: &Scope, name: &str) -> Params {
 
 /// Makes the balancer, target group and listener; returns the DNS name once the balancer is
 /// active, and `status.networkStatus.apiServerElb`.
-pub fn reconcile(s: &mut Scope, net: &Network, lb_group: &str) -> Result<(Option<String>, Value), ProviderError> {
+pub fn reconcile(
+    s: &mut Scope,
+    net: &Network,
+    lb_group: &str,
+) -> Result<(Option<String>, Value), ProviderError> {
     let kind = s.obj.str("/spec/controlPlaneLoadBalancer/loadBalancerType");
     if !matches!(kind, "" | "nlb") {
         return Err(ProviderError::InvalidSpec(format!(
@@ -94,7 +104,9 @@ pub fn reconcile(s: &mut Scope, net: &Network, lb_group: &str) -> Result<(Option
             made.list("LoadBalancers")
                 .first()
                 .map(|n| (*n).clone())
-                .ok_or_else(|| ProviderError::Other("CreateLoadBalancer answered no balancer".into()))?
+                .ok_or_else(|| {
+                    ProviderError::Other("CreateLoadBalancer answered no balancer".into())
+                })?
         }
     };
     let arn = lb.text("LoadBalancerArn").to_string();
@@ -117,8 +129,15 @@ pub fn reconcile(s: &mut Scope, net: &Network, lb_group: &str) -> Result<(Option
                 .ok_or_else(|| ProviderError::Other("CreateTargetGroup answered no group".into()))?
         }
     };
-    let listeners = s.api.elb("DescribeListeners", Params::new().set("LoadBalancerArn", &arn))?;
-    if !listeners.list("Listeners").iter().any(|l| l.text("Port") == PORT.to_string()) {
+    let listeners = s.api.elb(
+        "DescribeListeners",
+        Params::new().set("LoadBalancerArn", &arn),
+    )?;
+    if !listeners
+        .list("Listeners")
+        .iter()
+        .any(|l| l.text("Port") == PORT.to_string())
+    {
         s.api.elb(
             "CreateListener",
             Params::new()
@@ -158,7 +177,10 @@ pub fn delete(s: &Scope) -> Result<bool, ProviderError> {
         )?;
     }
     if let Some(tg) = find_target_group(s, &name)? {
-        match s.api.elb("DeleteTargetGroup", Params::new().set("TargetGroupArn", &tg)) {
+        match s.api.elb(
+            "DeleteTargetGroup",
+            Params::new().set("TargetGroupArn", &tg),
+        ) {
             Err(f) if f.code() == Some("ResourceInUse") => return Ok(false),
             Err(f) if f.code() == Some("TargetGroupNotFound") => {}
             r => {

@@ -100,7 +100,9 @@ fn create_vpc(s: &Scope) -> Result<(String, String), Fail> {
     for attr in ["EnableDnsSupport", "EnableDnsHostnames"] {
         s.api.ec2(
             "ModifyVpcAttribute",
-            Params::new().set("VpcId", &id).set(format!("{attr}.Value"), "true"),
+            Params::new()
+                .set("VpcId", &id)
+                .set(format!("{attr}.Value"), "true"),
         )?;
     }
     Ok((id, cidr))
@@ -145,8 +147,15 @@ fn subnets(s: &Scope, vpc: &str, cidr: &str) -> Result<Vec<Subnet>, ProviderErro
             let role = if public { tags::PUBLIC } else { tags::PRIVATE };
             let name = format!("{}-subnet-{role}-{zone}", s.cluster);
             let mut t = s.tags(role, &name);
-            t.push((format!("kubernetes.io/cluster/{}", s.cluster), "shared".into()));
-            let elb = if public { "kubernetes.io/role/elb" } else { "kubernetes.io/role/internal-elb" };
+            t.push((
+                format!("kubernetes.io/cluster/{}", s.cluster),
+                "shared".into(),
+            ));
+            let elb = if public {
+                "kubernetes.io/role/elb"
+            } else {
+                "kubernetes.io/role/internal-elb"
+            };
             t.push((elb.into(), "1".into()));
             let made = s.api.ec2(
                 "CreateSubnet",
@@ -160,7 +169,9 @@ fn subnets(s: &Scope, vpc: &str, cidr: &str) -> Result<Vec<Subnet>, ProviderErro
             if public {
                 s.api.ec2(
                     "ModifySubnetAttribute",
-                    Params::new().set("SubnetId", &id).set("MapPublicIpOnLaunch.Value", "true"),
+                    Params::new()
+                        .set("SubnetId", &id)
+                        .set("MapPublicIpOnLaunch.Value", "true"),
                 )?;
             }
             have.push(Subnet {
@@ -181,7 +192,9 @@ fn internet_gateway(s: &Scope, vpc: &str) -> Result<String, Fail> {
     let (id, attached) = match found.list("internetGatewaySet").first() {
         Some(g) => (
             g.text("internetGatewayId").to_string(),
-            g.list("attachmentSet").iter().any(|a| a.text("vpcId") == vpc),
+            g.list("attachmentSet")
+                .iter()
+                .any(|a| a.text("vpcId") == vpc),
         ),
         None => {
             let name = format!("{}-igw", s.cluster);
@@ -189,13 +202,18 @@ fn internet_gateway(s: &Scope, vpc: &str) -> Result<String, Fail> {
                 "CreateInternetGateway",
                 Params::new().tag_spec("internet-gateway", &s.tags(tags::COMMON, &name)),
             )?;
-            (g.text("internetGateway/internetGatewayId").to_string(), false)
+            (
+                g.text("internetGateway/internetGatewayId").to_string(),
+                false,
+            )
         }
     };
     if !attached {
         s.api.ec2(
             "AttachInternetGateway",
-            Params::new().set("InternetGatewayId", &id).set("VpcId", vpc),
+            Params::new()
+                .set("InternetGatewayId", &id)
+                .set("VpcId", vpc),
         )?;
     }
     Ok(id)
@@ -213,7 +231,12 @@ fn nat_gateways(s: &Scope, net: &Network) -> Result<Vec<(String, String)>, Fail>
     let existing: Vec<(String, String)> = found
         .list("natGatewaySet")
         .iter()
-        .map(|n| (n.text("subnetId").to_string(), n.text("natGatewayId").to_string()))
+        .map(|n| {
+            (
+                n.text("subnetId").to_string(),
+                n.text("natGatewayId").to_string(),
+            )
+        })
         .collect();
     // Addresses a crash left unassociated are used before new ones are allocated.
     let addresses = s.api.ec2(
@@ -254,28 +277,48 @@ fn nat_gateways(s: &Scope, net: &Network) -> Result<Vec<(String, String)>, Fail>
                 .set("AllocationId", &alloc)
                 .tag_spec("natgateway", &s.tags(tags::COMMON, &name)),
         )?;
-        nats.push((subnet.zone.clone(), nat.text("natGateway/natGatewayId").to_string()));
+        nats.push((
+            subnet.zone.clone(),
+            nat.text("natGateway/natGatewayId").to_string(),
+        ));
     }
     Ok(nats)
 }
 
 /// A route table per subnet: public ones route to the internet gateway, private ones to
 /// their zone's NAT gateway.
-fn route_tables(s: &Scope, net: &Network, igw: &str, nats: &[(String, String)]) -> Result<(), Fail> {
+fn route_tables(
+    s: &Scope,
+    net: &Network,
+    igw: &str,
+    nats: &[(String, String)],
+) -> Result<(), Fail> {
     let found = s.api.ec2(
         "DescribeRouteTables",
-        tags::owned_filter(Params::new().filter("vpc-id", &[&net.vpc]), &s.cluster, None),
+        tags::owned_filter(
+            Params::new().filter("vpc-id", &[&net.vpc]),
+            &s.cluster,
+            None,
+        ),
     )?;
     let tables = found.list("routeTableSet");
     for subnet in &net.subnets {
-        let role = if subnet.public { tags::PUBLIC } else { tags::PRIVATE };
+        let role = if subnet.public {
+            tags::PUBLIC
+        } else {
+            tags::PRIVATE
+        };
         let name = format!("{}-rt-{role}-{}", s.cluster, subnet.zone);
         let table = tables.iter().find(|t| t.tag("Name") == Some(name.as_str()));
         let (id, has_route, associated) = match table {
             Some(t) => (
                 t.text("routeTableId").to_string(),
-                t.list("routeSet").iter().any(|r| r.text("destinationCidrBlock") == "0.0.0.0/0"),
-                t.list("associationSet").iter().any(|a| a.text("subnetId") == subnet.id),
+                t.list("routeSet")
+                    .iter()
+                    .any(|r| r.text("destinationCidrBlock") == "0.0.0.0/0"),
+                t.list("associationSet")
+                    .iter()
+                    .any(|a| a.text("subnetId") == subnet.id),
             ),
             None => {
                 let t = s.api.ec2(
@@ -304,7 +347,9 @@ fn route_tables(s: &Scope, net: &Network, igw: &str, nats: &[(String, String)]) 
         if !associated {
             s.api.ec2(
                 "AssociateRouteTable",
-                Params::new().set("RouteTableId", &id).set("SubnetId", &subnet.id),
+                Params::new()
+                    .set("RouteTableId", &id)
+                    .set("SubnetId", &subnet.id),
             )?;
         }
     }
@@ -326,16 +371,25 @@ pub fn delete(s: &Scope) -> Result<bool, ProviderError> {
     let nats = nats.list("natGatewaySet");
     for n in &nats {
         if n.text("state") != "deleting" {
-            ignore_gone(s.api.ec2("DeleteNatGateway", Params::new().set("NatGatewayId", n.text("natGatewayId"))))?;
+            ignore_gone(s.api.ec2(
+                "DeleteNatGateway",
+                Params::new().set("NatGatewayId", n.text("natGatewayId")),
+            ))?;
         }
     }
     if !nats.is_empty() {
         // Their addresses and subnets are in use until they are gone.
         return Ok(false);
     }
-    let tables = s.api.ec2("DescribeRouteTables", Params::new().filter("vpc-id", &[&vpc]))?;
+    let tables = s.api.ec2(
+        "DescribeRouteTables",
+        Params::new().filter("vpc-id", &[&vpc]),
+    )?;
     for t in tables.list("routeTableSet") {
-        let main = t.list("associationSet").iter().any(|a| a.text("main") == "true");
+        let main = t
+            .list("associationSet")
+            .iter()
+            .any(|a| a.text("main") == "true");
         for a in t.list("associationSet") {
             if a.text("main") != "true" {
                 ignore_gone(s.api.ec2(
@@ -345,7 +399,10 @@ pub fn delete(s: &Scope) -> Result<bool, ProviderError> {
             }
         }
         if !main {
-            ignore_gone(s.api.ec2("DeleteRouteTable", Params::new().set("RouteTableId", t.text("routeTableId"))))?;
+            ignore_gone(s.api.ec2(
+                "DeleteRouteTable",
+                Params::new().set("RouteTableId", t.text("routeTableId")),
+            ))?;
         }
     }
     let gws = s.api.ec2(
@@ -354,14 +411,24 @@ pub fn delete(s: &Scope) -> Result<bool, ProviderError> {
     )?;
     for g in gws.list("internetGatewaySet") {
         let id = g.text("internetGatewayId");
+        ignore_gone(
+            s.api.ec2(
+                "DetachInternetGateway",
+                Params::new()
+                    .set("InternetGatewayId", id)
+                    .set("VpcId", &vpc),
+            ),
+        )?;
         ignore_gone(s.api.ec2(
-            "DetachInternetGateway",
-            Params::new().set("InternetGatewayId", id).set("VpcId", &vpc),
+            "DeleteInternetGateway",
+            Params::new().set("InternetGatewayId", id),
         ))?;
-        ignore_gone(s.api.ec2("DeleteInternetGateway", Params::new().set("InternetGatewayId", id)))?;
     }
     for sub in find_subnets(s, &vpc)? {
-        ignore_gone(s.api.ec2("DeleteSubnet", Params::new().set("SubnetId", &sub.id)))?;
+        ignore_gone(
+            s.api
+                .ec2("DeleteSubnet", Params::new().set("SubnetId", &sub.id)),
+        )?;
     }
     match s.api.ec2("DeleteVpc", Params::new().set("VpcId", &vpc)) {
         Ok(_) => {}
@@ -384,10 +451,16 @@ fn delete_strays(s: &Scope) -> Result<bool, Fail> {
             Params::new().set("InternetGatewayId", g.text("internetGatewayId")),
         ))?;
     }
-    let addresses = s.api.ec2("DescribeAddresses", tags::owned_filter(Params::new(), &s.cluster, None))?;
+    let addresses = s.api.ec2(
+        "DescribeAddresses",
+        tags::owned_filter(Params::new(), &s.cluster, None),
+    )?;
     // Their NAT gateways are gone by now; an address still in use is tried again next pass.
     for a in addresses.list("addressesSet") {
-        match s.api.ec2("ReleaseAddress", Params::new().set("AllocationId", a.text("allocationId"))) {
+        match s.api.ec2(
+            "ReleaseAddress",
+            Params::new().set("AllocationId", a.text("allocationId")),
+        ) {
             Err(f) if f.code().is_some_and(|c| c.ends_with("InUse")) => return Ok(false),
             r => ignore_gone(r)?,
         }
@@ -399,7 +472,12 @@ fn delete_strays(s: &Scope) -> Result<bool, Fail> {
 pub fn ignore_gone(r: Result<Node, Fail>) -> Result<(), Fail> {
     match r {
         Ok(_) => Ok(()),
-        Err(f) if f.code().is_some_and(|c| c.ends_with(".NotFound") || c.ends_with("NotFound")) => Ok(()),
+        Err(f)
+            if f.code()
+                .is_some_and(|c| c.ends_with(".NotFound") || c.ends_with("NotFound")) =>
+        {
+            Ok(())
+        }
         Err(f) => Err(f),
     }
 }

@@ -14,7 +14,10 @@ pub struct Aws;
 fn owner(ctx: &Context, obj: &View) -> Result<View, ProviderError> {
     ctx.cluster_view()?.ok_or_else(|| {
         wait(
-            format!("waiting for the Cluster controller to set an owner reference on {}", obj.name()),
+            format!(
+                "waiting for the Cluster controller to set an owner reference on {}",
+                obj.name()
+            ),
             5,
         )
     })
@@ -29,7 +32,11 @@ fn cluster_name(ctx: &Context, obj: &View) -> Result<String, ProviderError> {
 }
 
 fn crds() -> Vec<String> {
-    let cluster_col = ("Cluster", "string", ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']");
+    let cluster_col = (
+        "Cluster",
+        "string",
+        ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+    );
     vec![
         crd(
             GROUP,
@@ -37,7 +44,11 @@ fn crds() -> Vec<String> {
             "awsclusters",
             &[
                 cluster_col,
-                ("Provisioned", "boolean", ".status.initialization.provisioned"),
+                (
+                    "Provisioned",
+                    "boolean",
+                    ".status.initialization.provisioned",
+                ),
                 ("Endpoint", "string", ".spec.controlPlaneEndpoint.host"),
                 ("Region", "string", ".spec.region"),
             ],
@@ -49,9 +60,17 @@ fn crds() -> Vec<String> {
             &[
                 cluster_col,
                 ("State", "string", ".status.instanceState"),
-                ("Provisioned", "boolean", ".status.initialization.provisioned"),
+                (
+                    "Provisioned",
+                    "boolean",
+                    ".status.initialization.provisioned",
+                ),
                 ("InstanceID", "string", ".spec.providerID"),
-                ("Machine", "string", ".metadata.ownerReferences[?(@.kind==\"Machine\")].name"),
+                (
+                    "Machine",
+                    "string",
+                    ".metadata.ownerReferences[?(@.kind==\"Machine\")].name",
+                ),
             ],
         ),
         crd(GROUP, "AWSMachineTemplate", "awsmachinetemplates", &[]),
@@ -106,7 +125,10 @@ impl Provider for Aws {
             .collect();
         let was = obj.get("/status/initialization/provisioned") == Some(&Value::Bool(true));
         let endpoint = dns
-            .map(|host| ApiEndpoint { host, port: load_balancer::PORT })
+            .map(|host| ApiEndpoint {
+                host,
+                port: load_balancer::PORT,
+            })
             .or_else(|| {
                 let host = obj.str("/spec/controlPlaneEndpoint/host");
                 (!host.is_empty()).then(|| ApiEndpoint {
@@ -123,7 +145,12 @@ impl Provider for Aws {
         conditions.push(if provisioned {
             condition("Ready", true, "Provisioned", "")
         } else {
-            condition("Ready", false, "LoadBalancerProvisioning", "waiting for the API load balancer to become active")
+            condition(
+                "Ready",
+                false,
+                "LoadBalancerProvisioning",
+                "waiting for the API load balancer to become active",
+            )
         });
         let mut common = common(
             conditions,
@@ -144,7 +171,8 @@ impl Provider for Aws {
         let obj = ctx.view()?;
         let s = Scope::new(&cluster_name(&ctx, &obj)?, obj);
         // CAPA's order: the load balancer, the security groups, then the network.
-        let done = load_balancer::delete(&s)? && security_groups::delete(&s)? && network::delete(&s)?;
+        let done =
+            load_balancer::delete(&s)? && security_groups::delete(&s)? && network::delete(&s)?;
         let mut common = common(vec![], None);
         if !done {
             common.requeue_after_seconds = Some(3);
@@ -156,13 +184,27 @@ impl Provider for Aws {
         let obj = ctx.view()?;
         let cluster = owner(&ctx, &obj)?;
         let machine = ctx.machine_view()?.ok_or_else(|| {
-            wait(format!("waiting for the Machine controller to set an owner reference on {}", obj.name()), 5)
+            wait(
+                format!(
+                    "waiting for the Machine controller to set an owner reference on {}",
+                    obj.name()
+                ),
+                5,
+            )
         })?;
         let Some(aws_cluster) = ctx.infrastructure_cluster_view()? else {
-            return Ok(waiting("WaitingForInfrastructureCluster", "the AWSCluster is not there yet"));
+            return Ok(waiting(
+                "WaitingForInfrastructureCluster",
+                "the AWSCluster is not there yet",
+            ));
         };
-        if cluster.get("/status/initialization/infrastructureProvisioned") != Some(&Value::Bool(true)) {
-            return Ok(waiting("WaitingForClusterInfrastructure", "the cluster's network and load balancer are not provisioned yet"));
+        if cluster.get("/status/initialization/infrastructureProvisioned")
+            != Some(&Value::Bool(true))
+        {
+            return Ok(waiting(
+                "WaitingForClusterInfrastructure",
+                "the cluster's network and load balancer are not provisioned yet",
+            ));
         }
         let s = Scope::new(cluster.name(), aws_cluster);
         let control_plane = machine.get(CONTROL_PLANE_LABEL).is_some();
@@ -173,7 +215,10 @@ impl Provider for Aws {
             }
             None => {
                 let Some(data) = ctx.bootstrap_data.as_deref() else {
-                    return Ok(waiting("WaitingForBootstrapData", "the bootstrap provider has not made the data yet"));
+                    return Ok(waiting(
+                        "WaitingForBootstrapData",
+                        "the bootstrap provider has not made the data yet",
+                    ));
                 };
                 instances::create(&s, &obj, &machine, control_plane, data)?
             }
@@ -182,12 +227,24 @@ impl Provider for Aws {
         let patch = json!({"instanceState": state});
         match state.as_str() {
             "running" => {}
-            "shutting-down" | "terminated" | "stopping" | "stopped" if instances::instance_id(&obj).is_some() => {
-                return Ok(terminated(&obj, &format!("the instance is {state}: it was stopped or terminated outside Cluster API")));
+            "shutting-down" | "terminated" | "stopping" | "stopped"
+                if instances::instance_id(&obj).is_some() =>
+            {
+                return Ok(terminated(
+                    &obj,
+                    &format!(
+                        "the instance is {state}: it was stopped or terminated outside Cluster API"
+                    ),
+                ));
             }
             _ => {
                 let mut c = common(
-                    vec![condition("InstanceReady", false, "InstanceNotReady", &format!("instance {} is {state}", instance.text("instanceId")))],
+                    vec![condition(
+                        "InstanceReady",
+                        false,
+                        "InstanceNotReady",
+                        &format!("instance {} is {state}", instance.text("instanceId")),
+                    )],
                     Some(patch),
                 );
                 c.requeue_after_seconds = Some(2);
@@ -206,14 +263,18 @@ impl Provider for Aws {
         ] {
             let a = instance.text(path);
             if !a.is_empty() {
-                addresses.push(Address { type_: type_.into(), address: a.into() });
+                addresses.push(Address {
+                    type_: type_.into(),
+                    address: a.into(),
+                });
             }
         }
         Ok(MachineStatus {
             provisioned: true,
             provider_id: Some(instances::provider_id(&instance)),
             addresses,
-            failure_domain: Some(instance.text("placement/availabilityZone").to_string()).filter(|z| !z.is_empty()),
+            failure_domain: Some(instance.text("placement/availabilityZone").to_string())
+                .filter(|z| !z.is_empty()),
             interruptible: false,
             common: common(
                 vec![
@@ -228,7 +289,9 @@ impl Provider for Aws {
     fn delete_machine(ctx: Context) -> Result<DeleteStatus, ProviderError> {
         let obj = ctx.view()?;
         let cluster = cluster_name(&ctx, &obj)?;
-        let aws_cluster = ctx.infrastructure_cluster_view()?.unwrap_or_else(|| View(json!({})));
+        let aws_cluster = ctx
+            .infrastructure_cluster_view()?
+            .unwrap_or_else(|| View(json!({})));
         let s = Scope::new(&cluster, aws_cluster);
         let control_plane = ctx
             .machine_view()?
@@ -243,7 +306,10 @@ impl Provider for Aws {
 }
 
 fn waiting(reason: &str, message: &str) -> MachineStatus {
-    let mut c = common(vec![condition("InstanceReady", false, reason, message)], None);
+    let mut c = common(
+        vec![condition("InstanceReady", false, reason, message)],
+        None,
+    );
     c.requeue_after_seconds = Some(10);
     MachineStatus::pending(c)
 }

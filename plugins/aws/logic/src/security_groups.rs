@@ -31,11 +31,19 @@ fn tcp(from: i64, to: i64, cidr: &str) -> Rule {
 /// The rules of a role. CNI rules come from `spec.network.cni.cniIngressRules` (CAPA's
 /// default is Calico's: BGP on 179/tcp and IP-in-IP).
 fn rules(s: &Scope, role: &str, vpc_cidr: &str) -> Vec<Rule> {
-    let cni: Vec<Rule> = match s.obj.get("/spec/network/cni/cniIngressRules").and_then(Value::as_array) {
+    let cni: Vec<Rule> = match s
+        .obj
+        .get("/spec/network/cni/cniIngressRules")
+        .and_then(Value::as_array)
+    {
         Some(list) => list
             .iter()
             .map(|r| Rule {
-                protocol: r.get("protocol").and_then(Value::as_str).unwrap_or("tcp").to_lowercase(),
+                protocol: r
+                    .get("protocol")
+                    .and_then(Value::as_str)
+                    .unwrap_or("tcp")
+                    .to_lowercase(),
                 from: r.get("fromPort").and_then(Value::as_i64).unwrap_or(-1),
                 to: r.get("toPort").and_then(Value::as_i64).unwrap_or(-1),
                 cidr: vpc_cidr.into(),
@@ -73,7 +81,11 @@ fn rules(s: &Scope, role: &str, vpc_cidr: &str) -> Vec<Rule> {
 pub fn reconcile(s: &mut Scope, net: &Network) -> Result<Value, ProviderError> {
     let found = s.api.ec2(
         "DescribeSecurityGroups",
-        tags::owned_filter(Params::new().filter("vpc-id", &[&net.vpc]), &s.cluster, None),
+        tags::owned_filter(
+            Params::new().filter("vpc-id", &[&net.vpc]),
+            &s.cluster,
+            None,
+        ),
     )?;
     let found = found.list("securityGroupInfo");
     let mut out = capw_sdk::serde_json::Map::new();
@@ -81,13 +93,19 @@ pub fn reconcile(s: &mut Scope, net: &Network) -> Result<Value, ProviderError> {
         let name = format!("{}-{role}", s.cluster);
         let existing = found.iter().find(|g| g.text("groupName") == name);
         let (id, has_rules) = match existing {
-            Some(g) => (g.text("groupId").to_string(), !g.list("ipPermissions").is_empty()),
+            Some(g) => (
+                g.text("groupId").to_string(),
+                !g.list("ipPermissions").is_empty(),
+            ),
             None => {
                 let g = s.api.ec2(
                     "CreateSecurityGroup",
                     Params::new()
                         .set("GroupName", &name)
-                        .set("GroupDescription", format!("Kubernetes cluster {}: {role}", s.cluster))
+                        .set(
+                            "GroupDescription",
+                            format!("Kubernetes cluster {}: {role}", s.cluster),
+                        )
                         .set("VpcId", &net.vpc)
                         .tag_spec("security-group", &s.tags(role, &name)),
                 )?;
@@ -122,7 +140,11 @@ pub fn find(s: &Scope, role: &str) -> Result<Option<String>, Fail> {
     let name = format!("{}-{role}", s.cluster);
     let found = s.api.ec2(
         "DescribeSecurityGroups",
-        tags::owned_filter(Params::new().filter("group-name", &[&name]), &s.cluster, None),
+        tags::owned_filter(
+            Params::new().filter("group-name", &[&name]),
+            &s.cluster,
+            None,
+        ),
     )?;
     Ok(found
         .list("securityGroupInfo")
@@ -138,7 +160,10 @@ pub fn delete(s: &Scope) -> Result<bool, ProviderError> {
     )?;
     let groups = found.list("securityGroupInfo");
     for g in &groups {
-        match s.api.ec2("DeleteSecurityGroup", Params::new().set("GroupId", g.text("groupId"))) {
+        match s.api.ec2(
+            "DeleteSecurityGroup",
+            Params::new().set("GroupId", g.text("groupId")),
+        ) {
             // An instance still uses it: the next pass tries again.
             Err(f) if f.code() == Some("DependencyViolation") => return Ok(false),
             r => ignore_gone(r)?,

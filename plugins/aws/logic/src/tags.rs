@@ -20,7 +20,12 @@ pub const NODE: &str = "node";
 
 /// The tags of a resource made for `cluster` in `role`, named `name`, plus the user's
 /// `additionalTags`.
-pub fn build(cluster: &str, role: &str, name: &str, additional: &[(String, String)]) -> Vec<(String, String)> {
+pub fn build(
+    cluster: &str,
+    role: &str,
+    name: &str,
+    additional: &[(String, String)],
+) -> Vec<(String, String)> {
     let mut t: Vec<(String, String)> = additional
         .iter()
         .filter(|(k, _)| k != "Name" && *k != owned_key(cluster) && k != ROLE)

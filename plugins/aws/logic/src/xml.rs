@@ -30,7 +30,11 @@ impl Node {
                 .collect::<String>()
                 .trim()
                 .to_string(),
-            children: n.children().filter(|c| c.is_element()).map(Node::from).collect(),
+            children: n
+                .children()
+                .filter(|c| c.is_element())
+                .map(Node::from)
+                .collect(),
         }
     }
 
@@ -41,9 +45,13 @@ impl Node {
 
     /// The first element named `name` anywhere below, depth first.
     pub fn find(&self, name: &str) -> Option<&Node> {
-        self.children
-            .iter()
-            .find_map(|c| if c.name == name { Some(c) } else { c.find(name) })
+        self.children.iter().find_map(|c| {
+            if c.name == name {
+                Some(c)
+            } else {
+                c.find(name)
+            }
+        })
     }
 
     /// The text of the child at a `/`-separated path (`instanceState/name`); empty if absent.

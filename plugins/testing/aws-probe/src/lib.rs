@@ -77,8 +77,18 @@ impl Provider for Probe {
         let obj = ctx.view()?;
         let mut calls = vec![];
         let mut bodies = vec![];
-        for c in obj.get("/spec/calls").and_then(Value::as_array).into_iter().flatten() {
-            let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        for c in obj
+            .get("/spec/calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let s = |k: &str| {
+                c.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
             let params: Vec<(String, String)> = c
                 .get("params")
                 .and_then(Value::as_object)
@@ -89,14 +99,21 @@ impl Provider for Probe {
                 })
                 .unwrap_or_default();
             let service = s("service");
-            let version = if service == "ec2" { "2016-11-15" } else { "2015-12-01" };
-            calls.push(outcome(aws::call(&aws::Call {
-                region: &s("region"),
-                service: &service,
-                version,
-                action: &s("action"),
-                params: &params,
-            }), &mut bodies));
+            let version = if service == "ec2" {
+                "2016-11-15"
+            } else {
+                "2015-12-01"
+            };
+            calls.push(outcome(
+                aws::call(&aws::Call {
+                    region: &s("region"),
+                    service: &service,
+                    version,
+                    action: &s("action"),
+                    params: &params,
+                }),
+                &mut bodies,
+            ));
         }
         let connect = match std::net::TcpStream::connect(obj.str("/spec/connect")) {
             Ok(_) => "connected".to_string(),

@@ -164,7 +164,8 @@ mod tests {
             .await
             .unwrap_err();
         assert!(
-            e.to_string().contains("the host's environment has no AWS_ACCESS_KEY_ID"),
+            e.to_string()
+                .contains("the host's environment has no AWS_ACCESS_KEY_ID"),
             "{e}"
         );
         let env = Environment::from_pairs([
@@ -175,18 +176,26 @@ mod tests {
             .get(&CredentialSource::Environment, &env, None)
             .await
             .unwrap();
-        assert_eq!((c.access_key_id.as_str(), c.session_token.as_deref()), ("AKID", None));
-        assert!(!format!("{c:?}").contains("sekrit"), "Debug hides the secret");
+        assert_eq!(
+            (c.access_key_id.as_str(), c.session_token.as_deref()),
+            ("AKID", None)
+        );
+        assert!(
+            !format!("{c:?}").contains("sekrit"),
+            "Debug hides the secret"
+        );
     }
 
     #[test]
     fn a_secret_needs_both_keys() {
-        let mut s = Secret::default();
-        s.data = Some(
-            [("AccessKeyID".to_string(), ByteString(b"AKID".to_vec()))]
-                .into_iter()
-                .collect(),
-        );
+        let mut s = Secret {
+            data: Some(
+                [("AccessKeyID".to_string(), ByteString(b"AKID".to_vec()))]
+                    .into_iter()
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
         assert_eq!(from_secret(&s), Err("SecretAccessKey"));
         s.string_data = Some(
             [("SecretAccessKey".to_string(), "k".to_string())]

@@ -151,7 +151,10 @@ mod tests {
         let per = Environment::from_pairs([
             ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"),
             ("AWS_ENDPOINT_URL_EC2", "http://127.0.0.1:2"),
-            ("AWS_ENDPOINT_URL_ELASTIC_LOAD_BALANCING", "http://127.0.0.1:3"),
+            (
+                "AWS_ENDPOINT_URL_ELASTIC_LOAD_BALANCING",
+                "http://127.0.0.1:3",
+            ),
         ]);
         assert_eq!(
             endpoint(&per, "ec2", "2016-11-15", "us-east-1").unwrap(),

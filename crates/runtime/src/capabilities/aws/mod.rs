@@ -174,7 +174,13 @@ impl AwsPermit {
     }
 
     /// Refuses what the grant does not allow, naming the field that would allow it.
-    fn check(&self, plugin: &str, region: &str, service: &str, action: &str) -> Result<(), AwsError> {
+    fn check(
+        &self,
+        plugin: &str,
+        region: &str,
+        service: &str,
+        action: &str,
+    ) -> Result<(), AwsError> {
         let Some(allowed) = self.actions.get(service) else {
             return Err(AwsError::Denied(format!(
                 "service {service:?} is not granted to plugin {plugin}: its WasmProvider's spec.aws.actions lists {}",
@@ -279,7 +285,12 @@ impl AwsBackend {
     }
 
     /// Checks, signs and sends `call` for `plugin` under `permit`.
-    pub async fn call(&self, plugin: &str, permit: &AwsPermit, call: Call) -> Result<Answer, AwsError> {
+    pub async fn call(
+        &self,
+        plugin: &str,
+        permit: &AwsPermit,
+        call: Call,
+    ) -> Result<Answer, AwsError> {
         let region = match call.region.as_str() {
             "" => self.env.region().map(str::to_string).ok_or_else(|| {
                 AwsError::Invalid(
@@ -294,13 +305,22 @@ impl AwsBackend {
             )));
         }
         permit.check(plugin, &region, &call.service, &call.action)?;
-        if !call.version.bytes().all(|b| b.is_ascii_digit() || b == b'-') || call.version.is_empty() {
+        if !call
+            .version
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b'-')
+            || call.version.is_empty()
+        {
             return Err(AwsError::Invalid(format!(
                 "API version {:?} is not a date like 2016-11-15",
                 call.version
             )));
         }
-        if let Some((bad, _)) = call.params.iter().find(|(k, _)| reserved(k) || k.is_empty()) {
+        if let Some((bad, _)) = call
+            .params
+            .iter()
+            .find(|(k, _)| reserved(k) || k.is_empty())
+        {
             return Err(AwsError::Invalid(format!(
                 "parameter {bad:?} is reserved: the host sets Action, Version and the signature itself"
             )));
@@ -324,7 +344,14 @@ impl AwsBackend {
             .await?;
         let answer = self
             .sender
-            .send(&url, &region, &call.service, body.into(), &creds, &permit.credentials)
+            .send(
+                &url,
+                &region,
+                &call.service,
+                body.into(),
+                &creds,
+                &permit.credentials,
+            )
             .await;
         tracing::debug!(
             plugin,
@@ -349,7 +376,10 @@ mod tests {
 
     #[test]
     fn parameters_are_encoded_as_the_sdks_encode_them() {
-        assert_eq!(encode("capa-ami-ubuntu-24.04-?1.33.4-*"), "capa-ami-ubuntu-24.04-%3F1.33.4-%2A");
+        assert_eq!(
+            encode("capa-ami-ubuntu-24.04-?1.33.4-*"),
+            "capa-ami-ubuntu-24.04-%3F1.33.4-%2A"
+        );
         assert_eq!(encode("a b+c/d=~:"), "a+b%2Bc%2Fd%3D~%3A");
     }
 
@@ -361,24 +391,44 @@ mod tests {
         assert!(p.actions["elasticloadbalancing"].contains("RegisterTargets"));
         assert!(!p.actions.contains_key("iam"));
         assert!(p.check("aws", "us-east-1", "ec2", "RunInstances").is_ok());
-        let e = p.check("aws", "us-east-1", "ec2", "CreateKeyPair").unwrap_err();
+        let e = p
+            .check("aws", "us-east-1", "ec2", "CreateKeyPair")
+            .unwrap_err();
         assert_eq!(
             e.to_string(),
             "action ec2:CreateKeyPair is not granted to plugin aws: add it to its WasmProvider's spec.aws.actions.ec2"
         );
-        let e = p.check("aws", "us-east-1", "iam", "CreateUser").unwrap_err();
-        assert!(e.to_string().starts_with("service \"iam\" is not granted to plugin aws"), "{e}");
-        assert_eq!(AwsPermit::from_spec(Some(&p.to_spec())).0, p, "status round-trips");
+        let e = p
+            .check("aws", "us-east-1", "iam", "CreateUser")
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("service \"iam\" is not granted to plugin aws"),
+            "{e}"
+        );
+        assert_eq!(
+            AwsPermit::from_spec(Some(&p.to_spec())).0,
+            p,
+            "status round-trips"
+        );
     }
 
     #[test]
     fn a_grant_names_what_is_wrong_with_it() {
         let (_, wrong) = grant(serde_json::json!({"actions": {"s3": ["GetObject"]}}));
-        assert!(wrong.unwrap().starts_with("spec.aws.actions.s3: the host knows no endpoint"));
+        assert!(
+            wrong
+                .unwrap()
+                .starts_with("spec.aws.actions.s3: the host knows no endpoint")
+        );
         let (_, wrong) = grant(serde_json::json!({"actions": {"ec2": ["run instances"]}}));
         assert!(wrong.unwrap().contains("is not a Query API action name"));
         let (_, wrong) = grant(serde_json::json!({"regions": ["us-east-1", "evil.example"]}));
-        assert!(wrong.unwrap().starts_with("spec.aws.regions: \"evil.example\""));
+        assert!(
+            wrong
+                .unwrap()
+                .starts_with("spec.aws.regions: \"evil.example\"")
+        );
         let (p, wrong) = grant(serde_json::json!({
             "regions": ["eu-west-1"],
             "credentials": {"secretRef": {"namespace": "capa", "name": "creds"}}
@@ -386,7 +436,10 @@ mod tests {
         assert_eq!(wrong, None);
         assert_eq!(
             p.credentials,
-            CredentialSource::Secret { namespace: "capa".into(), name: "creds".into() }
+            CredentialSource::Secret {
+                namespace: "capa".into(),
+                name: "creds".into()
+            }
         );
         assert!(p.check("aws", "us-east-1", "ec2", "RunInstances").is_err());
     }
@@ -399,7 +452,10 @@ mod tests {
             ("AWS_ACCESS_KEY_ID", "AKID"),
             ("AWS_SECRET_ACCESS_KEY", "secret"),
         ]);
-        let policy = Policy { attempts: 1, ..Policy::default() };
+        let policy = Policy {
+            attempts: 1,
+            ..Policy::default()
+        };
         let b = AwsBackend::with(env, None, policy).unwrap();
         let p = AwsPermit::default();
         let call = |region: &str, params: Vec<(&str, &str)>| Call {
@@ -407,17 +463,37 @@ mod tests {
             service: "ec2".into(),
             version: "2016-11-15".into(),
             action: "DescribeVpcs".into(),
-            params: params.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+            params: params
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
         };
-        for name in ["Action", "X-Amz-Security-Token", "SignatureVersion", "AWSAccessKeyId"] {
-            let e = b.call("aws", &p, call("us-east-1", vec![(name, "x")])).await.unwrap_err();
+        for name in [
+            "Action",
+            "X-Amz-Security-Token",
+            "SignatureVersion",
+            "AWSAccessKeyId",
+        ] {
+            let e = b
+                .call("aws", &p, call("us-east-1", vec![(name, "x")]))
+                .await
+                .unwrap_err();
             assert!(matches!(e, AwsError::Invalid(_)), "{name}: {e}");
         }
         let e = b.call("aws", &p, call("", vec![])).await.unwrap_err();
         assert!(e.to_string().contains("no AWS_REGION"), "{e}");
-        let e = b.call("aws", &p, call("us-east-1.evil.com", vec![])).await.unwrap_err();
+        let e = b
+            .call("aws", &p, call("us-east-1.evil.com", vec![]))
+            .await
+            .unwrap_err();
         assert!(matches!(e, AwsError::Invalid(_)), "{e}");
-        let e = b.call("aws", &p, call("us-east-1", vec![])).await.unwrap_err();
-        assert!(matches!(e, AwsError::Unavailable(_)), "it got as far as the wire: {e}");
+        let e = b
+            .call("aws", &p, call("us-east-1", vec![]))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, AwsError::Unavailable(_)),
+            "it got as far as the wire: {e}"
+        );
     }
 }

@@ -121,9 +121,7 @@ impl Sender {
             match answer {
                 Ok(a) => {
                     let code = error_code(&a.body);
-                    if a.status == 401
-                        || code.is_some_and(|c| REFUSED_CREDENTIALS.contains(&c))
-                    {
+                    if a.status == 401 || code.is_some_and(|c| REFUSED_CREDENTIALS.contains(&c)) {
                         return Err(AwsError::Credentials(format!(
                             "AWS refused the credentials from {source} (access key {}): {}",
                             creds.access_key_id,
@@ -167,7 +165,9 @@ impl Sender {
             .collect()
             .await
             .map_err(|e| {
-                if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some()
+                {
                     AwsError::TooLarge(max as u64 + 1, max as u64)
                 } else {
                     AwsError::Unavailable(format!("{url}: reading the answer: {e}"))
@@ -311,11 +311,24 @@ mod tests {
             session_token: Some("tok".into()),
         };
         let url: http::Uri = "http://127.0.0.1:5055/".parse().unwrap();
-        let r = sign(&url, "us-east-1", "ec2", Bytes::from_static(b"Action=DescribeVpcs"), &creds).unwrap();
+        let r = sign(
+            &url,
+            "us-east-1",
+            "ec2",
+            Bytes::from_static(b"Action=DescribeVpcs"),
+            &creds,
+        )
+        .unwrap();
         let auth = r.headers()["authorization"].to_str().unwrap();
-        assert!(auth.starts_with("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/"), "{auth}");
+        assert!(
+            auth.starts_with("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/"),
+            "{auth}"
+        );
         assert!(auth.contains("/us-east-1/ec2/aws4_request"), "{auth}");
-        assert!(auth.contains("SignedHeaders=content-type;host;x-amz-date;x-amz-security-token"), "{auth}");
+        assert!(
+            auth.contains("SignedHeaders=content-type;host;x-amz-date;x-amz-security-token"),
+            "{auth}"
+        );
         assert_eq!(r.headers()["x-amz-security-token"], "tok");
         assert!(!auth.contains("wJalr"), "the secret is never sent");
     }
