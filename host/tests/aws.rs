@@ -588,3 +588,74 @@ async fn the_component_never_holds_the_secret_and_reaches_only_granted_actions()
         "a refused call reached the cloud: {created}"
     );
 }
+
+/// `examples/clusterclass-aws.yaml`: a ClusterClass over the AWS templates and a topology
+/// Cluster; the patched region and instance type reach the cloud, and deleting it leaves
+/// nothing tagged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_aws_clusterclass_example_provisions_from_its_variables() {
+    let moto = Moto::start(false);
+    let env = host(&moto, &moto.key.1.clone(), "capabilities: [aws]\n").await;
+    let example =
+        std::fs::read_to_string(support::repo_root().join("examples/clusterclass-aws.yaml"))
+            .unwrap();
+    apply(&env, &example).await;
+    let api = aws_clusters(&env);
+    let cluster = "aws-topology";
+    env.eventually("the topology's AWSCluster provisioned", 120, || async {
+        let l = api.list(&Default::default()).await.ok()?;
+        l.items
+            .iter()
+            .find(|c| c.data["status"]["initialization"]["provisioned"] == true)
+            .map(|c| {
+                assert_eq!(
+                    c.data["spec"]["region"], "us-east-1",
+                    "patched from the variable"
+                )
+            })
+    })
+    .await;
+    assert_eq!(moto.tagged(cluster, "DescribeVpcs", "vpcId", &[]).await, 1);
+    let live = [
+        ("Filter.2.Name", "instance-state-name"),
+        ("Filter.2.Value.1", "pending"),
+        ("Filter.2.Value.2", "running"),
+    ];
+    env.eventually("the control-plane instance", 120, || async {
+        (moto
+            .tagged(cluster, "DescribeInstances", "instanceId", &live)
+            .await
+            == 1)
+            .then_some(())
+    })
+    .await;
+    let key = format!("tag:sigs.k8s.io/cluster-api-provider-aws/cluster/{cluster}");
+    let described = moto
+        .call(
+            "ec2",
+            "DescribeInstances",
+            &[("Filter.1.Name", &key), ("Filter.1.Value.1", "owned")],
+        )
+        .await;
+    assert!(
+        described.contains("<instanceType>m5.large</instanceType>"),
+        "the control plane's type from its variable: {described}"
+    );
+    env.kubectl(&["delete", "cluster", cluster, "--wait=false"], None);
+    let clusters = env.dynamic("cluster.x-k8s.io", "Cluster", "clusters");
+    env.eventually("the Cluster gone", 180, || async {
+        clusters
+            .get_opt(cluster)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(moto.tagged(cluster, "DescribeVpcs", "vpcId", &[]).await, 0);
+    assert_eq!(
+        moto.tagged(cluster, "DescribeInstances", "instanceId", &live)
+            .await,
+        0
+    );
+}
