@@ -9,7 +9,7 @@ mod support;
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::Value;
 use support::host::Env;
-use support::moto::{Fault, FaultProxy, Moto};
+use support::moto::{Fault, FaultProxy, Inventory, Moto};
 
 const GROUP: &str = "infrastructure.cluster.x-k8s.io";
 const CLUSTER: &str = "aws-demo";
@@ -98,18 +98,18 @@ async fn an_aws_cluster_gets_capas_network_and_balancer_and_deleting_it_leaves_n
         .await;
     let host = endpoint["host"].as_str().unwrap().to_string();
     assert_eq!(endpoint["port"], 6443);
-    assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 1);
-    assert_eq!(
-        moto.tagged(CLUSTER, "DescribeSubnets", "subnetId", &[])
-            .await,
-        6,
-        "a public and a private subnet in each of 3 zones"
-    );
-    assert_eq!(
-        moto.tagged(CLUSTER, "DescribeSecurityGroups", "groupId", &[])
-            .await,
-        4
-    );
+    let built = moto.inventory(CLUSTER).await;
+    // A public and a private subnet, and a NAT gateway with its address, in each of 3 zones.
+    let network = Inventory {
+        vpcs: 1,
+        subnets: 6,
+        groups: 4,
+        gateways: 1,
+        addresses: 3,
+        nats: 3,
+        instances: 0,
+    };
+    assert_eq!(built, network);
     let lbs = moto
         .call(
             "elasticloadbalancing",
@@ -149,14 +149,12 @@ async fn an_aws_cluster_gets_capas_network_and_balancer_and_deleting_it_leaves_n
         .await;
     let instance = provider_id.rsplit('/').next().unwrap().to_string();
     assert!(provider_id.starts_with("aws:///us-east-1"), "{provider_id}");
-    let running = [
-        ("Filter.2.Name", "instance-state-name"),
-        ("Filter.2.Value.1", "running"),
-    ];
     assert_eq!(
-        moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &running)
-            .await,
-        1
+        moto.inventory(CLUSTER).await,
+        Inventory {
+            instances: 1,
+            ..network.clone()
+        }
     );
     let described = moto
         .call("ec2", "DescribeInstances", &[("InstanceId.1", &instance)])
@@ -202,44 +200,9 @@ async fn an_aws_cluster_gets_capas_network_and_balancer_and_deleting_it_leaves_n
     })
     .await;
     assert_eq!(
-        moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &running)
-            .await,
-        0
-    );
-    assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 0);
-    assert_eq!(
-        moto.tagged(CLUSTER, "DescribeSubnets", "subnetId", &[])
-            .await,
-        0
-    );
-    assert_eq!(
-        moto.tagged(CLUSTER, "DescribeSecurityGroups", "groupId", &[])
-            .await,
-        0
-    );
-    assert_eq!(
-        moto.tagged(
-            CLUSTER,
-            "DescribeInternetGateways",
-            "internetGatewayId",
-            &[]
-        )
-        .await,
-        0
-    );
-    assert_eq!(
-        moto.tagged(CLUSTER, "DescribeAddresses", "allocationId", &[])
-            .await,
-        0
-    );
-    let nats = [
-        ("Filter.2.Name", "state"),
-        ("Filter.2.Value.1", "available"),
-    ];
-    assert_eq!(
-        moto.tagged(CLUSTER, "DescribeNatGateways", "natGatewayId", &nats)
-            .await,
-        0
+        moto.inventory(CLUSTER).await,
+        Inventory::default(),
+        "everything tagged is gone"
     );
     let lbs = moto
         .call("elasticloadbalancing", "DescribeLoadBalancers", &[])
@@ -404,48 +367,24 @@ async fn a_restart_mid_provisioning_makes_no_second_vpc_or_instance() {
     let aws = moto.env();
     let env = env.restart(|c| c.aws = aws).await;
     provisioned(&env, 120).await;
+    let network = Inventory {
+        vpcs: 1,
+        subnets: 6,
+        groups: 4,
+        gateways: 1,
+        addresses: 3,
+        nats: 3,
+        instances: 0,
+    };
     assert_eq!(
-        moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await,
-        1,
-        "the VPC was found, not made again"
-    );
-    assert_eq!(
-        moto.tagged(CLUSTER, "DescribeSubnets", "subnetId", &[])
-            .await,
-        6
-    );
-    assert_eq!(
-        moto.tagged(
-            CLUSTER,
-            "DescribeInternetGateways",
-            "internetGatewayId",
-            &[]
-        )
-        .await,
-        1
-    );
-    let nats = [
-        ("Filter.2.Name", "state"),
-        ("Filter.2.Value.1", "available"),
-    ];
-    assert_eq!(
-        moto.tagged(CLUSTER, "DescribeNatGateways", "natGatewayId", &nats)
-            .await,
-        3
+        moto.inventory(CLUSTER).await,
+        network,
+        "what existed was found, not made again"
     );
 
     // It stops again the moment the control-plane instance exists.
-    let live = [
-        ("Filter.2.Name", "instance-state-name"),
-        ("Filter.2.Value.1", "pending"),
-        ("Filter.2.Value.2", "running"),
-    ];
     env.eventually("the control-plane instance", 60, || async {
-        (moto
-            .tagged(CLUSTER, "DescribeInstances", "instanceId", &live)
-            .await
-            == 1)
-            .then_some(())
+        (moto.inventory(CLUSTER).await.instances == 1).then_some(())
     })
     .await;
     let aws = moto.env();
@@ -460,9 +399,11 @@ async fn a_restart_mid_provisioning_makes_no_second_vpc_or_instance() {
     })
     .await;
     assert_eq!(
-        moto.tagged(CLUSTER, "DescribeInstances", "instanceId", &live)
-            .await,
-        1,
+        moto.inventory(CLUSTER).await,
+        Inventory {
+            instances: 1,
+            ..network
+        },
         "the instance was found by its tags"
     );
 }
@@ -615,18 +556,9 @@ async fn the_aws_clusterclass_example_provisions_from_its_variables() {
             })
     })
     .await;
-    assert_eq!(moto.tagged(cluster, "DescribeVpcs", "vpcId", &[]).await, 1);
-    let live = [
-        ("Filter.2.Name", "instance-state-name"),
-        ("Filter.2.Value.1", "pending"),
-        ("Filter.2.Value.2", "running"),
-    ];
+    assert_eq!(moto.inventory(cluster).await.vpcs, 1);
     env.eventually("the control-plane instance", 120, || async {
-        (moto
-            .tagged(cluster, "DescribeInstances", "instanceId", &live)
-            .await
-            == 1)
-            .then_some(())
+        (moto.inventory(cluster).await.instances == 1).then_some(())
     })
     .await;
     let key = format!("tag:sigs.k8s.io/cluster-api-provider-aws/cluster/{cluster}");
@@ -652,10 +584,9 @@ async fn the_aws_clusterclass_example_provisions_from_its_variables() {
             .then_some(())
     })
     .await;
-    assert_eq!(moto.tagged(cluster, "DescribeVpcs", "vpcId", &[]).await, 0);
     assert_eq!(
-        moto.tagged(cluster, "DescribeInstances", "instanceId", &live)
-            .await,
-        0
+        moto.inventory(cluster).await,
+        Inventory::default(),
+        "everything tagged is gone"
     );
 }

@@ -66,13 +66,9 @@ pub async fn start_configured(
     for (stem, yaml) in manifests {
         std::fs::write(pdir.join(format!("{stem}.yaml")), yaml).expect("manifest");
     }
-    let mut config = test_config(dir.path());
-    configure(&mut config);
-    let host = manager::start(client.clone(), config)
-        .await
-        .expect("host starts");
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).expect("home");
+    let host = launch(&client, dir.path(), configure).await;
     Env {
         kubeconfig: api.kubeconfig.clone(),
         api,
@@ -82,6 +78,19 @@ pub async fn start_configured(
         dump: "",
         dir,
     }
+}
+
+/// A host on `client` with the tests' configuration for `dir`, changed by `configure`.
+async fn launch(
+    client: &Client,
+    dir: &std::path::Path,
+    configure: impl FnOnce(&mut HostConfig),
+) -> Host {
+    let mut config = test_config(dir);
+    configure(&mut config);
+    manager::start(client.clone(), config)
+        .await
+        .expect("host starts")
 }
 
 /// The tests' host configuration for the plugin directory and cache under `dir`.
@@ -109,11 +118,7 @@ impl Env {
             dir,
         } = self;
         drop(host);
-        let mut config = test_config(dir.path());
-        configure(&mut config);
-        let host = manager::start(client.clone(), config)
-            .await
-            .expect("host restarts");
+        let host = launch(&client, dir.path(), configure).await;
         Env {
             api,
             client,

@@ -253,3 +253,57 @@ impl FaultProxy {
         FaultProxy { url, left, task }
     }
 }
+
+/// What the emulator holds for a cluster, by CAPA's owned tag.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Inventory {
+    pub vpcs: usize,
+    pub subnets: usize,
+    pub groups: usize,
+    pub gateways: usize,
+    pub addresses: usize,
+    /// NAT gateways not deleted.
+    pub nats: usize,
+    /// Instances pending or running.
+    pub instances: usize,
+}
+
+impl Moto {
+    pub async fn inventory(&self, cluster: &str) -> Inventory {
+        let live = [
+            ("Filter.2.Name", "instance-state-name"),
+            ("Filter.2.Value.1", "pending"),
+            ("Filter.2.Value.2", "running"),
+        ];
+        let available = [
+            ("Filter.2.Name", "state"),
+            ("Filter.2.Value.1", "available"),
+        ];
+        Inventory {
+            vpcs: self.tagged(cluster, "DescribeVpcs", "vpcId", &[]).await,
+            subnets: self
+                .tagged(cluster, "DescribeSubnets", "subnetId", &[])
+                .await,
+            groups: self
+                .tagged(cluster, "DescribeSecurityGroups", "groupId", &[])
+                .await,
+            gateways: self
+                .tagged(
+                    cluster,
+                    "DescribeInternetGateways",
+                    "internetGatewayId",
+                    &[],
+                )
+                .await,
+            addresses: self
+                .tagged(cluster, "DescribeAddresses", "allocationId", &[])
+                .await,
+            nats: self
+                .tagged(cluster, "DescribeNatGateways", "natGatewayId", &available)
+                .await,
+            instances: self
+                .tagged(cluster, "DescribeInstances", "instanceId", &live)
+                .await,
+        }
+    }
+}
