@@ -590,3 +590,44 @@ async fn the_aws_clusterclass_example_provisions_from_its_variables() {
         "everything tagged is gone"
     );
 }
+
+/// A grant narrowed on the WasmProvider takes effect on the running module, without a new
+/// module file: what `status.aws` shows is what the next call is checked against.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_narrowed_grant_takes_effect_without_a_new_module() {
+    let moto = Moto::start(false);
+    let env = host(&moto, &moto.key.1.clone(), "capabilities: [aws]\n").await;
+    apply(&env, &example()).await;
+    provisioned(&env, 120).await;
+    let narrow = "capabilities: [aws]\naws:\n  actions:\n    ec2: [DescribeVpcs]\n";
+    std::fs::write(env.dir.path().join("plugins/aws.yaml"), narrow).unwrap();
+    let wp: Api<capw_api::wasmprovider::WasmProvider> = Api::all(env.client.clone());
+    env.eventually("the narrowed grant shown in status", 60, || async {
+        let w = wp.get_opt("aws").await.ok()??;
+        let actions = w.status?.aws?.actions?;
+        (actions.get("ec2")? == &vec!["DescribeVpcs".to_string()]).then_some(())
+    })
+    .await;
+    // A second cluster, after the grant changed: refused by the grant status shows.
+    apply(&env, &example().replace("aws-demo", "aws-second")).await;
+    let api = aws_clusters(&env);
+    let failure = env
+        .eventually("the second AWSCluster refused", 60, || async {
+            let c = api.get_opt("aws-second").await.ok()??;
+            let conds = c.data["status"]["conditions"].as_array()?.clone();
+            conds
+                .iter()
+                .find(|c| c["type"] == "PluginCallSucceeded" && c["status"] == "False")
+                .and_then(|c| c["message"].as_str().map(str::to_string))
+        })
+        .await;
+    assert!(
+        failure.contains("ec2:CreateVpc is not granted to plugin aws"),
+        "{failure}"
+    );
+    assert_eq!(
+        moto.inventory("aws-second").await.vpcs,
+        0,
+        "nothing was made under the old grant"
+    );
+}

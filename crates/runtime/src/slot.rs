@@ -145,6 +145,12 @@ impl Slot {
         }
         let mut cur = self.current.write().unwrap_or_else(|p| p.into_inner());
         if cur.digest == new.digest {
+            // The same component under changed grants or limits: not a new version to bake or
+            // roll back to, but the new grant holds from the next call on.
+            if cur.grants != new.grants || cur.limits != new.limits {
+                new.counters.carry_from(&cur.counters);
+                *cur = Arc::new(new);
+            }
             return Ok(());
         }
         compatible(&cur, &new)?;

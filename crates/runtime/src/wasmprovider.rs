@@ -466,7 +466,12 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
         set_status(&api, &wp, status).await?;
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
-    if current.as_ref().is_some_and(|c| c.digest == digest) {
+    // The same module under the same grants and limits: nothing to load. A changed grant (or
+    // limit) with the same module is loaded again below, so what status shows is in force.
+    if current
+        .as_ref()
+        .is_some_and(|c| c.digest == digest && c.grants == granted && c.limits == limits)
+    {
         if let Some(s) = &slot {
             counters(&mut status, s);
             status.previous_digests = s.previous_digests();

@@ -152,6 +152,24 @@ pub struct Counters {
     pub log_dropped_bytes: AtomicU64,
 }
 
+impl Counters {
+    /// Adds what `other` counted: the same version reloaded under a new grant keeps its
+    /// history.
+    pub fn carry_from(&self, other: &Counters) {
+        for (to, from) in [
+            (&self.calls, &other.calls),
+            (&self.traps, &other.traps),
+            (&self.timeouts, &other.timeouts),
+            (&self.errors, &other.errors),
+            (&self.log_lines, &other.log_lines),
+            (&self.log_bytes, &other.log_bytes),
+            (&self.log_dropped_bytes, &other.log_dropped_bytes),
+        ] {
+            to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+}
+
 /// A loaded, validated version of a plugin.
 pub struct Plugin {
     pub digest: String,
