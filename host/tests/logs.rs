@@ -73,7 +73,10 @@ struct PluginLine {
 /// The host's lines for plugin log calls, in either format; `bytes` counts the newline.
 fn plugin_lines(log: &str, json: bool) -> Vec<PluginLine> {
     let target = "capw_runtime::capabilities::log::glue";
-    log.split('\n')
+    // The host may be mid-line as the log is read: only whole lines count.
+    let whole = log.rsplit_once('\n').map_or("", |(w, _)| w);
+    whole
+        .split('\n')
         .filter(|l| l.contains(target))
         .map(|l| {
             let bytes = l.len() + 1;
@@ -135,6 +138,30 @@ fn log_cluster(forged: &[&str]) -> String {
     )
 }
 
+/// The lines of `object`'s calls, by call.
+fn calls_of<'a>(
+    lines: &'a [PluginLine],
+    object: &str,
+) -> std::collections::BTreeMap<u64, Vec<&'a PluginLine>> {
+    let mut calls = std::collections::BTreeMap::<u64, Vec<&PluginLine>>::new();
+    for p in lines.iter().filter(|p| p.object == object) {
+        calls.entry(p.call).or_default().push(p);
+    }
+    calls
+}
+
+/// The bytes of the flood's fullest call, and of its longest line.
+fn flood_extent(lines: &[PluginLine]) -> (usize, usize) {
+    let calls = calls_of(lines, "default/flood");
+    let fullest = calls
+        .values()
+        .map(|c| c.iter().map(|p| p.bytes).sum())
+        .max()
+        .unwrap_or(0);
+    let longest = calls.values().flatten().map(|p| p.bytes).max().unwrap_or(0);
+    (fullest, longest)
+}
+
 /// SECURITY.md "log": line breaks, carriage returns, ANSI escapes and a forged timestamp in a
 /// plugin's messages never make a host line of their own: each log call is exactly one line,
 /// carrying its plugin, version, object and call; and the per-call cap and the rate are
@@ -166,12 +193,21 @@ fn each_log_call_is_one_tagged_line_charged_what_it_wrote(format: &str) {
         ok.then_some(out)
     });
     up.kubectl(&["apply", "-f", "-"], Some(&log_cluster(&forged)));
-    let lines = up.eventually("both objects' plugin lines", 120, || {
-        let l = plugin_lines(&up.log_text(), json);
-        (l.iter().any(|p| p.object == "default/forger")
-            && l.iter().any(|p| p.object == "default/flood"))
-        .then_some(l)
-    });
+    // The log is read while the host writes it: wait for a whole call of each (the forger's
+    // four lines, the flood's up to its cap), not merely the first line of each.
+    let cap = capw_runtime::Limits::default().log_bytes;
+    let lines = up.eventually(
+        "a whole call of the forger and a flood call stopped by the cap",
+        120,
+        || {
+            let l = plugin_lines(&up.log_text(), json);
+            let forger_whole = calls_of(&l, "default/forger")
+                .values()
+                .any(|c| c.len() >= forged.len());
+            let (fullest, longest) = flood_extent(&l);
+            (forger_whole && fullest + 2 * longest >= cap).then_some(l)
+        },
+    );
     let text = up.log_text();
     // No line of the host's log is the plugin's own: every line that holds forged text is a
     // tagged plugin line, and nothing starts a line or moves the cursor.
@@ -228,23 +264,14 @@ fn each_log_call_is_one_tagged_line_charged_what_it_wrote(format: &str) {
     );
     // The flood's calls: each stops at the per-call cap (64 KiB) of bytes really written, not
     // of a guessed 128 bytes a line (which let through several times as much).
-    let cap = capw_runtime::Limits::default().log_bytes;
-    let flood: Vec<&PluginLine> = lines
-        .iter()
-        .filter(|p| p.object == "default/flood")
-        .collect();
-    let longest = flood.iter().map(|p| p.bytes).max().unwrap_or(0);
-    let mut per_call = std::collections::BTreeMap::<u64, usize>::new();
-    for p in &flood {
-        *per_call.entry(p.call).or_default() += p.bytes;
-    }
-    for (call, bytes) in &per_call {
+    for (call, of_call) in &calls_of(&lines, "default/flood") {
+        let bytes: usize = of_call.iter().map(|p| p.bytes).sum();
         assert!(
-            bytes <= &(cap + 64),
+            bytes <= cap + 64,
             "call {call} wrote {bytes} bytes over the cap {cap}"
         );
     }
-    let fullest = per_call.values().max().copied().unwrap_or(0);
+    let (fullest, longest) = flood_extent(&lines);
     assert!(
         fullest + 2 * longest >= cap
             && longest > capw_runtime::capabilities::log::LOG_LINE_COST + 1,
