@@ -413,12 +413,14 @@ impl InMemoryServer {
         self.app.set_kubernetes_version(v);
     }
 
-    /// Serves on `listener` with a serving certificate signed by the caller's CA, requiring `token`.
+    /// Serves on `listener` with a serving certificate signed by the caller's CA for loopback
+    /// and `extra_sans`, requiring `token`.
     pub async fn start(
         listener: tokio::net::TcpListener,
         ca_pem: &str,
         ca_key_pem: &str,
         token: String,
+        extra_sans: &[String],
     ) -> Result<InMemoryServer, ServerError> {
         let addr = listener.local_addr().map_err(|source| ServerError::Bind {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -435,7 +437,14 @@ impl InMemoryServer {
         let core = Arc::new(Core::new(store));
         controllers::crd::install_all(&core);
         core.ensure_initial_namespaces().await?;
-        let sans = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        let mut sans = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        sans.extend(
+            extra_sans
+                .iter()
+                .filter(|s| !sans.contains(s))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
         let tls = tls::from_ca(ca_pem, ca_key_pem, &sans)?;
         let app = Arc::new(http::App::new(
             core.clone(),

@@ -19,6 +19,24 @@ async fn host(moto: &Moto, secret: &str, manifest: &str) -> Env {
 }
 
 async fn host_at(aws: capw_runtime::capabilities::aws::Environment, manifest: &str) -> Env {
+    host_configured(manifest, |c| c.aws = aws).await
+}
+
+/// A host on `moto` whose workload clients follow `capw sim ec2`'s routes, so the clusters'
+/// machines (booted by [`Moto::sim_ec2`]) reach Running.
+async fn host_with_machines(moto: &Moto) -> Env {
+    let (aws, routes) = (moto.env(), moto.routes());
+    host_configured("capabilities: [aws]\n", |c| {
+        c.aws = aws;
+        c.connect_to = capw_manager::ConnectTo::file(routes);
+    })
+    .await
+}
+
+async fn host_configured(
+    manifest: &str,
+    configure: impl FnOnce(&mut capw_manager::HostConfig),
+) -> Env {
     let mut env = support::host::start_configured(
         &[
             ("bootstrap", "bootstrap.wasm"),
@@ -26,7 +44,7 @@ async fn host_at(aws: capw_runtime::capabilities::aws::Environment, manifest: &s
             ("aws", "aws.wasm"),
         ],
         &[("aws", manifest)],
-        |c| c.aws = aws,
+        configure,
     )
     .await;
     env.dump = "awsclusters,awsmachines,machines";
@@ -57,6 +75,71 @@ fn aws_clusters(env: &Env) -> Api<DynamicObject> {
     env.dynamic(GROUP, "AWSCluster", "awsclusters")
 }
 
+/// The first `n` Machines to be Running with a Node: name and provider ID.
+async fn running_machines(env: &Env, n: usize) -> Vec<(String, String)> {
+    let api = env.dynamic("cluster.x-k8s.io", "Machine", "machines");
+    env.eventually(&format!("{n} Machines Running with Nodes"), 240, || async {
+        let l = api.list(&Default::default()).await.ok()?;
+        let running: Vec<(String, String)> = l
+            .items
+            .iter()
+            .filter(|m| m.data["status"]["phase"] == "Running")
+            .filter(|m| m.data["status"]["nodeRef"]["name"].is_string())
+            .filter_map(|m| {
+                let id = m.data["spec"]["providerID"].as_str()?;
+                Some((m.metadata.name.clone()?, id.to_string()))
+            })
+            .collect();
+        (running.len() >= n).then_some(running)
+    })
+    .await
+}
+
+/// The provider IDs of the workload cluster's Nodes, read with kubectl through the cluster's
+/// kubeconfig Secret (its server is the balancer's name, dialled where `capw sim ec2` routes it).
+async fn workload_provider_ids(env: &Env, moto: &Moto, endpoint: &str) -> Vec<String> {
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(env.client.clone(), "default");
+    let secret = secrets.get(&format!("{CLUSTER}-kubeconfig")).await.unwrap();
+    let kubeconfig = env.home.join("workload.kubeconfig");
+    std::fs::write(&kubeconfig, &secret.data.unwrap()["value"].0).unwrap();
+    let routes = std::fs::read_to_string(moto.routes()).unwrap();
+    let to = routes
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{endpoint}:6443:")))
+        .unwrap_or_else(|| panic!("no route for {endpoint}: {routes}"))
+        .to_string();
+    let server = format!("https://{to}");
+    let (ok, out) = support::kubectl(
+        &kubeconfig,
+        &env.home,
+        &[
+            "get",
+            "nodes",
+            "-o",
+            "json",
+            "--server",
+            &server,
+            "--tls-server-name",
+            endpoint,
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    let nodes: Value = serde_json::from_str(&out).unwrap();
+    nodes["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            n["spec"]["providerID"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
 /// The message of the AWSCluster's `PluginCallSucceeded=False` condition, once it has one.
 async fn call_failure(env: &Env) -> String {
     let api = aws_clusters(env);
@@ -78,9 +161,10 @@ async fn call_failure(env: &Env) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_aws_cluster_gets_capas_network_and_balancer_and_deleting_it_leaves_nothing() {
+async fn the_aws_example_reaches_three_running_machines_and_deleting_it_leaves_nothing() {
     let moto = Moto::start(true);
-    let env = host(&moto, &moto.key.1.clone(), "capabilities: [aws]\n").await;
+    let env = host_with_machines(&moto).await;
+    let _machines = moto.sim_ec2();
     apply(&env, &example()).await;
 
     // The network, the groups and the balancer, with the balancer's name as the endpoint.
@@ -137,27 +221,38 @@ async fn an_aws_cluster_gets_capas_network_and_balancer_and_deleting_it_leaves_n
         host.as_str()
     );
 
-    // The control-plane machine is an instance of the looked-up AMI, behind the balancer.
-    let machines = env.dynamic(GROUP, "AWSMachine", "awsmachines");
-    let provider_id = env
-        .eventually("the control-plane AWSMachine's instance", 120, || async {
-            let l = machines.list(&Default::default()).await.ok()?;
-            l.items
-                .iter()
-                .find_map(|m| m.data["spec"]["providerID"].as_str().map(str::to_string))
-        })
-        .await;
-    let instance = provider_id.rsplit('/').next().unwrap().to_string();
-    assert!(provider_id.starts_with("aws:///us-east-1"), "{provider_id}");
+    // Three Machines Running, each with the Node of its instance.
+    let machines = running_machines(&env, 3).await;
+    let ids: Vec<String> = machines.iter().map(|(_, id)| id.clone()).collect();
+    for id in &ids {
+        assert!(id.starts_with("aws:///us-east-1"), "{id}");
+    }
+    let mut nodes = workload_provider_ids(&env, &moto, &host).await;
+    nodes.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(nodes, want, "the Nodes' provider IDs are the Machines'");
+
+    // The emulator holds what CAPA would: the network, 3 instances of the looked-up AMI, and
+    // the balancer with the control-plane instance as its only target.
     assert_eq!(
         moto.inventory(CLUSTER).await,
         Inventory {
-            instances: 1,
+            instances: 3,
             ..network.clone()
         }
     );
+    let control_plane = machines
+        .iter()
+        .find(|(name, _)| name.starts_with("aws-demo-control-plane"))
+        .map(|(_, id)| id.rsplit('/').next().unwrap().to_string())
+        .expect("a control-plane Machine");
     let described = moto
-        .call("ec2", "DescribeInstances", &[("InstanceId.1", &instance)])
+        .call(
+            "ec2",
+            "DescribeInstances",
+            &[("InstanceId.1", &control_plane)],
+        )
         .await;
     assert!(
         described.contains("<imageId>ami-0ca9a000000000000</imageId>"),
@@ -185,7 +280,15 @@ async fn an_aws_cluster_gets_capas_network_and_balancer_and_deleting_it_leaves_n
             &[("TargetGroupArn", &arn)],
         )
         .await;
-    assert!(health.contains(&format!("<Id>{instance}</Id>")), "{health}");
+    assert_eq!(
+        health.matches("<Id>").count(),
+        1,
+        "only the control plane is a target: {health}"
+    );
+    assert!(
+        health.contains(&format!("<Id>{control_plane}</Id>")),
+        "{health}"
+    );
 
     // Deleting the Cluster deletes everything tagged for it, in reverse.
     env.kubectl(&["delete", "cluster", CLUSTER, "--wait=false"], None);

@@ -13,6 +13,7 @@ use capw_api::cluster::Cluster;
 use capw_api::machine::Machine;
 use capw_core::context::Concurrency;
 use capw_driver::Driver;
+pub use capw_reconcile::connect_to::ConnectTo;
 use capw_reconcile::external::Resolver;
 use capw_reconcile::metrics::{METRICS_CONTENT_TYPE, Metrics};
 use capw_reconcile::remote;
@@ -73,6 +74,8 @@ pub struct HostConfig {
     /// The `AWS_*` environment `capw:host/aws` takes endpoints, region and (for grants that
     /// name no Secret) credentials from: the process's, unless a test gives its own.
     pub aws: AwsEnvironment,
+    /// Where workload APIs are dialled instead of their endpoints (`capw sim ec2` writes it).
+    pub connect_to: ConnectTo,
 }
 
 impl HostConfig {
@@ -87,6 +90,7 @@ impl HostConfig {
             machine_concurrency: 100,
             dropin_interval: Duration::from_secs(10),
             aws: AwsEnvironment::from_process(),
+            connect_to: ConnectTo::default(),
         }
     }
 }
@@ -205,7 +209,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
 
     let resolver = Resolver::new(client.clone());
     // One client per workload cluster, shared by core and the provider driver.
-    let remotes = Arc::new(remote::Remotes::default());
+    let remotes = Arc::new(remote::Remotes::new(config.connect_to.clone()));
     let (core, feeds) = capw_core::caches::start(
         capw_core::caches::Shared {
             client: client.clone(),

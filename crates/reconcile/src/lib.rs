@@ -5,6 +5,7 @@
 
 pub mod backoff;
 pub mod by_cluster;
+pub mod connect_to;
 pub mod events;
 pub mod external;
 pub mod fanout;

@@ -4,6 +4,7 @@
 //! [`crate::kubeconfig::sanitize`] against the Cluster's endpoint, and the client is built from
 //! what that returns.
 
+use crate::connect_to::ConnectTo;
 use capw_api::cluster::Cluster;
 use k8s_openapi::api::core::v1::Secret;
 use kube::config::KubeConfigOptions;
@@ -34,9 +35,18 @@ pub enum RemoteError {
 #[derive(Default)]
 pub struct Remotes {
     clients: Mutex<HashMap<String, (String, Client)>>,
+    connect_to: ConnectTo,
 }
 
 impl Remotes {
+    /// Clients that dial workload APIs where `connect_to` routes them.
+    pub fn new(connect_to: ConnectTo) -> Self {
+        Remotes {
+            clients: Mutex::default(),
+            connect_to,
+        }
+    }
+
     /// The client of a workload cluster. `secrets` caches the Secrets labelled with a cluster
     /// name: upstream requires that label on `<cluster>-kubeconfig` for the same reason.
     pub async fn client(
@@ -53,11 +63,16 @@ impl Remotes {
         let endpoint = clusters
             .get(&ObjectRef::new(cluster).within(ns))
             .and_then(|c| c.spec.control_plane_endpoint.clone());
-        // A moved endpoint invalidates the client as much as a changed Secret does.
+        let route = endpoint.as_ref().and_then(|e| {
+            let port = u16::try_from(e.port).ok()?;
+            self.connect_to.route(&e.host, port)
+        });
+        // A moved endpoint or route invalidates the client as much as a changed Secret does.
         let rv = format!(
-            "{}@{:?}",
+            "{}@{:?}>{:?}",
             secret.metadata.resource_version.clone().unwrap_or_default(),
-            endpoint.as_ref().map(|e| (&e.host, e.port))
+            endpoint.as_ref().map(|e| (&e.host, e.port)),
+            route
         );
         let key = format!("{ns}/{cluster}");
         if let Some((seen, c)) = self
@@ -85,6 +100,13 @@ impl Remotes {
         let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
             .map_err(|e| invalid(e.to_string()))?;
+        if let (Some(e), Some((addr, port))) = (endpoint.as_ref(), route) {
+            // The kubeconfig's server is the endpoint (sanitize checked it): dial the route,
+            // and verify the certificate for the endpoint's name.
+            let url = format!("https://{addr}:{port}");
+            config.cluster_url = url.parse().map_err(|e| invalid(format!("{url}: {e}")))?;
+            config.tls_server_name.get_or_insert_with(|| e.host.clone());
+        }
         config.connect_timeout = Some(Duration::from_secs(5));
         config.read_timeout = Some(Duration::from_secs(10));
         let client = Client::try_from(config).map_err(|e| invalid(e.to_string()))?;

@@ -8,6 +8,7 @@ mod kubeadm;
 mod lb;
 mod node_agent;
 mod plugin;
+mod sim;
 mod up;
 
 use clap::{Parser, Subcommand};
@@ -65,6 +66,10 @@ pub enum Command {
     /// `kubeadm` runs this).
     #[command(subcommand)]
     Kubeadm(kubeadm::Command),
+    /// Simulated machines for a cloud emulator (`capw sim ec2 --endpoint URL`): stands in for
+    /// real machines in tests and demos.
+    #[command(subcommand)]
+    Sim(sim::Command),
     /// Print the CRDs generated from the host's types (Cluster, Machine, WasmProvider), or write
     /// them with `--write crds`.
     Crds(crds::Args),
@@ -82,5 +87,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Lb(args) => lb::run(args).await,
         Command::Kubeadm(cmd) => kubeadm::run(cmd).await,
         Command::Image(cmd) => image::run(cmd),
+        Command::Sim(cmd) => sim::run(cmd).await,
     }
 }

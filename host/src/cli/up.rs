@@ -3,7 +3,7 @@
 
 use anyhow::Context as _;
 use capw_apiserver::{Config, Server};
-use capw_manager::{self as manager, HostConfig};
+use capw_manager::{self as manager, ConnectTo, HostConfig};
 use capw_runtime::capabilities::sim_cloud::SimSettings;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,6 +31,11 @@ pub struct HostArgs {
     /// How long a simulated node agent takes to register its Node.
     #[arg(long, env = "CAPW_SIM_NODE_DELAY_MS", default_value_t = 500)]
     pub sim_node_delay_ms: u64,
+    /// A file of `HOST:PORT:ADDR:PORT` lines, as curl's --connect-to: a workload API whose
+    /// endpoint is HOST:PORT is dialled at ADDR:PORT, its certificate still checked for HOST.
+    /// `capw sim ec2 --connect-to` writes it for the load balancers its emulator names.
+    #[arg(long, env = "CAPW_CONNECT_TO")]
+    pub connect_to: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -76,6 +81,9 @@ async fn host(client: kube::Client, args: HostArgs, cache_dir: PathBuf) -> anyho
     let mut config = HostConfig::new(args.plugins.clone(), cache_dir);
     config.metrics = Some(args.metrics);
     config.webhooks = args.webhooks;
+    if let Some(path) = &args.connect_to {
+        config.connect_to = ConnectTo::file(path.clone());
+    }
     config.sim = SimSettings {
         boot_delay: Duration::from_millis(args.sim_boot_delay_ms),
         node_delay: Duration::from_millis(args.sim_node_delay_ms),

@@ -14,6 +14,8 @@ pub struct Moto {
     /// The IAM key a strict emulator checks signatures against.
     pub key: (String, String),
     _child: KillOnDrop,
+    /// Holds the routes file of [`Moto::sim_ec2`].
+    dir: tempfile::TempDir,
 }
 
 impl Moto {
@@ -73,6 +75,7 @@ impl Moto {
             url,
             key,
             _child: child,
+            dir: tempfile::tempdir().expect("tempdir"),
         }
     }
 
@@ -93,6 +96,37 @@ impl Moto {
 
     pub fn env(&self) -> Environment {
         self.env_with(&self.key.1)
+    }
+
+    /// Where [`Moto::sim_ec2`] writes its routes: give the host the same file.
+    pub fn routes(&self) -> std::path::PathBuf {
+        self.dir.path().join("connect-to")
+    }
+
+    /// `capw sim ec2` booting this emulator's instances. Its lines go to the test's output.
+    pub fn sim_ec2(&self) -> KillOnDrop {
+        let routes = self.routes();
+        KillOnDrop(
+            Command::new(env!("CARGO_BIN_EXE_capw"))
+                .args([
+                    "sim",
+                    "ec2",
+                    "--endpoint",
+                    &self.url,
+                    "--interval-ms",
+                    "300",
+                ])
+                .args(["--boot-delay-ms", "100", "--node-delay-ms", "200"])
+                .arg("--connect-to")
+                .arg(&routes)
+                .env("AWS_REGION", "us-east-1")
+                .env("AWS_ACCESS_KEY_ID", &self.key.0)
+                .env("AWS_SECRET_ACCESS_KEY", &self.key.1)
+                .env_remove("AWS_ENDPOINT_URL")
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("capw sim ec2 starts"),
+        )
     }
 
     /// One signed call, as the test's own look at the emulator; answers the XML.

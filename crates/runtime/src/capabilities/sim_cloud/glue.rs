@@ -7,7 +7,7 @@ use crate::host::HostState;
 impl From<SimError> for SimCloudError {
     fn from(e: SimError) -> Self {
         match e {
-            SimError::BadCluster(_) | SimError::Bootstrap { .. } => {
+            SimError::BadCluster(_) | SimError::Bootstrap { .. } | SimError::Template { .. } => {
                 SimCloudError::Invalid(e.to_string())
             }
             SimError::Bind { .. } => SimCloudError::Unavailable(e.to_string()),

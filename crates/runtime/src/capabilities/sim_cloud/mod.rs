@@ -10,6 +10,9 @@
 
 mod cloud_config;
 mod glue;
+mod metadata;
+
+pub use metadata::Metadata;
 
 use capw_apiserver::core::{DeleteOptions, Op, PatchBody, WriteOptions};
 use capw_apiserver::{Core, InMemoryServer};
@@ -59,6 +62,11 @@ pub enum SimError {
         vm: String,
         source: cloud_config::CloudConfigError,
     },
+    #[error("VM {vm}: {source}")]
+    Template {
+        vm: String,
+        source: metadata::RenderError,
+    },
 }
 
 /// Settings of the simulation.
@@ -101,6 +109,9 @@ struct SimCluster {
     server: tokio::sync::OnceCell<InMemoryServer>,
     /// The CA the workload API was started with, for cluster-info and a joining node's pin.
     ca: std::sync::OnceLock<String>,
+    /// The `controlPlaneEndpoint` (`host:port`) the first control plane's kubeadm named: where
+    /// clients outside the simulation expect this workload API ([`SimCloud::routes`]).
+    endpoint: std::sync::OnceLock<String>,
     vms: Mutex<BTreeMap<String, Vm>>,
 }
 
@@ -133,6 +144,17 @@ impl Drop for Vm {
     fn drop(&mut self) {
         self.boot.abort();
     }
+}
+
+/// A VM as a cloud describes it: the simulation boots `data` on it.
+#[derive(Debug, Clone)]
+pub struct VmSpec {
+    pub provider_id: String,
+    pub address: String,
+    /// The version its image presents; empty when it names none.
+    pub version: String,
+    /// What its metadata service answers, for user data that is a Jinja template.
+    pub metadata: Metadata,
 }
 
 /// What `ensure-vm` reports.
@@ -177,6 +199,7 @@ impl SimCloud {
             listener: Mutex::new(Some(park(listener))),
             server: tokio::sync::OnceCell::new(),
             ca: std::sync::OnceLock::new(),
+            endpoint: std::sync::OnceLock::new(),
             vms: Mutex::new(BTreeMap::new()),
         });
         all.insert(key.to_string(), c.clone());
@@ -202,6 +225,46 @@ impl SimCloud {
         version: &str,
         data: &str,
     ) -> Result<VmInfo, SimError> {
+        if let Some(vm) = self.vm(cluster, name)? {
+            return Ok(vm);
+        }
+        let n = self.next_ip.fetch_add(1, Ordering::Relaxed);
+        let address = format!("10.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255);
+        let spec = VmSpec {
+            provider_id: format!("inmemory:///{cluster}/{name}"),
+            address: address.clone(),
+            version: version.to_string(),
+            metadata: Metadata {
+                instance_id: name.to_string(),
+                local_hostname: name.to_string(),
+                local_ipv4: address,
+                ..Metadata::default()
+            },
+        };
+        self.boot_vm(cluster, name, spec, data)
+    }
+
+    /// The VM `name` of `cluster`, if it exists.
+    pub fn vm(&self, cluster: &str, name: &str) -> Result<Option<VmInfo>, SimError> {
+        let c = self.cluster(cluster)?;
+        let vms = lock(&c.vms);
+        Ok(vms.get(name).map(|vm| VmInfo {
+            name: name.to_string(),
+            provider_id: vm.provider_id.clone(),
+            running: vm.running.load(Ordering::Acquire),
+            addresses: vec![vm.address.clone()],
+        }))
+    }
+
+    /// Boots the VM `name` that a cloud describes as `spec` from its user data `data` (or
+    /// reports the existing one).
+    pub fn boot_vm(
+        &self,
+        cluster: &str,
+        name: &str,
+        spec: VmSpec,
+        data: &str,
+    ) -> Result<VmInfo, SimError> {
         let c = self.cluster(cluster)?;
         let mut vms = lock(&c.vms);
         if let Some(vm) = vms.get(name) {
@@ -212,22 +275,23 @@ impl SimCloud {
                 addresses: vec![vm.address.clone()],
             });
         }
-        let cc = CloudConfig::parse(data).map_err(|source| SimError::Bootstrap {
+        let data = metadata::render(data, &spec.metadata).map_err(|source| SimError::Template {
             vm: name.to_string(),
             source,
         })?;
-        let provider_id = format!("inmemory:///{cluster}/{name}");
-        let n = self.next_ip.fetch_add(1, Ordering::Relaxed);
-        let address = format!("10.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255);
+        let cc = CloudConfig::parse(&data).map_err(|source| SimError::Bootstrap {
+            vm: name.to_string(),
+            source,
+        })?;
         let running = Arc::new(AtomicBool::new(false));
         let boot = tokio::spawn(boot(
             c.clone(),
             self.settings.clone(),
             Machine {
                 name: name.to_string(),
-                provider_id: provider_id.clone(),
-                address: address.clone(),
-                version: version.to_string(),
+                provider_id: spec.provider_id.clone(),
+                address: spec.address.clone(),
+                version: spec.version,
             },
             cc,
             running.clone(),
@@ -235,18 +299,36 @@ impl SimCloud {
         vms.insert(
             name.to_string(),
             Vm {
-                provider_id: provider_id.clone(),
-                address: address.clone(),
+                provider_id: spec.provider_id.clone(),
+                address: spec.address.clone(),
                 running,
                 boot,
             },
         );
         Ok(VmInfo {
             name: name.to_string(),
-            provider_id,
+            provider_id: spec.provider_id,
             running: false,
-            addresses: vec![address],
+            addresses: vec![spec.address],
         })
+    }
+
+    /// The VMs of `cluster`, by name.
+    pub fn vm_names(&self, cluster: &str) -> Vec<String> {
+        lock(&self.clusters)
+            .get(cluster)
+            .map(|c| lock(&c.vms).keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Where each serving workload API is reached: its kubeadm `controlPlaneEndpoint`
+    /// (`host:port`) and the loopback port it really listens on.
+    pub fn routes(&self) -> BTreeMap<String, u16> {
+        lock(&self.clusters)
+            .values()
+            .filter(|c| c.server.initialized())
+            .filter_map(|c| c.endpoint.get().map(|e| (e.clone(), c.port)))
+            .collect()
     }
 
     /// Deletes the VM and its Node (the Node stays if the workload API is not up).
@@ -328,7 +410,7 @@ async fn boot(
                     return;
                 };
                 let version = flag(&argv, "kubernetes-version").unwrap_or_default();
-                if let Err(e) = c.serve(&ca, &key, token.trim(), version).await {
+                if let Err(e) = c.serve(&ca, &key, token.trim(), version, &[]).await {
                     tracing::warn!(vm = %name, error = %e, "the workload API did not start");
                     return;
                 }
@@ -374,6 +456,7 @@ async fn serve_from(
     cc: &CloudConfig,
     dir: &str,
     version: &str,
+    sans: &[String],
 ) -> Result<(), String> {
     let file = |f: &str| {
         cc.file(&format!("{}/{f}", dir.trim_end_matches('/')))
@@ -382,7 +465,7 @@ async fn serve_from(
     };
     // Nothing authenticates with a bearer token: clients use certificates the CA signed.
     let token = uuid::Uuid::new_v4().simple().to_string();
-    c.serve(&file("ca.crt")?, &file("ca.key")?, &token, version)
+    c.serve(&file("ca.crt")?, &file("ca.key")?, &token, version, sans)
         .await
         .map_err(|e| e.to_string())
 }
@@ -406,7 +489,13 @@ async fn kubeadm(
     let init = argv.get(1).map(String::as_str) == Some("init");
     let (node, control_plane, version, cluster_configuration, join) = if init {
         let cfg = config::init_config(path, &text).map_err(|e| e.to_string())?;
-        serve_from(c, cc, &cfg.certificates_dir, &cfg.kubernetes_version).await?;
+        // kubeadm signs the API server for its endpoint and certSANs, as here.
+        let mut sans = cfg.cert_sans.clone();
+        if let Some(host) = endpoint_host(&cfg.control_plane_endpoint) {
+            sans.push(host.to_string());
+            let _ = c.endpoint.set(cfg.control_plane_endpoint.clone());
+        }
+        serve_from(c, cc, &cfg.certificates_dir, &cfg.kubernetes_version, &sans).await?;
         let version = if vm.version.is_empty() {
             cfg.kubernetes_version.clone()
         } else {
@@ -425,7 +514,15 @@ async fn kubeadm(
             return Err("the VM's image names no Kubernetes version: the infrastructure provider passes the Machine's spec.version (ensure-vm-from-image)".into());
         }
         if cfg.control_plane.is_some() {
-            serve_from(c, cc, &cfg.certificates_dir, &vm.version).await?;
+            let endpoint = &cfg.discovery.api_server_endpoint;
+            let sans: Vec<String> = endpoint_host(endpoint)
+                .map(str::to_string)
+                .into_iter()
+                .collect();
+            if !sans.is_empty() {
+                let _ = c.endpoint.set(endpoint.clone());
+            }
+            serve_from(c, cc, &cfg.certificates_dir, &vm.version, &sans).await?;
             (cfg.node, true, vm.version.clone(), None, None)
         } else {
             let join = Join {
@@ -453,6 +550,16 @@ async fn kubeadm(
     Ok(())
 }
 
+/// The host of a `host:port` endpoint; `None` when it names none.
+fn endpoint_host(endpoint: &str) -> Option<&str> {
+    let host = endpoint
+        .rsplit_once(':')
+        .map_or(endpoint, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    (!host.is_empty()).then_some(host)
+}
+
 impl SimCluster {
     /// Starts the workload API once; every later control-plane machine shares it and it
     /// presents the version of the one that booted last, as a rolled control plane does.
@@ -462,8 +569,9 @@ impl SimCluster {
         key: &str,
         token: &str,
         version: &str,
+        sans: &[String],
     ) -> Result<(), capw_apiserver::ServerError> {
-        let server = self.start_server(ca, key, token).await?;
+        let server = self.start_server(ca, key, token, sans).await?;
         if let Ok(v) = capw_apiserver::KubernetesVersion::parse(version) {
             server.set_kubernetes_version(v);
         }
@@ -475,6 +583,7 @@ impl SimCluster {
         ca: &str,
         key: &str,
         token: &str,
+        sans: &[String],
     ) -> Result<&InMemoryServer, capw_apiserver::ServerError> {
         self.server
             .get_or_try_init(|| async {
@@ -494,7 +603,7 @@ impl SimCluster {
                     source,
                 })?;
                 let _ = self.ca.set(ca.to_string());
-                InMemoryServer::start(listener, ca, key, token.to_string()).await
+                InMemoryServer::start(listener, ca, key, token.to_string(), sans).await
             })
             .await
     }
