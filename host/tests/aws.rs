@@ -313,6 +313,93 @@ async fn the_aws_example_reaches_three_running_machines_and_deleting_it_leaves_n
     assert!(!lbs.contains("<LoadBalancerArn>"), "{lbs}");
 }
 
+/// The workers' MachineHealthCheck: a worker whose Node is gone is replaced.
+const WORKER_HEALTH_CHECK: &str = "apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineHealthCheck
+metadata:
+  name: aws-demo-workers
+  namespace: default
+spec:
+  clusterName: aws-demo
+  selector:
+    matchLabels:
+      cluster.x-k8s.io/deployment-name: aws-demo-md-0
+  checks:
+    nodeStartupTimeoutSeconds: 600
+    unhealthyNodeConditions:
+    - type: Ready
+      status: Unknown
+      timeoutSeconds: 300
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instance_terminated_out_of_band_fails_its_machine_and_a_health_check_replaces_it() {
+    let moto = Moto::start(true);
+    let env = host_with_machines(&moto).await;
+    let _machines = moto.sim_ec2();
+    apply(&env, &example()).await;
+    let running = running_machines(&env, 3).await;
+    let (victim, provider_id) = running
+        .iter()
+        .find(|(name, _)| name.starts_with("aws-demo-md-0"))
+        .cloned()
+        .expect("a worker Machine");
+    let instance = provider_id.rsplit('/').next().unwrap().to_string();
+    let machines = env.dynamic("cluster.x-k8s.io", "Machine", "machines");
+    let aws_machine =
+        machines.get(&victim).await.unwrap().data["spec"]["infrastructureRef"]["name"]
+            .as_str()
+            .unwrap()
+            .to_string();
+
+    // Terminated behind Cluster API's back: the AWSMachine says so in a condition.
+    moto.call("ec2", "TerminateInstances", &[("InstanceId.1", &instance)])
+        .await;
+    let api = env.dynamic(GROUP, "AWSMachine", "awsmachines");
+    let ready = env
+        .eventually(
+            "the AWSMachine to report its instance terminated",
+            90,
+            || async {
+                let m = api.get_opt(&aws_machine).await.ok()??;
+                m.data["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == "Ready" && c["reason"] == "InstanceTerminated")
+                    .cloned()
+            },
+        )
+        .await;
+    assert_eq!(ready["status"], "False", "{ready}");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("outside Cluster API"),
+        "{ready}"
+    );
+
+    // Its Node went with the instance: the health check replaces the Machine.
+    apply(&env, WORKER_HEALTH_CHECK).await;
+    env.eventually("the failed worker Machine to be deleted", 120, || async {
+        machines
+            .get_opt(&victim)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let replaced = running_machines(&env, 3).await;
+    assert!(
+        replaced
+            .iter()
+            .all(|(name, id)| name != &victim && id != &provider_id),
+        "{replaced:?}"
+    );
+    assert_eq!(moto.inventory(CLUSTER).await.instances, 3);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn credentials_are_the_hosts_and_a_refusal_names_their_source() {
     let moto = Moto::start(true);

@@ -269,6 +269,17 @@ impl Provider for Aws {
                 });
             }
         }
+        let mut c = common(
+            vec![
+                condition("InstanceReady", true, "InstanceRunning", ""),
+                condition("Ready", true, "Provisioned", ""),
+            ],
+            Some(patch),
+        );
+        // An instance terminated outside Cluster API is noticed by looking: CAPA waits for its
+        // sync period (10 minutes) unless EC2's state-change events are wired to it; one
+        // DescribeInstances per machine each half minute finds it sooner for little.
+        c.requeue_after_seconds = Some(RUNNING_RESYNC_SECONDS);
         Ok(MachineStatus {
             provisioned: true,
             provider_id: Some(instances::provider_id(&instance)),
@@ -276,13 +287,7 @@ impl Provider for Aws {
             failure_domain: Some(instance.text("placement/availabilityZone").to_string())
                 .filter(|z| !z.is_empty()),
             interruptible: false,
-            common: common(
-                vec![
-                    condition("InstanceReady", true, "InstanceRunning", ""),
-                    condition("Ready", true, "Provisioned", ""),
-                ],
-                Some(patch),
-            ),
+            common: c,
         })
     }
 
@@ -304,6 +309,9 @@ impl Provider for Aws {
         Ok(DeleteStatus { done, common })
     }
 }
+
+/// How often a running instance's state is looked at again.
+const RUNNING_RESYNC_SECONDS: u32 = 30;
 
 fn waiting(reason: &str, message: &str) -> MachineStatus {
     let mut c = common(

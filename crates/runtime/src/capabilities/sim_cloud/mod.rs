@@ -331,22 +331,34 @@ impl SimCloud {
             .collect()
     }
 
-    /// Deletes the VM and its Node (the Node stays if the workload API is not up).
+    /// Deletes the VM and its Node (the Node stays if the workload API is not up). The Node is
+    /// found by the VM's provider ID, as a cloud controller manager finds the Node of a gone
+    /// instance: its name is whatever the bootstrap data registered.
     pub fn delete_vm(&self, cluster: &str, name: &str) -> bool {
         let Some(c) = lock(&self.clusters).get(cluster).cloned() else {
             return true;
         };
-        let vm = lock(&c.vms).remove(name);
-        drop(vm);
+        let Some(vm) = lock(&c.vms).remove(name) else {
+            return true;
+        };
         if let Some(server) = c.server.get() {
             let core = server.core.clone();
-            let name = name.to_string();
+            let provider_id = vm.provider_id.clone();
             tokio::spawn(async move {
-                if let Some(rt) = core.registry.get("", "v1", "nodes") {
-                    let _ = core.delete(&rt, "", &name, &DeleteOptions::default()).await;
+                let Some(rt) = core.registry.get("", "v1", "nodes") else {
+                    return;
+                };
+                let (nodes, _) = core.store.list("/nodes", None);
+                let names = nodes.iter().filter_map(|n| {
+                    (n.pointer("/spec/providerID")?.as_str()? == provider_id)
+                        .then(|| n.pointer("/metadata/name")?.as_str().map(str::to_string))?
+                });
+                for node in names.collect::<Vec<_>>() {
+                    let _ = core.delete(&rt, "", &node, &DeleteOptions::default()).await;
                 }
             });
         }
+        drop(vm);
         true
     }
 
