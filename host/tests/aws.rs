@@ -724,9 +724,10 @@ async fn the_component_never_holds_the_secret_and_reaches_only_granted_actions()
 /// Cluster; the patched region and instance type reach the cloud, and deleting it leaves
 /// nothing tagged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_aws_clusterclass_example_provisions_from_its_variables() {
+async fn the_aws_clusterclass_example_reaches_running_from_its_variables() {
     let moto = Moto::start(false);
-    let env = host(&moto, &moto.key.1.clone(), "capabilities: [aws]\n").await;
+    let env = host_with_machines(&moto).await;
+    let _machines = moto.sim_ec2();
     let example =
         std::fs::read_to_string(support::repo_root().join("examples/clusterclass-aws.yaml"))
             .unwrap();
@@ -747,10 +748,18 @@ async fn the_aws_clusterclass_example_provisions_from_its_variables() {
     })
     .await;
     assert_eq!(moto.inventory(cluster).await.vpcs, 1);
-    env.eventually("the control-plane instance", 120, || async {
-        (moto.inventory(cluster).await.instances == 1).then_some(())
-    })
-    .await;
+    // The topology's control plane and its 2 workers, Running with their Nodes.
+    let running = running_machines(&env, 3).await;
+    assert!(
+        running
+            .iter()
+            .all(|(_, id)| id.starts_with("aws:///us-east-1")),
+        "{running:?}"
+    );
+    let clusters = env.dynamic("cluster.x-k8s.io", "Cluster", "clusters");
+    let phase = clusters.get(cluster).await.unwrap().data["status"]["phase"].clone();
+    assert_eq!(phase, "Provisioned", "the Cluster's phase");
+    assert_eq!(moto.inventory(cluster).await.instances, 3);
     let key = format!("tag:sigs.k8s.io/cluster-api-provider-aws/cluster/{cluster}");
     let described = moto
         .call(
@@ -763,8 +772,11 @@ async fn the_aws_clusterclass_example_provisions_from_its_variables() {
         described.contains("<instanceType>m5.large</instanceType>"),
         "the control plane's type from its variable: {described}"
     );
+    assert!(
+        described.contains("<instanceType>t3.large</instanceType>"),
+        "the workers' type from theirs: {described}"
+    );
     env.kubectl(&["delete", "cluster", cluster, "--wait=false"], None);
-    let clusters = env.dynamic("cluster.x-k8s.io", "Cluster", "clusters");
     env.eventually("the Cluster gone", 180, || async {
         clusters
             .get_opt(cluster)
