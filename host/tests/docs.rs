@@ -1,6 +1,7 @@
 //! The docs' command sessions, run: every ```` ```console ```` block in `README.md` and `docs/*.md`
 //! is a session whose `$` lines run in order, in a scratch directory that looks like a clone
-//! (`target`, `examples`, `apiserver` and `plugins` link to this one), with `capw` on `PATH`.
+//! (`target`, `examples`, `apiserver`, `plugins`, `tests` and `.tools` link to this one), with
+//! `capw` on `PATH`.
 //! What a block shows under a command is compared with what the command prints, by shape: the
 //! same lines and words, where an age (`8s`, `2m3s`), a generated name suffix (`-x7kq2`) and a
 //! loopback port count as the same word, and a `...` line stands for any lines. A command the
@@ -159,7 +160,14 @@ impl Session {
     fn new() -> Session {
         let dir = tempfile::tempdir().unwrap();
         let root = support::repo_root();
-        for link in ["target", "examples", "apiserver", "plugins"] {
+        for link in [
+            "target",
+            "examples",
+            "apiserver",
+            "plugins",
+            "tests",
+            ".tools",
+        ] {
             std::os::unix::fs::symlink(root.join(link), dir.path().join(link)).unwrap();
         }
         let bin = dir.path().join(".bin");
@@ -400,6 +408,7 @@ fn every_console_block_is_run_by_a_test_here() {
         "examples/clusterclass-inmemory.yaml",
         "capw apiserver",
         "echo-v1.wasm",
+        "examples/aws-cluster.yaml",
     ];
     for block in doc_blocks() {
         assert!(
@@ -430,6 +439,14 @@ fn the_plugin_session_prints_what_its_doc_shows() {
 #[test]
 fn the_in_memory_quickstart_prints_what_the_readme_shows() {
     for block in blocks_with("examples/inmemory-cluster.yaml") {
+        run_block(&block, &[]);
+    }
+}
+
+/// Needs the EC2 emulator in `.tools/moto` (`scripts/test` installs it).
+#[test]
+fn the_aws_session_prints_what_its_doc_shows() {
+    for block in blocks_with("examples/aws-cluster.yaml") {
         run_block(&block, &[]);
     }
 }
