@@ -184,7 +184,8 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         Some(client.clone()),
         AwsPolicy::default(),
     )
-    .map_err(|e| ManagerError::Aws(e.to_string()))?;
+    .map_err(|e| ManagerError::Aws(e.to_string()))?
+    .with_metrics(metrics.clone());
     runtime.engine.services.backends.provide(Arc::new(aws));
     let registry = Arc::new(Registry::default());
     let wp = Arc::new(wasmprovider::Ctx {

@@ -1,5 +1,6 @@
-//! Prometheus metrics of the host: reconciles per controller (count, errors, duration) and
-//! plugin calls per plugin version (count, latency, errors, traps, timeouts), encoded by
+//! Prometheus metrics of the host: reconciles per controller (count, errors, duration), plugin
+//! calls per plugin version (count, latency, errors, traps, timeouts) and the cloud API calls
+//! plugins make through the host (`capw:host/aws`, per action and outcome), encoded by
 //! `prometheus-client`, which escapes label values (a plugin version is plugin-chosen text).
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -34,6 +35,16 @@ struct PluginLabels {
     version: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CloudLabels {
+    plugin: String,
+    service: String,
+    action: String,
+    /// The answer's HTTP status class (`2xx`, `4xx`, `5xx`), or `error` when there was none
+    /// (refused by the grant, or still throttled or unreachable after the retries).
+    outcome: String,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Buckets;
 
@@ -55,6 +66,7 @@ pub struct Metrics {
     call_traps: Family<PluginLabels, Counter>,
     call_timeouts: Family<PluginLabels, Counter>,
     call_duration: Family<PluginLabels, Histogram, Buckets>,
+    cloud_calls: Family<CloudLabels, Counter>,
 }
 
 /// How a plugin call ended, for the counters.
@@ -79,6 +91,7 @@ impl Default for Metrics {
             call_traps: Family::default(),
             call_timeouts: Family::default(),
             call_duration: Family::new_with_constructor(Buckets),
+            cloud_calls: Family::default(),
             registry: Registry::default(),
         };
         // Counters are registered without `_total`: the encoder appends it.
@@ -131,6 +144,11 @@ impl Default for Metrics {
             "Plugin call latency per plugin version",
             m.call_duration.clone(),
         );
+        registry.register(
+            "capw_aws_calls",
+            "AWS API calls plugins made through capw:host/aws, per action and outcome",
+            m.cloud_calls.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -182,6 +200,22 @@ impl Metrics {
         self.call_duration
             .get_or_create(&l)
             .observe(took.as_secs_f64());
+    }
+
+    /// Counts one AWS API call of `plugin`; `status` is the answer's, `None` when it got none.
+    pub fn aws_call(&self, plugin: &str, service: &str, action: &str, status: Option<u16>) {
+        let outcome = match status {
+            Some(s) => format!("{}xx", s / 100),
+            None => "error".to_string(),
+        };
+        self.cloud_calls
+            .get_or_create(&CloudLabels {
+                plugin: plugin.to_string(),
+                service: service.to_string(),
+                action: action.to_string(),
+                outcome,
+            })
+            .inc();
     }
 
     /// Total reconciles of `controller` so far.

@@ -89,6 +89,29 @@ pub trait ContextExt {
     fn infrastructure_cluster_view(&self) -> Result<Option<View>, ProviderError>;
     /// A secret the host handed over (`ca.crt`, `ca.key`, `token`).
     fn secret(&self, key: &str) -> Option<&str>;
+    /// The owning Cluster, or a transient error that waits (5 s) until core sets the owner
+    /// reference on `obj`, the provider object, as upstream's providers wait.
+    fn owning_cluster(&self, obj: &View) -> Result<View, ProviderError> {
+        self.cluster_view()?.ok_or_else(|| {
+            wait(
+                format!(
+                    "waiting for the Cluster controller to set an owner reference on {}",
+                    obj.name()
+                ),
+                5,
+            )
+        })
+    }
+    /// The name of `obj`'s Cluster at deletion, when the owner may already be gone: the
+    /// owner's, else the `cluster.x-k8s.io/cluster-name` label's.
+    fn cluster_name(&self, obj: &View) -> Result<String, ProviderError> {
+        Ok(match self.cluster_view()? {
+            Some(c) => c.name().to_string(),
+            None => obj
+                .str("/metadata/labels/cluster.x-k8s.io~1cluster-name")
+                .to_string(),
+        })
+    }
 }
 
 impl ContextExt for Context {

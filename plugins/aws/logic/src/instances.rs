@@ -121,16 +121,10 @@ pub fn create(
         ));
     }
     let image = image(s, machine, owner.str("/spec/version"))?;
-    let Some((vpc, _)) = network::find_vpc(s)? else {
-        return Err(ProviderError::Other(format!(
-            "the VPC of cluster {} is gone",
-            s.cluster
-        )));
-    };
     let subnet = match machine.str("/spec/subnet/id") {
         "" => {
             let zone = owner.str("/spec/failureDomain");
-            let subnets = network::find_subnets(s, &vpc)?;
+            let subnets = subnets(s)?;
             subnets
                 .iter()
                 .filter(|x| !x.public)
@@ -150,7 +144,16 @@ pub fn create(
     } else {
         "node"
     };
-    let mut groups: Vec<String> = security_groups::find(s, role)?.into_iter().collect();
+    // The AWSCluster's status names the groups it made; looked up only if it does not yet.
+    let recorded = s
+        .obj
+        .str(&format!("/status/networkStatus/securityGroups/{role}/id"))
+        .to_string();
+    let mut groups: Vec<String> = if recorded.is_empty() {
+        security_groups::find(s, role)?.into_iter().collect()
+    } else {
+        vec![recorded]
+    };
     groups.extend(
         machine
             .get("/spec/additionalSecurityGroups")
@@ -199,10 +202,57 @@ pub fn create(
         .ok_or_else(|| ProviderError::Other("RunInstances answered no instance".into()))
 }
 
-/// Registers a control-plane instance with the API load balancer's target group.
-pub fn register(s: &Scope, instance: &str) -> Result<(), ProviderError> {
+/// The cluster's subnets: as the AWSCluster's status records them, else as EC2 lists them.
+fn subnets(s: &Scope) -> Result<Vec<network::Subnet>, ProviderError> {
+    let recorded: Vec<network::Subnet> = s
+        .obj
+        .get("/status/networkStatus/subnets")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|x| {
+            let text = |k: &str| {
+                x.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            network::Subnet {
+                id: text("id"),
+                zone: text("availabilityZone"),
+                cidr: text("cidrBlock"),
+                public: x.get("isPublic").and_then(Value::as_bool).unwrap_or(false),
+            }
+        })
+        .filter(|x| !x.id.is_empty())
+        .collect();
+    if !recorded.is_empty() {
+        return Ok(recorded);
+    }
+    let Some((vpc, _)) = network::find_vpc(s)? else {
+        return Err(ProviderError::Other(format!(
+            "the VPC of cluster {} is gone",
+            s.cluster
+        )));
+    };
+    Ok(network::find_subnets(s, &vpc)?)
+}
+
+/// Registers a control-plane instance with the API load balancer's target group, unless the
+/// AWSMachine's status says it already did (`registered`).
+pub fn register(s: &Scope, instance: &str, registered: bool) -> Result<(), ProviderError> {
+    if registered {
+        return Ok(());
+    }
     let name = load_balancer::name(&s.obj, &s.cluster);
-    let Some(tg) = load_balancer::find_target_group(s, &name)? else {
+    let recorded = s
+        .obj
+        .str("/status/networkStatus/apiServerElb/targetGroupArn");
+    let tg = match recorded {
+        "" => load_balancer::find_target_group(s, &name)?,
+        arn => Some(arn.to_string()),
+    };
+    let Some(tg) = tg else {
         return Err(ProviderError::Other(format!(
             "the API load balancer's target group {name} does not exist yet"
         )));

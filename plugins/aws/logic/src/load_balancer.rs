@@ -158,6 +158,7 @@ pub fn reconcile(
         "availabilityZones": lb.list("AvailabilityZones").iter().map(|z| z.text("ZoneName")).collect::<Vec<_>>(),
         "subnetIds": lb.list("AvailabilityZones").iter().map(|z| z.text("SubnetId")).collect::<Vec<_>>(),
         "securityGroupIds": [lb_group],
+        "targetGroupArn": tg,
     });
     // A balancer still provisioning has a name but answers nothing yet.
     let active = lb.text("State/Code") == "active";

@@ -7,30 +7,8 @@ use capw_sdk::*;
 const GROUP: &str = "infrastructure.cluster.x-k8s.io";
 const VERSION: &str = "0.1.0";
 const CONTROL_PLANE_LABEL: &str = "/metadata/labels/cluster.x-k8s.io~1control-plane";
-const CLUSTER_LABEL: &str = "/metadata/labels/cluster.x-k8s.io~1cluster-name";
 
 pub struct Aws;
-
-fn owner(ctx: &Context, obj: &View) -> Result<View, ProviderError> {
-    ctx.cluster_view()?.ok_or_else(|| {
-        wait(
-            format!(
-                "waiting for the Cluster controller to set an owner reference on {}",
-                obj.name()
-            ),
-            5,
-        )
-    })
-}
-
-/// The cluster name for deletion, when the owner may already be gone.
-fn cluster_name(ctx: &Context, obj: &View) -> Result<String, ProviderError> {
-    Ok(match ctx.cluster_view()? {
-        Some(c) => c.name().to_string(),
-        None => obj.str(CLUSTER_LABEL).to_string(),
-    })
-}
-
 fn crds() -> Vec<String> {
     let cluster_col = (
         "Cluster",
@@ -102,7 +80,7 @@ impl Provider for Aws {
 
     fn reconcile_cluster(ctx: Context) -> Result<ClusterStatus, ProviderError> {
         let obj = ctx.view()?;
-        let cluster = owner(&ctx, &obj)?;
+        let cluster = ctx.owning_cluster(&obj)?;
         let mut s = Scope::new(cluster.name(), View(obj.0.clone()));
         let net = network::reconcile(&mut s)?;
         let groups = security_groups::reconcile(&mut s, &net)?;
@@ -154,7 +132,14 @@ impl Provider for Aws {
         });
         let mut common = common(
             conditions,
-            Some(json!({"networkStatus": {"securityGroups": groups, "apiServerElb": elb}})),
+            Some(json!({"networkStatus": {
+                "securityGroups": groups,
+                "apiServerElb": elb,
+                "vpc": {"id": net.vpc, "cidrBlock": net.cidr},
+                "subnets": net.subnets.iter().map(|x| json!({
+                    "id": x.id, "availabilityZone": x.zone, "cidrBlock": x.cidr, "isPublic": x.public,
+                })).collect::<Vec<_>>(),
+            }})),
         );
         if !provisioned {
             common.requeue_after_seconds = Some(5);
@@ -169,7 +154,7 @@ impl Provider for Aws {
 
     fn delete_cluster(ctx: Context) -> Result<DeleteStatus, ProviderError> {
         let obj = ctx.view()?;
-        let s = Scope::new(&cluster_name(&ctx, &obj)?, obj);
+        let s = Scope::new(&ctx.cluster_name(&obj)?, obj);
         // CAPA's order: the load balancer, the security groups, then the network.
         let done =
             load_balancer::delete(&s)? && security_groups::delete(&s)? && network::delete(&s)?;
@@ -182,7 +167,7 @@ impl Provider for Aws {
 
     fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
         let obj = ctx.view()?;
-        let cluster = owner(&ctx, &obj)?;
+        let cluster = ctx.owning_cluster(&obj)?;
         let machine = ctx.machine_view()?.ok_or_else(|| {
             wait(
                 format!(
@@ -224,7 +209,7 @@ impl Provider for Aws {
             }
         };
         let state = instance.text("instanceState/name").to_string();
-        let patch = json!({"instanceState": state});
+        let mut patch = json!({"instanceState": state});
         match state.as_str() {
             "running" => {}
             "shutting-down" | "terminated" | "stopping" | "stopped"
@@ -251,8 +236,11 @@ impl Provider for Aws {
                 return Ok(MachineStatus::pending(c));
             }
         }
+        let id = instance.text("instanceId");
         if control_plane {
-            instances::register(&s, instance.text("instanceId"))?;
+            // Noted in status once done, so a resync of a running machine does not ask again.
+            let registered = obj.str("/status/apiServerTarget") == id;
+            instances::register(&s, id, registered)?;
         }
         let mut addresses = vec![];
         for (type_, path) in [
@@ -268,6 +256,9 @@ impl Provider for Aws {
                     address: a.into(),
                 });
             }
+        }
+        if control_plane {
+            patch["apiServerTarget"] = json!(id);
         }
         let mut c = common(
             vec![
@@ -293,7 +284,7 @@ impl Provider for Aws {
 
     fn delete_machine(ctx: Context) -> Result<DeleteStatus, ProviderError> {
         let obj = ctx.view()?;
-        let cluster = cluster_name(&ctx, &obj)?;
+        let cluster = ctx.cluster_name(&obj)?;
         let aws_cluster = ctx
             .infrastructure_cluster_view()?
             .unwrap_or_else(|| View(json!({})));

@@ -341,15 +341,7 @@ impl Provider for ControlPlane {
 
     fn reconcile_control_plane(ctx: Context) -> Result<ControlPlaneStatus, ProviderError> {
         let obj = ctx.view()?;
-        let cluster = ctx.cluster_view()?.ok_or_else(|| {
-            wait(
-                format!(
-                    "waiting for the Cluster controller to set an owner reference on {}",
-                    obj.name()
-                ),
-                5,
-            )
-        })?;
+        let cluster = ctx.owning_cluster(&obj)?;
         let desired = replicas(&obj)?;
         if obj
             .str("/spec/machineTemplate/spec/infrastructureRef/kind")

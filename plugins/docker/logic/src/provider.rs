@@ -26,29 +26,6 @@ const RESYNC_SECONDS: u32 = 15;
 
 pub struct Docker;
 
-/// The Cluster this object belongs to, or a wait until core sets the owner.
-fn owning_cluster(ctx: &Context, obj: &View) -> Result<View, ProviderError> {
-    ctx.cluster_view()?.ok_or_else(|| {
-        wait(
-            format!(
-                "waiting for the Cluster controller to set an owner reference on {}",
-                obj.name()
-            ),
-            5,
-        )
-    })
-}
-
-/// The cluster name for deletion, when the owner may already be gone.
-fn cluster_name(ctx: &Context, obj: &View) -> Result<String, ProviderError> {
-    Ok(match ctx.cluster_view()? {
-        Some(c) => c.name().to_string(),
-        None => obj
-            .str("/metadata/labels/cluster.x-k8s.io~1cluster-name")
-            .to_string(),
-    })
-}
-
 fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
         .iter()
@@ -209,7 +186,7 @@ impl Provider for Docker {
 
     fn reconcile_cluster(ctx: Context) -> Result<ClusterStatus, ProviderError> {
         let obj = ctx.view()?;
-        let cluster = owning_cluster(&ctx, &obj)?;
+        let cluster = ctx.owning_cluster(&obj)?;
         let (name, id) = (cluster.name(), cluster_id(obj.namespace(), cluster.name()));
         runtime::ensure_network(&network(name))?;
         // Once reported, the endpoint must not move: a recreated load balancer asks for the
@@ -289,7 +266,7 @@ impl Provider for Docker {
 
     fn delete_cluster(ctx: Context) -> Result<DeleteStatus, ProviderError> {
         let obj = ctx.view()?;
-        let name = cluster_name(&ctx, &obj)?;
+        let name = ctx.cluster_name(&obj)?;
         let id = cluster_id(obj.namespace(), &name);
         // Machines went first, in contract order; anything still labelled with the cluster
         // would be an orphan, so it goes too.
@@ -308,7 +285,7 @@ impl Provider for Docker {
 
     fn reconcile_machine(ctx: Context) -> Result<MachineStatus, ProviderError> {
         let obj = ctx.view()?;
-        let cluster = owning_cluster(&ctx, &obj)?;
+        let cluster = ctx.owning_cluster(&obj)?;
         let machine = ctx.machine_view()?.ok_or_else(|| {
             wait(
                 format!(
@@ -501,7 +478,7 @@ impl Provider for Docker {
 
     fn delete_machine(ctx: Context) -> Result<DeleteStatus, ProviderError> {
         let obj = ctx.view()?;
-        let name = cluster_name(&ctx, &obj)?;
+        let name = ctx.cluster_name(&obj)?;
         let id = cluster_id(obj.namespace(), &name);
         // Found by label, not by name: the Machine may already be gone.
         let mine = runtime::list(&[(CLUSTER_LABEL, &id), (INFRA_MACHINE_LABEL, obj.name())])?;

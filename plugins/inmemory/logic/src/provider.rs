@@ -14,15 +14,7 @@ pub struct InMemory;
 
 /// "namespace/cluster" of the owning Cluster, or a wait until core sets the owner.
 fn cluster_key(ctx: &Context, obj: &View) -> Result<String, ProviderError> {
-    let cluster = ctx.cluster_view()?.ok_or_else(|| {
-        wait(
-            format!(
-                "waiting for the Cluster controller to set an owner reference on {}",
-                obj.name()
-            ),
-            5,
-        )
-    })?;
+    let cluster = ctx.owning_cluster(obj)?;
     Ok(format!("{}/{}", obj.namespace(), cluster.name()))
 }
 

@@ -263,6 +263,7 @@ pub struct AwsBackend {
     client: Option<kube::Client>,
     store: credentials::CredentialStore,
     sender: send::Sender,
+    metrics: Option<std::sync::Arc<capw_reconcile::metrics::Metrics>>,
 }
 
 impl AwsBackend {
@@ -281,11 +282,36 @@ impl AwsBackend {
             client,
             store: Default::default(),
             sender: send::Sender::new(policy)?,
+            metrics: None,
         })
+    }
+
+    /// Counts every call in `metrics` (`capw_aws_calls_total`).
+    pub fn with_metrics(
+        mut self,
+        metrics: std::sync::Arc<capw_reconcile::metrics::Metrics>,
+    ) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Checks, signs and sends `call` for `plugin` under `permit`.
     pub async fn call(
+        &self,
+        plugin: &str,
+        permit: &AwsPermit,
+        call: Call,
+    ) -> Result<Answer, AwsError> {
+        let (service, action) = (call.service.clone(), call.action.clone());
+        let answer = self.checked_call(plugin, permit, call).await;
+        if let Some(m) = &self.metrics {
+            let status = answer.as_ref().ok().map(|a| a.status);
+            m.aws_call(plugin, &service, &action, status);
+        }
+        answer
+    }
+
+    async fn checked_call(
         &self,
         plugin: &str,
         permit: &AwsPermit,
