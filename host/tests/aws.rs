@@ -140,6 +140,26 @@ async fn workload_provider_ids(env: &Env, moto: &Moto, endpoint: &str) -> Vec<St
         .collect()
 }
 
+/// `kubectl delete cluster`, then nothing tagged for the cluster is left in the emulator.
+async fn delete_leaves_nothing(env: &Env, moto: &Moto, cluster: &str) {
+    env.kubectl(&["delete", "cluster", cluster, "--wait=false"], None);
+    let clusters = env.dynamic("cluster.x-k8s.io", "Cluster", "clusters");
+    env.eventually("the Cluster gone", 180, || async {
+        clusters
+            .get_opt(cluster)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        moto.inventory(cluster).await,
+        Inventory::default(),
+        "everything tagged for {cluster} is gone"
+    );
+}
+
 /// The message of the AWSCluster's `PluginCallSucceeded=False` condition, once it has one.
 async fn call_failure(env: &Env) -> String {
     let api = aws_clusters(env);
@@ -291,22 +311,7 @@ async fn the_aws_example_reaches_three_running_machines_and_deleting_it_leaves_n
     );
 
     // Deleting the Cluster deletes everything tagged for it, in reverse.
-    env.kubectl(&["delete", "cluster", CLUSTER, "--wait=false"], None);
-    let clusters = env.dynamic("cluster.x-k8s.io", "Cluster", "clusters");
-    env.eventually("the Cluster gone", 180, || async {
-        clusters
-            .get_opt(CLUSTER)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
-    assert_eq!(
-        moto.inventory(CLUSTER).await,
-        Inventory::default(),
-        "everything tagged is gone"
-    );
+    delete_leaves_nothing(&env, &moto, CLUSTER).await;
     let lbs = moto
         .call("elasticloadbalancing", "DescribeLoadBalancers", &[])
         .await;
@@ -776,21 +781,7 @@ async fn the_aws_clusterclass_example_reaches_running_from_its_variables() {
         described.contains("<instanceType>t3.large</instanceType>"),
         "the workers' type from theirs: {described}"
     );
-    env.kubectl(&["delete", "cluster", cluster, "--wait=false"], None);
-    env.eventually("the Cluster gone", 180, || async {
-        clusters
-            .get_opt(cluster)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
-    assert_eq!(
-        moto.inventory(cluster).await,
-        Inventory::default(),
-        "everything tagged is gone"
-    );
+    delete_leaves_nothing(&env, &moto, cluster).await;
 }
 
 /// A grant narrowed on the WasmProvider takes effect on the running module, without a new

@@ -81,6 +81,12 @@ impl Provider for Aws {
     fn reconcile_cluster(ctx: Context) -> Result<ClusterStatus, ProviderError> {
         let obj = ctx.view()?;
         let cluster = ctx.owning_cluster(&obj)?;
+        if obj.get("/spec/bastion/enabled") == Some(&Value::Bool(true)) {
+            // Refused rather than ignored: a status must not read as if the host were there.
+            return Err(ProviderError::InvalidSpec(
+                "spec.bastion.enabled: bastion hosts are not supported yet; set it to false and reach the machines through the load balancer or SSM".into(),
+            ));
+        }
         let mut s = Scope::new(cluster.name(), View(obj.0.clone()));
         let net = network::reconcile(&mut s)?;
         let groups = security_groups::reconcile(&mut s, &net)?;
@@ -330,5 +336,38 @@ fn terminated(obj: &View, why: &str) -> MachineStatus {
             ],
             Some(json!({"instanceState": "terminated"})),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::panic)]
+    use super::*;
+    use capw_sdk::testing::{ContextBuilder, context};
+
+    /// Unsupported options are refused naming their field, before any call is made (no host
+    /// is installed here: a call would fail differently).
+    #[test]
+    fn unsupported_options_are_refused_naming_the_field() {
+        for (spec, field) in [
+            (
+                json!({"bastion": {"enabled": true}}),
+                "spec.bastion.enabled",
+            ),
+            (
+                json!({"network": {"vpc": {"id": "vpc-1"}}}),
+                "spec.network.vpc.id",
+            ),
+        ] {
+            let ctx = context(json!({
+                "metadata": {"name": "c", "namespace": "ns"},
+                "spec": spec,
+            }))
+            .cluster(json!({"metadata": {"name": "c"}}));
+            match Aws::reconcile_cluster(ctx) {
+                Err(ProviderError::InvalidSpec(m)) => assert!(m.starts_with(field), "{m}"),
+                other => panic!("{field}: {:?}", other.map(|s| s.provisioned)),
+            }
+        }
     }
 }
