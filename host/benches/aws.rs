@@ -14,12 +14,13 @@
 // Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use capw_manager::{self as manager, ConnectTo, HostConfig};
 use capw_runtime::capabilities::aws::Environment;
+use common::{apiserver, repo, requests};
 use kube::api::{Api, ApiResource, DynamicObject};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -35,35 +36,11 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("root")
-        .to_path_buf()
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
-}
-
-fn apiserver(dir: &Path) -> (KillOnDrop, PathBuf) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_capw"))
-        .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("capw apiserver starts");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let kubeconfig = lines
-        .by_ref()
-        .find_map(|l| l.ok()?.strip_prefix("kubeconfig: ").map(PathBuf::from))
-        .expect("capw apiserver prints its kubeconfig");
-    std::thread::spawn(move || for _ in lines {});
-    (KillOnDrop(child), kubeconfig)
 }
 
 /// moto on a free loopback port, with CAPA's AMIs; its URL.
@@ -129,18 +106,6 @@ struct Outcome {
     requests: u64,
 }
 
-/// The management API's requests so far.
-async fn requests(client: &kube::Client) -> u64 {
-    let req = http::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("request");
-    let text = client.request_text(req).await.unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with("capw_apiserver_requests_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// `capw_aws_calls_total` by action.
 fn aws_calls(metrics: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
@@ -166,7 +131,8 @@ fn aws_calls(metrics: &str) -> BTreeMap<String, u64> {
 
 async fn run(provider: Provider, clusters: usize) -> Outcome {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (_api, kubeconfig) = apiserver(&dir.path().join("api"));
+    let (api, kubeconfig) = apiserver(&dir.path().join("api"));
+    let _api = KillOnDrop(api);
     let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
     let client = kube::Client::try_from(
         kube::Config::from_custom_kubeconfig(kc, &Default::default())

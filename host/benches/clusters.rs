@@ -27,6 +27,8 @@
 // Benchmark code: a failed step aborts the run where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use capw_manager::{self as manager, HostConfig};
 use capw_runtime::Limits;
 use capw_runtime::capabilities::sim_cloud::{SimCloud, SimSettings};
@@ -34,13 +36,13 @@ use capw_runtime::contract::*;
 use capw_runtime::plugin::{CallError, Plugin};
 use capw_runtime::slot::{Rollout, Slot};
 use capw_sdk::sim_cloud as sdk_sim;
+use common::{apiserver, repo, requests};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -178,13 +180,6 @@ struct Outcome {
     plugin_calls: u64,
 }
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("root")
-        .to_path_buf()
-}
-
 /// Peak RSS since the last reset, in MiB.
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -211,29 +206,6 @@ fn cpu_seconds(pid: &str) -> f64 {
     ticks as f64 / 100.0
 }
 
-fn apiserver(dir: &Path) -> (std::process::Child, PathBuf) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_capw"))
-        .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir)
-        .env(
-            "RUST_LOG",
-            std::env::var("CAPW_BENCH_APISERVER_LOG").unwrap_or_else(|_| "error".into()),
-        )
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("capw apiserver starts");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut kubeconfig = PathBuf::new();
-    for line in lines.by_ref() {
-        if let Some(k) = line.expect("line").strip_prefix("kubeconfig: ") {
-            kubeconfig = PathBuf::from(k);
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    (child, kubeconfig)
-}
-
 /// Requests the API server served so far, by method.
 async fn requests_by_method(client: &kube::Client) -> Vec<(String, u64)> {
     let req = http::Request::get("/metrics")
@@ -247,17 +219,6 @@ async fn requests_by_method(client: &kube::Client) -> Vec<(String, u64)> {
             Some((m.to_string(), rest.rsplit(' ').next()?.parse().ok()?))
         })
         .collect()
-}
-
-async fn requests(client: &kube::Client) -> u64 {
-    let req = http::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("request");
-    let text = client.request_text(req).await.unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with("capw_apiserver_requests_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
 }
 
 fn ar(group: &str, kind: &str, plural: &str) -> ApiResource {

@@ -103,13 +103,11 @@ async fn workload_provider_ids(env: &Env, moto: &Moto, endpoint: &str) -> Vec<St
     let secret = secrets.get(&format!("{CLUSTER}-kubeconfig")).await.unwrap();
     let kubeconfig = env.home.join("workload.kubeconfig");
     std::fs::write(&kubeconfig, &secret.data.unwrap()["value"].0).unwrap();
-    let routes = std::fs::read_to_string(moto.routes()).unwrap();
-    let to = routes
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{endpoint}:6443:")))
-        .unwrap_or_else(|| panic!("no route for {endpoint}: {routes}"))
-        .to_string();
-    let server = format!("https://{to}");
+    // Where the host dials it: the same routes, read the same way.
+    let (addr, port) = capw_manager::ConnectTo::file(moto.routes())
+        .route(endpoint, 6443)
+        .unwrap_or_else(|| panic!("capw sim ec2 wrote no route for {endpoint}"));
+    let server = format!("https://{addr}:{port}");
     let (ok, out) = support::kubectl(
         &kubeconfig,
         &env.home,
@@ -506,46 +504,31 @@ fn reasons(o: &DynamicObject) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn throttling_and_unavailability_are_retried_not_terminal() {
-    let moto = Moto::start(false);
-    // 5xx for a moment: the host's retries inside one call absorb it.
-    let proxy = FaultProxy::start(&moto.url, Fault::Unavailable, 3).await;
-    let env = host_at(
-        moto.env_at(&proxy.url, &moto.key.1),
-        "capabilities: [aws]\n",
-    )
-    .await;
-    apply(&env, &example()).await;
-    let c = provisioned(&env, 60).await;
-    assert_eq!(
-        proxy.left.load(std::sync::atomic::Ordering::SeqCst),
-        0,
-        "every fault was answered"
-    );
-    assert!(
-        !reasons(&c).iter().any(|r| r == "TerminalError"),
-        "{:?}",
-        reasons(&c)
-    );
-    drop(env);
-
-    // RequestLimitExceeded for longer than one call retries: the call is throttled, the
-    // reconcile waits and tries again, and the cluster still gets made.
-    let moto = Moto::start(false);
-    let proxy = FaultProxy::start(&moto.url, Fault::Throttled, 12).await;
-    let env = host_at(
-        moto.env_at(&proxy.url, &moto.key.1),
-        "capabilities: [aws]\n",
-    )
-    .await;
-    apply(&env, &example()).await;
-    let c = provisioned(&env, 90).await;
-    assert_eq!(proxy.left.load(std::sync::atomic::Ordering::SeqCst), 0);
-    assert!(
-        !reasons(&c).iter().any(|r| r == "TerminalError"),
-        "{:?}",
-        reasons(&c)
-    );
-    assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 1);
+    // 5xx for a moment: the host's retries inside one call absorb it. RequestLimitExceeded for
+    // longer than one call retries: the call is throttled, the reconcile waits and tries again.
+    // Either way the cluster still gets made, once.
+    for (fault, count, secs) in [(Fault::Unavailable, 3, 60), (Fault::Throttled, 12, 90)] {
+        let moto = Moto::start(false);
+        let proxy = FaultProxy::start(&moto.url, fault, count).await;
+        let env = host_at(
+            moto.env_at(&proxy.url, &moto.key.1),
+            "capabilities: [aws]\n",
+        )
+        .await;
+        apply(&env, &example()).await;
+        let c = provisioned(&env, secs).await;
+        assert_eq!(
+            proxy.left.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "{fault:?}: every fault was answered"
+        );
+        assert!(
+            !reasons(&c).iter().any(|r| r == "TerminalError"),
+            "{fault:?}: {:?}",
+            reasons(&c)
+        );
+        assert_eq!(moto.tagged(CLUSTER, "DescribeVpcs", "vpcId", &[]).await, 1);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -140,6 +140,17 @@ struct Vm {
     boot: tokio::task::JoinHandle<()>,
 }
 
+impl Vm {
+    fn info(&self, name: &str) -> VmInfo {
+        VmInfo {
+            name: name.to_string(),
+            provider_id: self.provider_id.clone(),
+            running: self.running.load(Ordering::Acquire),
+            addresses: vec![self.address.clone()],
+        }
+    }
+}
+
 impl Drop for Vm {
     fn drop(&mut self) {
         self.boot.abort();
@@ -248,12 +259,7 @@ impl SimCloud {
     pub fn vm(&self, cluster: &str, name: &str) -> Result<Option<VmInfo>, SimError> {
         let c = self.cluster(cluster)?;
         let vms = lock(&c.vms);
-        Ok(vms.get(name).map(|vm| VmInfo {
-            name: name.to_string(),
-            provider_id: vm.provider_id.clone(),
-            running: vm.running.load(Ordering::Acquire),
-            addresses: vec![vm.address.clone()],
-        }))
+        Ok(vms.get(name).map(|vm| vm.info(name)))
     }
 
     /// Boots the VM `name` that a cloud describes as `spec` from its user data `data` (or
@@ -268,12 +274,7 @@ impl SimCloud {
         let c = self.cluster(cluster)?;
         let mut vms = lock(&c.vms);
         if let Some(vm) = vms.get(name) {
-            return Ok(VmInfo {
-                name: name.to_string(),
-                provider_id: vm.provider_id.clone(),
-                running: vm.running.load(Ordering::Acquire),
-                addresses: vec![vm.address.clone()],
-            });
+            return Ok(vm.info(name));
         }
         let data = metadata::render(data, &spec.metadata).map_err(|source| SimError::Template {
             vm: name.to_string(),
@@ -296,21 +297,15 @@ impl SimCloud {
             cc,
             running.clone(),
         ));
-        vms.insert(
-            name.to_string(),
-            Vm {
-                provider_id: spec.provider_id.clone(),
-                address: spec.address.clone(),
-                running,
-                boot,
-            },
-        );
-        Ok(VmInfo {
-            name: name.to_string(),
+        let vm = Vm {
             provider_id: spec.provider_id,
-            running: false,
-            addresses: vec![spec.address],
-        })
+            address: spec.address,
+            running,
+            boot,
+        };
+        let info = vm.info(name);
+        vms.insert(name.to_string(), vm);
+        Ok(info)
     }
 
     /// The VMs of `cluster`, by name.
