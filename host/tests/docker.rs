@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
-use support::ApiServer;
+use support::{ApiServer, http_get};
 
 /// Tests share the engine; the one that restarts dockerd takes it alone.
 static ENGINE: RwLock<()> = RwLock::new(());
@@ -364,15 +364,6 @@ impl Drop for Env {
     fn drop(&mut self) {
         self.kill9_host();
     }
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics endpoint");
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("request");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("response");
-    out
 }
 
 fn base64_decode(s: &str) -> Vec<u8> {

@@ -5,9 +5,16 @@
 //! Starts everything the host runs against one management API: the CRDs it owns, the plugin
 //! runtime with the WasmProvider controller and the drop-in directory, the simulated cloud, the
 //! core controllers (each declares its own watches in its `setup`; this iterates
-//! [`capw_core::CONTROLLERS`]), the provider driver, and the `/metrics` and `/healthz` endpoint. `capw up`, `capw run`, the tests and the benchmarks all start it here.
+//! [`capw_core::CONTROLLERS`]), and the provider driver. `capw up`, `capw run`, the tests and the benchmarks all start it here.
+//! The `/healthz`, `/readyz` and `/metrics` endpoint ([`health`]) and leader election
+//! ([`leader`]) come before it: only a leader starts the host.
 
+pub mod health;
+pub mod leader;
 mod webhooks;
+
+pub use capw_reconcile::metrics::Metrics;
+pub use leader::{Elector, LeaderElection, LeaderError};
 
 use capw_api::cluster::Cluster;
 use capw_api::machine::Machine;
@@ -15,7 +22,7 @@ use capw_core::context::Concurrency;
 use capw_driver::Driver;
 pub use capw_reconcile::connect_to::ConnectTo;
 use capw_reconcile::external::Resolver;
-use capw_reconcile::metrics::{METRICS_CONTENT_TYPE, Metrics};
+
 use capw_reconcile::remote;
 use capw_runtime::capabilities::aws::{
     AwsBackend, Environment as AwsEnvironment, Policy as AwsPolicy,
@@ -61,8 +68,8 @@ pub struct HostConfig {
     pub plugins: PathBuf,
     pub cache_dir: PathBuf,
     pub sim: SimSettings,
-    /// Where `/metrics` and `/healthz` are served; `None` serves nothing.
-    pub metrics: Option<SocketAddr>,
+    /// The host's instruments; [`health::serve`] renders them.
+    pub metrics: Arc<Metrics>,
     /// Where the Cluster and ClusterClass admission webhooks are served (and registered with
     /// the API server); `None` serves and registers none.
     pub webhooks: Option<SocketAddr>,
@@ -84,7 +91,7 @@ impl HostConfig {
             plugins,
             cache_dir,
             sim: SimSettings::default(),
-            metrics: None,
+            metrics: Arc::new(Metrics::default()),
             webhooks: None,
             cluster_concurrency: 50,
             machine_concurrency: 100,
@@ -103,8 +110,6 @@ pub struct Host {
     pub driver: Arc<Driver>,
     pub clusters: Store<Cluster>,
     pub machines: Store<Machine>,
-    /// Where metrics are served, when they are.
-    pub metrics_addr: Option<SocketAddr>,
     /// Where the admission webhooks are served, when they are.
     pub webhooks_addr: Option<SocketAddr>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -175,7 +180,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         Some(addr) => Some(webhooks::start(client.clone(), addr, &mut tasks).await?),
         None => None,
     };
-    let metrics = Arc::new(Metrics::default());
+    let metrics = config.metrics.clone();
     let runtime = Arc::new(Runtime::new(&config.cache_dir)?);
     let sim = SimCloud::new(config.sim.clone());
     runtime.engine.services.backends.provide(sim.clone());
@@ -253,28 +258,6 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         metrics.clone(),
     );
     tasks.push(tokio::spawn(driver.clone().run()));
-    let mut metrics_addr = None;
-    if let Some(addr) = config.metrics {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| ManagerError::Metrics { addr, source })?;
-        metrics_addr = listener.local_addr().ok();
-        let m = metrics.clone();
-        let app = axum::Router::new()
-            .route(
-                "/metrics",
-                axum::routing::get(move || {
-                    let m = m.clone();
-                    async move { ([("content-type", METRICS_CONTENT_TYPE)], m.render()) }
-                }),
-            )
-            .route("/healthz", axum::routing::get(|| async { "ok" }));
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::warn!(error = %e, "the metrics endpoint stopped");
-            }
-        }));
-    }
     Ok(Host {
         registry,
         metrics,
@@ -282,7 +265,6 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         driver,
         clusters: core.clusters.clone(),
         machines: core.machines.clone(),
-        metrics_addr,
         webhooks_addr,
         tasks,
     })

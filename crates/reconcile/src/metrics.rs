@@ -7,6 +7,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::time::Duration;
@@ -67,6 +68,7 @@ pub struct Metrics {
     call_timeouts: Family<PluginLabels, Counter>,
     call_duration: Family<PluginLabels, Histogram, Buckets>,
     cloud_calls: Family<CloudLabels, Counter>,
+    leader: Gauge,
 }
 
 /// How a plugin call ended, for the counters.
@@ -92,6 +94,7 @@ impl Default for Metrics {
             call_timeouts: Family::default(),
             call_duration: Family::new_with_constructor(Buckets),
             cloud_calls: Family::default(),
+            leader: Gauge::default(),
             registry: Registry::default(),
         };
         // Counters are registered without `_total`: the encoder appends it.
@@ -149,7 +152,18 @@ impl Default for Metrics {
             "AWS API calls plugins made through capw:host/aws, per action and outcome",
             m.cloud_calls.clone(),
         );
+        registry.register(
+            "capw_leader",
+            "1 while this host holds the leader-election Lease (or runs without election), 0 while it stands by",
+            m.leader.clone(),
+        );
         Metrics { registry, ..m }
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
     }
 }
 
@@ -216,6 +230,11 @@ impl Metrics {
                 outcome,
             })
             .inc();
+    }
+
+    /// Whether this host leads: only a leader runs controllers.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// Total reconciles of `controller` so far.

@@ -3,7 +3,7 @@
 
 use anyhow::Context as _;
 use capw_apiserver::{Config, Server};
-use capw_manager::{self as manager, ConnectTo, HostConfig};
+use capw_manager::{self as manager, ConnectTo, Elector, HostConfig, LeaderElection};
 use capw_runtime::capabilities::sim_cloud::SimSettings;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,7 +16,8 @@ pub struct HostArgs {
     /// limits) becomes the WasmProvider NAME.
     #[arg(long, env = "CAPW_PLUGINS", default_value = "plugins.d")]
     pub plugins: PathBuf,
-    /// Where `/metrics` (Prometheus text) and `/healthz` are served.
+    /// Where `/metrics` (Prometheus text), `/healthz` and `/readyz` are served, from the start
+    /// (a standby waiting for the leader-election Lease answers them too).
     #[arg(long, env = "CAPW_METRICS", default_value = "127.0.0.1:9440")]
     pub metrics: SocketAddr,
     /// Where the Cluster and ClusterClass admission webhooks are served over HTTPS; they are
@@ -50,6 +51,61 @@ pub struct UpArgs {
     pub host: HostArgs,
 }
 
+/// Leader election, as a Cluster API manager's `--leader-elect` flags.
+#[derive(Debug, clap::Args)]
+pub struct LeaderArgs {
+    /// Take part in leader election: only the host holding the Lease runs the controllers and
+    /// the plugin runtime; the others stand by, serving probes and metrics (`capw_leader 0`),
+    /// and take over when the leader stops renewing. A leader that cannot renew within the
+    /// renew deadline exits. `--leader-elect=false` for a single host.
+    #[arg(long, env = "CAPW_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// The name of the Lease.
+    #[arg(
+        long,
+        env = "CAPW_LEADER_ELECTION_ID",
+        default_value = "capw-controller-leader-election"
+    )]
+    pub leader_election_id: String,
+    /// The Lease's namespace: by default the Pod's own (from its ServiceAccount mount), else
+    /// kube-system.
+    #[arg(long, env = "CAPW_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// How long a Lease stays taken after its last renewal (a standby waits this long after
+    /// the leader's last renewal).
+    #[arg(long = "leader-elect-lease-duration", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it gives up and exits.
+    #[arg(long = "leader-elect-renew-deadline", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub renew_deadline: Duration,
+    /// How often a standby tries to take the Lease and the leader renews it.
+    #[arg(long = "leader-elect-retry-period", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub retry_period: Duration,
+}
+
+/// Where a Pod's ServiceAccount mount names its namespace.
+const POD_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+impl LeaderArgs {
+    fn election(&self) -> Option<LeaderElection> {
+        if !self.leader_elect {
+            return None;
+        }
+        let namespace = self.leader_election_namespace.clone().unwrap_or_else(|| {
+            std::fs::read_to_string(POD_NAMESPACE)
+                .map(|n| n.trim().to_string())
+                .ok()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| "kube-system".into())
+        });
+        let mut e = LeaderElection::new(namespace, self.leader_election_id.clone());
+        e.lease_duration = self.lease_duration;
+        e.renew_deadline = self.renew_deadline;
+        e.retry_period = self.retry_period;
+        Some(e)
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// The kubeconfig of the management cluster (default: the usual kubeconfig lookup).
@@ -60,6 +116,8 @@ pub struct RunArgs {
     pub cache_dir: PathBuf,
     #[command(flatten)]
     pub host: HostArgs,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
 }
 
 pub async fn client_from(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
@@ -76,10 +134,15 @@ pub async fn client_from(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Clie
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Runs the host until Ctrl-C, printing a one-line status whenever it changes.
-async fn host(client: kube::Client, args: HostArgs, cache_dir: PathBuf) -> anyhow::Result<()> {
+/// Runs the host until Ctrl-C, printing a one-line status whenever it changes. With an
+/// election, the host first waits for the Lease, and exits with an error once it loses it.
+async fn host(
+    client: kube::Client,
+    args: HostArgs,
+    cache_dir: PathBuf,
+    election: Option<LeaderElection>,
+) -> anyhow::Result<()> {
     let mut config = HostConfig::new(args.plugins.clone(), cache_dir);
-    config.metrics = Some(args.metrics);
     config.webhooks = args.webhooks;
     if let Some(path) = &args.connect_to {
         config.connect_to = ConnectTo::file(path.clone());
@@ -88,13 +151,32 @@ async fn host(client: kube::Client, args: HostArgs, cache_dir: PathBuf) -> anyho
         boot_delay: Duration::from_millis(args.sim_boot_delay_ms),
         node_delay: Duration::from_millis(args.sim_node_delay_ms),
     };
+    let metrics = config.metrics.clone();
+    let (addr, _health) = manager::health::serve(args.metrics, metrics.clone())
+        .await
+        .context("serving /metrics and /healthz")?;
+    println!("metrics at http://{addr}/metrics");
+    let mut elector = match election {
+        Some(settings) => {
+            metrics.set_leader(false);
+            let mut elector = Elector::new(client.clone(), settings)?;
+            println!("standing by for the Lease {}", elector.describe());
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => return r.context("waiting for Ctrl-C"),
+                () = elector.acquire() => {}
+            }
+            println!("leading: Lease {}", elector.describe());
+            Some(elector)
+        }
+        None => None,
+    };
+    metrics.set_leader(true);
     let host = manager::start(client, config)
         .await
         .context("starting the host")?;
     println!(
-        "watching {} for plugins (drop NAME.wasm there); metrics at http://{}/metrics",
-        args.plugins.display(),
-        host.metrics_addr.map(|a| a.to_string()).unwrap_or_default()
+        "watching {} for plugins (drop NAME.wasm there)",
+        args.plugins.display()
     );
     let status = async {
         let mut last = String::new();
@@ -107,9 +189,24 @@ async fn host(client: kube::Client, args: HostArgs, cache_dir: PathBuf) -> anyho
             }
         }
     };
+    let lost = async {
+        match elector.as_mut() {
+            Some(e) => e.hold().await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
-        _ = status => {}
+        () = status => {}
+        e = lost => {
+            metrics.set_leader(false);
+            // controller-runtime's answer: stop at once, so nothing reconciles without the Lease.
+            return Err(anyhow::Error::new(e).context("leader election lost; exiting"));
+        }
+    }
+    drop(host);
+    if let Some(e) = elector.as_mut() {
+        e.release().await;
     }
     Ok(())
 }
@@ -127,12 +224,12 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     host_args.webhooks = host_args
         .webhooks
         .or(Some(SocketAddr::from(([127, 0, 0, 1], 0))));
-    host(client, host_args, args.data_dir.join("cache")).await?;
+    host(client, host_args, args.data_dir.join("cache"), None).await?;
     server.shutdown().await;
     Ok(())
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = client_from(args.kubeconfig.as_deref()).await?;
-    host(client, args.host, args.cache_dir).await
+    host(client, args.host, args.cache_dir, args.leader.election()).await
 }

@@ -175,6 +175,16 @@ pub fn kubectl(
     (out.status.success(), text)
 }
 
+/// A plain HTTP/1.0 GET on a loopback port (the host's `/metrics`); the whole response.
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics endpoint");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("response");
+    out
+}
+
 /// A component from `scripts/build-plugins`.
 pub fn plugin(name: &str) -> PathBuf {
     let p = repo_root().join("target/plugins").join(name);

@@ -51,6 +51,15 @@ pub trait Native: Send + Sync {
         let _ = cluster;
         Err(sim_cloud::unavailable())
     }
+    /// `sim-cloud.ensure-api-server-at`; by default `ensure_api_server`, which drops the port.
+    fn ensure_api_server_at(
+        &self,
+        cluster: &str,
+        port: u16,
+    ) -> Result<sim_cloud::ApiServer, sim_cloud::SimCloudError> {
+        let _ = port;
+        self.ensure_api_server(cluster)
+    }
     /// `sim-cloud.delete-api-server`.
     fn delete_api_server(&self, cluster: &str) -> Result<bool, sim_cloud::SimCloudError> {
         let _ = cluster;
@@ -159,6 +168,17 @@ pub mod sim_cloud {
         super::native()
             .ok_or_else(unavailable)?
             .ensure_api_server(cluster)
+    }
+
+    /// Reserves the endpoint of the cluster's workload API at `port`, where it was before the
+    /// host restarted (see the WIT).
+    pub fn ensure_api_server_at(cluster: &str, port: u16) -> Result<ApiServer, SimCloudError> {
+        #[cfg(target_arch = "wasm32")]
+        return import::ensure_api_server_at(cluster, port);
+        #[cfg(not(target_arch = "wasm32"))]
+        super::native()
+            .ok_or_else(unavailable)?
+            .ensure_api_server_at(cluster, port)
     }
 
     /// Releases the endpoint and everything the cluster's VMs left; true once gone.

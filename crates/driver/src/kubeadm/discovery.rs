@@ -15,12 +15,14 @@
 //! certificate it got with it, and the workload's token cleaner deletes it. One capw
 //! deviation: a Secret that is gone before that (each capw control-plane machine keeps its own
 //! store, so a control-plane roll can start a store without it) is created again with the
-//! same token.
+//! same token. Another: a Machine whose Node was deleted after it joined (`NodeDeleted`) gets
+//! its token kept again, for a simulated VM that boots anew on a host that took over.
 
 use crate::scope::Scope;
 use crate::{DriverError, KindCtx};
 use capw_api::cluster::Cluster;
 use capw_api::common::names::CONTROL_PLANE_LABEL;
+use capw_api::contract::conditions::reasons;
 use capw_api::machine::Machine;
 use capw_apiserver::bootstrap_token as bt;
 use k8s_openapi::ByteString;
@@ -127,10 +129,16 @@ pub(crate) async fn reconcile(
     // The first control-plane Machine runs kubeadm init, which needs no token; data already
     // made is never made again, so only a token it carries needs upkeep.
     let fill = !data_created && initialized;
-    let joined = machine
-        .status
-        .as_ref()
-        .is_some_and(|s| s.node_ref.is_some());
+    // A Node deleted after it joined (NodeDeleted) may come back from the same Machine: the
+    // in-memory provider's VMs live in the host, and boot and join again on the host that
+    // leads next, so the token is kept for them.
+    let joined = machine.status.as_ref().is_some_and(|s| {
+        s.node_ref.is_some()
+            && !s
+                .conditions
+                .iter()
+                .any(|c| c.reason == reasons::NODE_DELETED)
+    });
     if (token.is_none() || joined) && !fill {
         return Ok(Next::Call);
     }

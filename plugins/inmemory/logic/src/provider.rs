@@ -95,7 +95,17 @@ impl Provider for InMemory {
     fn reconcile_cluster(ctx: Context) -> Result<ClusterStatus, ProviderError> {
         let obj = ctx.view()?;
         let key = cluster_key(&ctx, &obj)?;
-        let api = sim_cloud::ensure_api_server(&key).map_err(cloud_failed)?;
+        // An endpoint already handed out stays: the cloud may be a new host's (see the WIT).
+        let recorded = obj
+            .get("/spec/controlPlaneEndpoint/port")
+            .and_then(Value::as_u64)
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p != 0);
+        let api = match recorded {
+            Some(port) => sim_cloud::ensure_api_server_at(&key, port),
+            None => sim_cloud::ensure_api_server(&key),
+        }
+        .map_err(cloud_failed)?;
         Ok(ClusterStatus {
             provisioned: true,
             control_plane_endpoint: Some(ApiEndpoint {
@@ -277,6 +287,17 @@ mod tests {
                 port: 7001,
             })
         }
+        fn ensure_api_server_at(
+            &self,
+            cluster: &str,
+            port: u16,
+        ) -> Result<ApiServer, SimCloudError> {
+            Self::check(cluster)?;
+            Ok(ApiServer {
+                host: "127.0.0.1".into(),
+                port,
+            })
+        }
         fn delete_api_server(&self, cluster: &str) -> Result<bool, SimCloudError> {
             Self::check(cluster).map(|_| true)
         }
@@ -382,6 +403,16 @@ mod tests {
         let done =
             InMemory::delete_cluster(context(obj("c")).cluster(json!({"metadata": {"name": "c"}})));
         assert!(done.is_ok_and(|d| d.done));
+    }
+
+    #[test]
+    fn an_endpoint_already_recorded_is_asked_for_again() {
+        install(Arc::new(FakeCloud));
+        let mut o = obj("c");
+        o["spec"]["controlPlaneEndpoint"] = json!({"host": "127.0.0.1", "port": 41234});
+        let ctx = context(o).cluster(json!({"metadata": {"name": "c"}}));
+        let st = InMemory::reconcile_cluster(ctx).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(st.control_plane_endpoint.map(|e| e.port), Some(41234));
     }
 
     #[test]

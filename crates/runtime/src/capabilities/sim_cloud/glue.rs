@@ -10,7 +10,9 @@ impl From<SimError> for SimCloudError {
             SimError::BadCluster(_) | SimError::Bootstrap { .. } | SimError::Template { .. } => {
                 SimCloudError::Invalid(e.to_string())
             }
-            SimError::Bind { .. } => SimCloudError::Unavailable(e.to_string()),
+            SimError::Bind { .. } | SimError::NoEndpoint(_) => {
+                SimCloudError::Unavailable(e.to_string())
+            }
         }
     }
 }
@@ -57,6 +59,14 @@ impl sim_cloud::Host for HostState {
         cluster: String,
     ) -> Result<sim_cloud::ApiServer, SimCloudError> {
         let (host, port) = self.sim()?.ensure_api_server(&cluster)?;
+        Ok(sim_cloud::ApiServer { host, port })
+    }
+    fn ensure_api_server_at(
+        &mut self,
+        cluster: String,
+        port: u16,
+    ) -> Result<sim_cloud::ApiServer, SimCloudError> {
+        let (host, port) = self.sim()?.ensure_api_server_at(&cluster, Some(port))?;
         Ok(sim_cloud::ApiServer { host, port })
     }
     fn delete_api_server(&mut self, cluster: String) -> Result<bool, SimCloudError> {

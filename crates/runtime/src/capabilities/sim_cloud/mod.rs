@@ -57,6 +57,10 @@ pub enum SimError {
     },
     #[error("cluster {0:?} is not \"namespace/name\"")]
     BadCluster(String),
+    #[error(
+        "cluster {0} has no workload API endpoint in this cloud yet: its VMs boot once ensure-api-server has reserved it"
+    )]
+    NoEndpoint(String),
     #[error("VM {vm}: {source}")]
     Bootstrap {
         vm: String,
@@ -190,6 +194,11 @@ impl SimCloud {
     }
 
     fn cluster(&self, key: &str) -> Result<Arc<SimCluster>, SimError> {
+        self.cluster_at(key, None)
+    }
+
+    /// The cluster `key`, made on `port` (any free one when `None`) if it is new.
+    fn cluster_at(&self, key: &str, port: Option<u16>) -> Result<Arc<SimCluster>, SimError> {
         if key.split('/').count() != 2 || key.split('/').any(str::is_empty) {
             return Err(SimError::BadCluster(key.to_string()));
         }
@@ -201,7 +210,8 @@ impl SimCloud {
             cluster: key.to_string(),
             source,
         };
-        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(bind)?;
+        let listener =
+            std::net::TcpListener::bind(("127.0.0.1", port.unwrap_or(0))).map_err(bind)?;
         listener.set_nonblocking(true).map_err(bind)?;
         let port = listener.local_addr().map_err(bind)?.port();
         let listener = tokio::net::TcpListener::from_std(listener).map_err(bind)?;
@@ -219,7 +229,20 @@ impl SimCloud {
 
     /// Reserves the workload API endpoint of `cluster` ("namespace/name").
     pub fn ensure_api_server(&self, cluster: &str) -> Result<(String, u16), SimError> {
-        Ok(("127.0.0.1".to_string(), self.cluster(cluster)?.port))
+        self.ensure_api_server_at(cluster, None)
+    }
+
+    /// [`SimCloud::ensure_api_server`] on `port` when the cluster is new here: where its
+    /// endpoint was before this host started.
+    pub fn ensure_api_server_at(
+        &self,
+        cluster: &str,
+        port: Option<u16>,
+    ) -> Result<(String, u16), SimError> {
+        Ok((
+            "127.0.0.1".to_string(),
+            self.cluster_at(cluster, port)?.port,
+        ))
     }
 
     pub fn delete_api_server(&self, cluster: &str) -> bool {
@@ -236,6 +259,11 @@ impl SimCloud {
         version: &str,
         data: &str,
     ) -> Result<VmInfo, SimError> {
+        // A VM must not make its cluster: that would pick a new port for a cluster whose
+        // endpoint was handed out before this host started.
+        if !lock(&self.clusters).contains_key(cluster) {
+            return Err(SimError::NoEndpoint(cluster.to_string()));
+        }
         if let Some(vm) = self.vm(cluster, name)? {
             return Ok(vm);
         }
