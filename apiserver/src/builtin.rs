@@ -50,6 +50,9 @@ pub fn typed_check(b: Builtin, obj: &Value) -> Result<(), ApiError> {
         Builtin::SelfSubjectAccessReview => {
             decode::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>(obj)
         }
+        Builtin::SelfSubjectReview => {
+            decode::<k8s_openapi::api::authentication::v1::SelfSubjectReview>(obj)
+        }
         Builtin::Rbac => match obj.get("kind").and_then(Value::as_str) {
             Some("Role") => decode::<rbac::Role>(obj),
             Some("ClusterRole") => decode::<rbac::ClusterRole>(obj),

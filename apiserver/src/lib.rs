@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub(crate) mod admission;
+pub mod auth;
 pub mod bootstrap_token;
 pub(crate) mod builtin;
 pub(crate) mod controllers;
@@ -79,6 +80,12 @@ pub enum ServerError {
     /// The initial namespaces could not be created.
     #[error("bootstrapping the initial namespaces failed")]
     Bootstrap(#[from] status::ApiError),
+    /// The `--token-auth-file` could not be read.
+    #[error(transparent)]
+    TokenFile(#[from] auth::token_file::TokenFileError),
+    /// The ServiceAccount signing key could not be made or read.
+    #[error(transparent)]
+    ServiceAccount(#[from] auth::service_account::ServiceAccountError),
 }
 
 /// Everything the server needs to start.
@@ -107,6 +114,12 @@ pub struct Config {
     /// Names and addresses the serving certificate covers besides loopback and the listen
     /// address: kubeadm's `apiServer.certSANs`, the control-plane endpoint, the node's name.
     pub sans: Vec<String>,
+    /// How users' requests are authorized (`--authorization-mode`).
+    pub authorization: auth::Mode,
+    /// More users, by token (`--token-auth-file`).
+    pub token_auth_file: Option<PathBuf>,
+    /// The shortest lifetime a TokenRequest may ask for (kube: 10 minutes).
+    pub min_token_expiration: Duration,
 }
 
 impl Config {
@@ -123,6 +136,9 @@ impl Config {
             controllers: ControllerConfig::default(),
             kubernetes_version: None,
             sans: Vec::new(),
+            authorization: auth::Mode::AlwaysAllow,
+            token_auth_file: None,
+            min_token_expiration: Duration::from_secs(600),
         }
     }
 }
@@ -303,11 +319,24 @@ impl Server {
         )
         .map_err(io_err(&kubeconfig))?;
         make_private(&config.data_dir).map_err(io_err(&config.data_dir))?;
+        let users = match &config.token_auth_file {
+            Some(path) => auth::token_file::read(path)?,
+            None => Default::default(),
+        };
+        let signer = auth::service_account::Signer::load_or_create(
+            (!config.in_memory).then_some(config.data_dir.as_path()),
+        )?;
         let app = Arc::new(http::App::new(
             core.clone(),
             token.clone(),
             host.to_string(),
             config.http.clone(),
+            auth::Auth {
+                mode: config.authorization,
+                users,
+                signer,
+                min_token_expiration: config.min_token_expiration,
+            },
         ));
         if let Some(v) = config.kubernetes_version.clone() {
             app.set_kubernetes_version(v);
@@ -451,6 +480,12 @@ impl InMemoryServer {
             token,
             addr.to_string(),
             HttpSettings::default(),
+            auth::Auth {
+                mode: auth::Mode::AlwaysAllow,
+                users: Default::default(),
+                signer: auth::service_account::Signer::load_or_create(None)?,
+                min_token_expiration: Duration::from_secs(600),
+            },
         ));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         // A workload cluster's nodes get their client certificates from its CA.

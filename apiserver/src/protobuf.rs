@@ -1,5 +1,5 @@
 //! Decoding of the protobuf request bodies recent kubectl sends for `kubectl create namespace`,
-//! `create configmap`, `create secret` and `create serviceaccount`. Only these kinds are decoded
+//! `create configmap`, `create secret`, `create serviceaccount` and `create token`. Only these kinds are decoded
 //! (into the same JSON every other path uses); responses are always JSON, which those clients
 //! accept as their second choice.
 
@@ -14,7 +14,7 @@ pub enum ProtobufError {
     #[error("the protobuf body lacks the Kubernetes envelope (k8s\\0 prefix)")]
     NoEnvelope,
     #[error(
-        "protobuf bodies are accepted for Namespace, ConfigMap, Secret, ServiceAccount and SelfSubjectAccessReview only, not {0}; send JSON"
+        "protobuf bodies are accepted for Namespace, ConfigMap, Secret, ServiceAccount, SelfSubjectAccessReview, SelfSubjectReview and TokenRequest only, not {0}; send JSON"
     )]
     UnsupportedKind(String),
 }
@@ -249,7 +249,9 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
     let k = kind.as_str();
     let core =
         matches!(k, "Namespace" | "ConfigMap" | "Secret" | "ServiceAccount") && api_version == "v1";
-    let review = k == "SelfSubjectAccessReview" && api_version == "authorization.k8s.io/v1";
+    let review = (k == "SelfSubjectAccessReview" && api_version == "authorization.k8s.io/v1")
+        || (matches!(k, "TokenRequest" | "SelfSubjectReview")
+            && api_version == "authentication.k8s.io/v1");
     if !core && !review {
         return Err(ProtobufError::UnsupportedKind(format!(
             "{api_version}/{kind}"
@@ -311,6 +313,22 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
             ("SelfSubjectAccessReview", 2) => {
                 obj.insert("spec".into(), access_review_spec(bytes(&w)?)?);
             }
+            // TokenRequestSpec: audiences (1) and expirationSeconds (4); a bound object (3)
+            // is not kept.
+            ("TokenRequest", 2) => {
+                let mut spec = Map::new();
+                fields(bytes(&w)?, |sn, sw| {
+                    match sn {
+                        1 => push(&mut spec, "audiences", json!(string(&sw)?)),
+                        4 => {
+                            spec.insert("expirationSeconds".into(), json!(varint(&sw)?));
+                        }
+                        _ => {}
+                    }
+                    Ok(())
+                })?;
+                obj.insert("spec".into(), Value::Object(spec));
+            }
             ("ServiceAccount", 4) => {
                 obj.insert(
                     "automountServiceAccountToken".into(),
@@ -356,6 +374,29 @@ mod tests {
         assert_eq!(
             v,
             json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c1","labels":{"app":"x"}},"data":{"a":"b"},"immutable":true})
+        );
+    }
+
+    #[test]
+    fn decodes_a_token_request() {
+        let type_meta = [
+            len_field(1, b"authentication.k8s.io/v1"),
+            len_field(2, b"TokenRequest"),
+        ]
+        .concat();
+        let spec = [len_field(1, b"api"), vec![(4 << 3) as u8, 0x84, 0x07]].concat();
+        let raw = [len_field(1, &len_field(1, b"robot")), len_field(2, &spec)].concat();
+        let body = [
+            b"k8s\x00".to_vec(),
+            len_field(1, &type_meta),
+            len_field(2, &raw),
+        ]
+        .concat();
+        assert_eq!(
+            decode(&body).unwrap(),
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "metadata": {"name": "robot"},
+                "spec": {"audiences": ["api"], "expirationSeconds": 900}})
         );
     }
 

@@ -35,10 +35,12 @@ pub enum Builtin {
     Pod,
     Lease,
     Crd,
-    /// RBAC objects are stored so manifests apply, but not enforced.
+    /// RBAC objects; enforced with `--authorization-mode RBAC` (`crate::auth::rbac`).
     Rbac,
-    /// Answered, never stored: `kubectl auth can-i` works, and the answer is always yes.
+    /// Answered, never stored: `kubectl auth can-i`, by the same checks requests get.
     SelfSubjectAccessReview,
+    /// Answered, never stored: `kubectl auth whoami`, the requester's user and groups.
+    SelfSubjectReview,
     /// certificates.k8s.io/v1; kubelet client certificates are approved and signed by
     /// `controllers::csrsigning`.
     CertificateSigningRequest,
@@ -152,7 +154,10 @@ impl ResourceType {
     }
 
     pub fn verbs(&self) -> Vec<&'static str> {
-        if self.builtin == Some(Builtin::SelfSubjectAccessReview) {
+        if matches!(
+            self.builtin,
+            Some(Builtin::SelfSubjectAccessReview | Builtin::SelfSubjectReview)
+        ) {
             return vec!["create"];
         }
         vec![
@@ -482,6 +487,17 @@ fn builtins() -> Vec<ResourceType> {
             false,
             false,
             Builtin::SelfSubjectAccessReview,
+            vec![],
+        ),
+        builtin(
+            "authentication.k8s.io",
+            "v1",
+            "SelfSubjectReview",
+            "selfsubjectreviews",
+            &[],
+            false,
+            false,
+            Builtin::SelfSubjectReview,
             vec![],
         ),
     ]

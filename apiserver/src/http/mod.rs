@@ -5,8 +5,10 @@ pub mod discovery;
 mod list;
 mod openapi;
 pub mod request;
+mod token;
 mod watch;
 
+use crate::auth::rbac::{self, Attributes};
 use crate::core::{
     Core, DeleteOptions, FieldValidation, Op, PatchBody, Propagation, ScaleOp, WriteOptions,
 };
@@ -66,10 +68,18 @@ pub struct App {
     writes: Semaphore,
     /// What `/version` reports.
     kubernetes_version: std::sync::RwLock<discovery::KubernetesVersion>,
+    /// Static users, ServiceAccount tokens and the authorization mode.
+    pub auth: crate::auth::Auth,
 }
 
 impl App {
-    pub fn new(core: Arc<Core>, token: String, address: String, settings: HttpSettings) -> Self {
+    pub fn new(
+        core: Arc<Core>,
+        token: String,
+        address: String,
+        settings: HttpSettings,
+        auth: crate::auth::Auth,
+    ) -> Self {
         let writes = Semaphore::new(settings.max_inflight_writes);
         let (closing, _) = tokio::sync::watch::channel(false);
         App {
@@ -82,6 +92,7 @@ impl App {
             closing,
             writes,
             kubernetes_version: Default::default(),
+            auth,
         }
     }
 }
@@ -198,8 +209,9 @@ pub struct ClientCertificate {
 /// What an identity may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
-    /// The server's bearer token, or any certificate signed by the CA that is not a node's.
-    /// There is no RBAC: such a client is an administrator, as `system:masters` is.
+    /// The server's bearer token, a static user's or a ServiceAccount's token, or any
+    /// certificate signed by the CA that is not a node's. Without RBAC such a client may do
+    /// everything; with it, `system:masters` may, and the others what the rules allow.
     Admin,
     /// A valid bootstrap token (see [`crate::bootstrap_token`]).
     Bootstrap,
@@ -243,6 +255,22 @@ fn identify(parts: &http::request::Parts, app: &App) -> Option<Identity> {
             role: Role::Admin,
             user: "capw-admin".into(),
             groups: vec!["system:masters".into(), AUTHENTICATED.into()],
+        });
+    }
+    if let Some(u) = app.auth.users.get(given) {
+        return Some(Identity {
+            role: Role::Admin,
+            user: u.name.clone(),
+            groups: u.groups.clone(),
+        });
+    }
+    if given.matches('.').count() == 2
+        && let Some((user, groups)) = app.auth.signer.verify(given, &app.core.store)
+    {
+        return Some(Identity {
+            role: Role::Admin,
+            user,
+            groups,
         });
     }
     if crate::bootstrap_token::authenticates(&app.core.store, given, jiff::Timestamp::now()) {
@@ -321,6 +349,50 @@ fn allowed(identity: &Identity, method: &Method, path: &str) -> bool {
 
 const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 
+impl App {
+    /// With RBAC on, whether the rules let a user (the fixed roles were checked before) do
+    /// `a`; a refusal is kube's 403, naming the user, the verb and the resource.
+    fn authorize(&self, identity: &Identity, mut a: Attributes) -> Result<(), ApiError> {
+        if identity.role != Role::Admin || self.auth.mode == crate::auth::Mode::AlwaysAllow {
+            return Ok(());
+        }
+        a.user = identity.user.clone();
+        a.groups = identity.groups.clone();
+        if rbac::allows(&self.core.store, &a) {
+            return Ok(());
+        }
+        Err(match &a.path {
+            Some(_) => ApiError::forbidden(format!("forbidden: {}", a.forbidden_message())),
+            None => {
+                let what = crate::status::qualified(&a.group, &a.resource);
+                let named = if a.name.is_empty() {
+                    what
+                } else {
+                    format!("{what} \"{}\"", a.name)
+                };
+                ApiError::forbidden(format!("{named} is forbidden: {}", a.forbidden_message()))
+                    .with_subject(&a.group, &a.resource, &a.name)
+            }
+        })
+    }
+}
+
+/// kube's verb for a request on a resource.
+fn verb(method: &Method, collection: bool, watch: bool) -> String {
+    match *method {
+        Method::GET | Method::HEAD if collection && watch => "watch",
+        Method::GET | Method::HEAD if collection => "list",
+        Method::GET | Method::HEAD => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if collection => "deletecollection",
+        Method::DELETE => "delete",
+        ref m => return m.as_str().to_lowercase(),
+    }
+    .to_string()
+}
+
 async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     let span = tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
     tracing::Instrument::instrument(serve_request(app, req), span).await
@@ -347,6 +419,18 @@ async fn serve_request(app: Arc<App>, req: Request) -> Response {
                 parts.uri.path()
             )),
         });
+    }
+    if parts.uri.path() == "/metrics"
+        && let Err(e) = app.authorize(
+            &identity,
+            Attributes {
+                verb: "get".into(),
+                path: Some("/metrics".into()),
+                ..Default::default()
+            },
+        )
+    {
+        return error_response(&e);
     }
     let method_index = METHODS
         .iter()
@@ -636,8 +720,11 @@ fn parse_patch(rt: &ResourceType, ct: &str, bytes: &[u8]) -> Result<PatchBody, A
     }
 }
 
-/// Every request carries the one token, and the token may do everything.
+/// `SelfSubjectAccessReview`: what the requester may do, answered by the same checks its
+/// requests get (`kubectl auth can-i`).
 async fn self_subject_access_review(
+    app: &App,
+    identity: &Identity,
     rt: &ResourceType,
     method: &Method,
     headers: &HeaderMap,
@@ -650,7 +737,52 @@ async fn self_subject_access_review(
     let ct = body_type(headers);
     let mut review = decode_object(&ct, &bytes)?;
     crate::builtin::typed_check(crate::registry::Builtin::SelfSubjectAccessReview, &review)?;
-    review["status"] = serde_json::json!({"allowed": true, "reason": "capw-apiserver authenticates with one token and does not enforce authorization"});
+    let text = |v: &Value, k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let spec = review.get("spec").cloned().unwrap_or_default();
+    let a = match (
+        spec.get("resourceAttributes"),
+        spec.get("nonResourceAttributes"),
+    ) {
+        (Some(r), _) => Attributes {
+            verb: text(r, "verb"),
+            group: text(r, "group"),
+            resource: text(r, "resource"),
+            subresource: text(r, "subresource"),
+            namespace: text(r, "namespace"),
+            name: text(r, "name"),
+            ..Default::default()
+        },
+        (None, Some(n)) => Attributes {
+            verb: text(n, "verb"),
+            path: Some(text(n, "path")),
+            ..Default::default()
+        },
+        (None, None) => {
+            return Err(ApiError::invalid(
+                &rt.group,
+                &rt.kind,
+                "",
+                vec![crate::status::Cause::new(
+                    "FieldValueRequired",
+                    "spec.resourceAttributes",
+                    "exactly one of resourceAttributes or nonResourceAttributes must be specified",
+                )],
+            ));
+        }
+    };
+    review["status"] = match app.authorize(identity, a) {
+        Ok(()) if app.auth.mode == crate::auth::Mode::AlwaysAllow => serde_json::json!({
+            "allowed": true,
+            "reason": "capw-apiserver runs without --authorization-mode RBAC: every authenticated user may do everything"
+        }),
+        Ok(()) => serde_json::json!({"allowed": true, "reason": "RBAC: allowed"}),
+        Err(_) => serde_json::json!({"allowed": false}),
+    };
     Ok(respond(201, &review, Want::Json))
 }
 
@@ -724,8 +856,10 @@ async fn resource(
         // are stored in status like the signer's certificate.
         rp.subresource = "status".into();
     }
+    let token_request =
+        rt.builtin == Some(crate::registry::Builtin::ServiceAccount) && rp.subresource == "token";
     if (!rt.namespaced && !rp.namespace.is_empty())
-        || !matches!(rp.subresource.as_str(), "" | "status" | "scale")
+        || !(matches!(rp.subresource.as_str(), "" | "status" | "scale") || token_request)
     {
         return Err(ApiError::route_not_found());
     }
@@ -748,8 +882,34 @@ async fn resource(
         None
     };
     let core = &app.core;
+    // Anyone may ask what they may do (kube's system:basic-user).
     if rt.builtin == Some(crate::registry::Builtin::SelfSubjectAccessReview) {
-        return self_subject_access_review(&rt, method, headers, body).await;
+        return self_subject_access_review(app, identity, &rt, method, headers, body).await;
+    }
+    if rt.builtin == Some(crate::registry::Builtin::SelfSubjectReview) {
+        if *method != Method::POST {
+            return Err(ApiError::method_not_allowed(method.as_str(), &rt.plural));
+        }
+        let bytes = read_body(headers, body).await?;
+        let mut review = decode_object(&body_type(headers), &bytes)?;
+        review["status"] = serde_json::json!({"userInfo": {
+            "username": identity.user, "groups": identity.groups}});
+        return Ok(respond(201, &review, Want::Json));
+    }
+    app.authorize(
+        identity,
+        Attributes {
+            verb: verb(method, collection, q.flag("watch")),
+            group: rp.group.clone(),
+            resource: rp.resource.clone(),
+            subresource: rp.subresource.clone(),
+            namespace: rp.namespace.clone(),
+            name: rp.name.clone(),
+            ..Default::default()
+        },
+    )?;
+    if token_request {
+        return token::request(app, &rt, method, headers, body, &rp).await;
     }
     if rp.subresource == "scale" {
         return scale(core, &rt, method, headers, body, &rp, q, want).await;

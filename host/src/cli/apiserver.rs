@@ -43,6 +43,32 @@ pub struct Args {
     /// `apiServer.certSANs`. Loopback and the listen address are always covered.
     #[arg(long = "san")]
     pub sans: Vec<String>,
+
+    /// How users' requests are authorized, as kube-apiserver's flag: `AlwaysAllow` (every
+    /// authenticated user may do everything) or `RBAC` (the admin token, being in
+    /// `system:masters`, still may; everyone else what Roles, ClusterRoles and their bindings
+    /// allow). Bootstrap tokens and node certificates keep their fixed rights either way.
+    #[arg(long, value_enum, default_value_t = AuthorizationMode::AlwaysAllow)]
+    pub authorization_mode: AuthorizationMode,
+
+    /// More users, as kube-apiserver's --token-auth-file: a CSV of
+    /// `token,user,uid,"group1,group2"`, one user per line.
+    #[arg(long)]
+    pub token_auth_file: Option<PathBuf>,
+
+    /// The shortest lifetime a TokenRequest may ask for: kube's is 10 minutes; shorter ones
+    /// are for tests and demos of expiry.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub service_account_min_token_expiration: std::time::Duration,
+}
+
+/// `--authorization-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthorizationMode {
+    #[value(name = "AlwaysAllow")]
+    AlwaysAllow,
+    #[value(name = "RBAC")]
+    Rbac,
 }
 
 fn kubernetes_version(v: &str) -> Result<KubernetesVersion, String> {
@@ -69,6 +95,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         config.token = Some(token);
     }
     config.kubernetes_version = args.kubernetes_version;
+    config.authorization = match args.authorization_mode {
+        AuthorizationMode::AlwaysAllow => capw_apiserver::auth::Mode::AlwaysAllow,
+        AuthorizationMode::Rbac => capw_apiserver::auth::Mode::Rbac,
+    };
+    config.token_auth_file = args.token_auth_file;
+    config.min_token_expiration = args.service_account_min_token_expiration;
     config.sans = args.sans;
     let server = Server::start(config).await.with_context(|| {
         format!(
