@@ -28,7 +28,7 @@ fn refuse(name: &str, value: i64, message: String) -> ApiError {
 }
 
 fn duration_words(seconds: u64) -> String {
-    if seconds % 60 == 0 {
+    if seconds.is_multiple_of(60) {
         format!("{} minutes", seconds / 60)
     } else {
         format!("{seconds} seconds")
