@@ -33,6 +33,8 @@ pub fn typed_check(b: Builtin, obj: &Value) -> Result<(), ApiError> {
         Builtin::ServiceAccount => decode::<core::ServiceAccount>(obj),
         Builtin::Node => decode::<core::Node>(obj),
         Builtin::Pod => decode::<core::Pod>(obj),
+        Builtin::Deployment => decode::<k8s_openapi::api::apps::v1::Deployment>(obj),
+        Builtin::Service => decode::<core::Service>(obj),
         Builtin::Lease => decode::<coord::Lease>(obj),
         Builtin::Crd => decode::<ext::CustomResourceDefinition>(obj),
         Builtin::CertificateSigningRequest => {

@@ -33,6 +33,11 @@ pub enum Builtin {
     Node,
     /// Stored and validated; nothing on the management API schedules or runs one.
     Pod,
+    /// apps/v1 Deployment: stored and validated, so `capw manifests` applies here as to a
+    /// cluster; nothing runs its Pods.
+    Deployment,
+    /// v1 Service: stored and validated; nothing routes to it.
+    Service,
     Lease,
     Crd,
     /// RBAC objects; enforced with `--authorization-mode RBAC` (`crate::auth::rbac`).
@@ -315,6 +320,36 @@ fn builtins() -> Vec<ResourceType> {
         ],
     );
     pod.categories = vec!["all".into()];
+    let deployment = builtin(
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        &["deploy"],
+        true,
+        true,
+        Builtin::Deployment,
+        vec![
+            c("Up-to-date", "integer", ".status.updatedReplicas"),
+            c("Available", "integer", ".status.availableReplicas"),
+            c("Age", "date", ".metadata.creationTimestamp"),
+        ],
+    );
+    let service = builtin(
+        "",
+        "v1",
+        "Service",
+        "services",
+        &["svc"],
+        true,
+        true,
+        Builtin::Service,
+        vec![
+            c("Type", "string", ".spec.type"),
+            c("Cluster-IP", "string", ".spec.clusterIP"),
+            c("Age", "date", ".metadata.creationTimestamp"),
+        ],
+    );
     let rbac = |kind: &str, plural: &str, namespaced| {
         builtin(
             "rbac.authorization.k8s.io",
@@ -427,6 +462,8 @@ fn builtins() -> Vec<ResourceType> {
             ],
         ),
         pod,
+        deployment,
+        service,
         builtin(
             "coordination.k8s.io",
             "v1",

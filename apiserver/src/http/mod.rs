@@ -70,6 +70,21 @@ pub struct App {
     kubernetes_version: std::sync::RwLock<discovery::KubernetesVersion>,
     /// Static users, ServiceAccount tokens and the authorization mode.
     pub auth: crate::auth::Auth,
+    /// What RBAC decided, per user and what they asked for, for `/metrics`: which permissions
+    /// a client really uses, and which it lacked.
+    rbac_checks: std::sync::Mutex<std::collections::BTreeMap<RbacCheck, u64>>,
+}
+
+/// One kind of RBAC decision, as `capw_apiserver_rbac_checks_total` labels it.
+#[derive(
+    Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, prometheus_client::encoding::EncodeLabelSet,
+)]
+struct RbacCheck {
+    user: String,
+    verb: String,
+    group: String,
+    resource: String,
+    decision: &'static str,
 }
 
 impl App {
@@ -93,6 +108,7 @@ impl App {
             writes,
             kubernetes_version: Default::default(),
             auth,
+            rbac_checks: Default::default(),
         }
     }
 }
@@ -157,6 +173,17 @@ impl App {
             requests,
         );
         registry.register("capw_apiserver_watches", "Open watches", watches);
+        let checks = Family::<RbacCheck, Counter>::default();
+        if let Ok(seen) = self.rbac_checks.lock() {
+            for (check, n) in seen.iter() {
+                checks.get_or_create(check).inc_by(*n);
+            }
+        }
+        registry.register(
+            "capw_apiserver_rbac_checks",
+            "RBAC decisions on users outside system:masters, by user, verb, group, resource (or path) and decision",
+            checks,
+        );
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
@@ -358,9 +385,29 @@ impl App {
         }
         a.user = identity.user.clone();
         a.groups = identity.groups.clone();
-        if rbac::allows(&self.core.store, &a) {
+        let allowed = rbac::allows(&self.core.store, &a);
+        if !a.groups.iter().any(|g| g == rbac::MASTERS)
+            && let Ok(mut seen) = self.rbac_checks.lock()
+        {
+            let resource = match (&a.path, a.subresource.as_str()) {
+                (Some(path), _) => path.clone(),
+                (None, "") => a.resource.clone(),
+                (None, sub) => format!("{}/{sub}", a.resource),
+            };
+            *seen
+                .entry(RbacCheck {
+                    user: a.user.clone(),
+                    verb: a.verb.clone(),
+                    group: a.group.clone(),
+                    resource,
+                    decision: if allowed { "allowed" } else { "denied" },
+                })
+                .or_default() += 1;
+        }
+        if allowed {
             return Ok(());
         }
+        tracing::info!(user = %a.user, message = %a.forbidden_message(), "RBAC refused a request");
         Err(match &a.path {
             Some(_) => ApiError::forbidden(format!("forbidden: {}", a.forbidden_message())),
             None => {

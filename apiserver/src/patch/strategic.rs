@@ -39,6 +39,15 @@ pub fn list_strategy(path: &str) -> Option<ListStrategy> {
         "spec.containers.volumeMounts" | "spec.initContainers.volumeMounts" => {
             ListStrategy::Keyed("mountPath")
         }
+        // Deployments' Pod templates.
+        "spec.template.spec.containers"
+        | "spec.template.spec.initContainers"
+        | "spec.template.spec.volumes" => ListStrategy::Keyed("name"),
+        "spec.template.spec.containers.ports" => ListStrategy::Keyed("containerPort"),
+        "spec.template.spec.containers.env" => ListStrategy::Keyed("name"),
+        "spec.template.spec.containers.volumeMounts" => ListStrategy::Keyed("mountPath"),
+        // Services.
+        "spec.ports" => ListStrategy::Keyed("port"),
         _ => return None,
     })
 }

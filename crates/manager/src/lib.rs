@@ -11,6 +11,7 @@
 
 pub mod health;
 pub mod leader;
+pub mod rbac;
 mod webhooks;
 
 pub use capw_reconcile::metrics::Metrics;

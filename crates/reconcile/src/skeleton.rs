@@ -61,6 +61,74 @@ fn key<K: ResourceExt>(obj: &K) -> String {
     }
 }
 
+/// The condition that says a reconcile was refused by RBAC.
+pub const AUTHORIZED: &str = "Authorized";
+
+/// The message of a 403 anywhere in `e`'s chain.
+fn forbidden(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(kube::Error::Api(s)) = err.downcast_ref::<kube::Error>()
+            && s.code == 403
+        {
+            return Some(s.message.clone());
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// Writes `Authorized=False` naming the refusal when a reconcile was refused, and takes it away
+/// once a reconcile gets through: a missing permission in the host's ClusterRole then shows
+/// on the object it stopped, not only in the host's log. One write, only on a change.
+async fn authorized_condition<K>(api: &Api<K>, obj: &K, refused: Option<String>)
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let Ok(v) = serde_json::to_value(obj) else {
+        return;
+    };
+    let mut conditions: Vec<serde_json::Value> = v
+        .pointer("/status/conditions")
+        .and_then(|c| c.as_array())
+        .cloned()
+        .unwrap_or_default();
+    let at = conditions
+        .iter()
+        .position(|c| c.get("type").and_then(|t| t.as_str()) == Some(AUTHORIZED));
+    match (&refused, at) {
+        (None, None) => return,
+        (None, Some(i)) => {
+            conditions.remove(i);
+        }
+        (Some(message), _) => {
+            let message = format!(
+                "{message}: the host's credentials lack this permission; grant it in the host's ClusterRole (capw manifests writes the one it needs)"
+            );
+            if at.is_some_and(|i| {
+                conditions[i].get("message").and_then(|m| m.as_str()) == Some(message.as_str())
+            }) {
+                return;
+            }
+            let condition = serde_json::json!({
+                "type": AUTHORIZED, "status": "False", "reason": "Forbidden",
+                "message": message,
+                "lastTransitionTime": jiff::Timestamp::now().to_string(),
+                "observedGeneration": obj.meta().generation,
+            });
+            match at {
+                Some(i) => conditions[i] = condition,
+                None => conditions.push(condition),
+            }
+        }
+    }
+    if let Err(e) =
+        write_conditions_at(api, &obj.name_any(), obj.resource_version(), &conditions).await
+    {
+        tracing::debug!(error = %e, "the Authorized condition was not written; the next reconcile tries again");
+    }
+}
+
 impl Skeleton {
     pub fn new(
         controller: impl Into<String>,
@@ -96,6 +164,7 @@ impl Skeleton {
     {
         let key = key(&*obj);
         let start = Instant::now();
+        let seen = obj.clone();
         let r = finalizer(api, &self.finalizer, obj, |ev| async move {
             match ev {
                 Event::Apply(o) => apply(o).await,
@@ -115,6 +184,8 @@ impl Skeleton {
             // It reconciled, or it is gone (the cleanup ran): either way no failures remain.
             self.failures.forget(&key);
         }
+        let refused = r.as_ref().err().and_then(|e| forbidden(e));
+        authorized_condition(api, &seen, refused).await;
         r.map_err(E::finalizer)
     }
 

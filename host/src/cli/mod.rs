@@ -6,6 +6,7 @@ mod describe;
 mod image;
 mod kubeadm;
 mod lb;
+mod manifests;
 mod node_agent;
 mod plugin;
 mod sim;
@@ -70,6 +71,11 @@ pub enum Command {
     /// real machines in tests and demos.
     #[command(subcommand)]
     Sim(sim::Command),
+    /// Print what `clusterctl init` would apply to run capw in a management cluster: the CRDs,
+    /// a namespace and ServiceAccount, the ClusterRole the host needs, the plugins as
+    /// ConfigMaps and a Deployment of leader-elected replicas (`capw manifests | kubectl apply
+    /// -f -`).
+    Manifests(manifests::Args),
     /// Print the CRDs generated from the host's types (Cluster, Machine, WasmProvider), or write
     /// them with `--write crds`.
     Crds(crds::Args),
@@ -83,6 +89,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => up::run(args).await,
         Command::Describe(cmd) => describe::run(cmd).await,
         Command::Crds(args) => crds::run(args),
+        Command::Manifests(args) => manifests::run(args),
         Command::NodeAgent(args) => node_agent::run(args).await,
         Command::Lb(args) => lb::run(args).await,
         Command::Kubeadm(cmd) => kubeadm::run(cmd).await,

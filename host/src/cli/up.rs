@@ -83,16 +83,13 @@ pub struct LeaderArgs {
     pub retry_period: Duration,
 }
 
-/// Where a Pod's ServiceAccount mount names its namespace.
-const POD_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
-
 impl LeaderArgs {
     fn election(&self) -> Option<LeaderElection> {
         if !self.leader_elect {
             return None;
         }
         let namespace = self.leader_election_namespace.clone().unwrap_or_else(|| {
-            std::fs::read_to_string(POD_NAMESPACE)
+            std::fs::read_to_string(service_account_dir().join("namespace"))
                 .map(|n| n.trim().to_string())
                 .ok()
                 .filter(|n| !n.is_empty())
@@ -121,17 +118,67 @@ pub struct RunArgs {
 }
 
 pub async fn client_from(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
+    let kc = match kubeconfig {
+        Some(path) => Some(
+            kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        ),
+        None => in_cluster()?,
+    };
+    let config = match kc {
+        Some(kc) => kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?,
         None => kube::Config::infer()
             .await
             .context("finding a kubeconfig (pass --kubeconfig)")?,
     };
     Ok(kube::Client::try_from(config)?)
+}
+
+/// The ServiceAccount mount, as a Pod has it; `CAPW_SERVICE_ACCOUNT_DIR` points elsewhere
+/// (the tests run the host outside a Pod with the same files).
+pub fn service_account_dir() -> PathBuf {
+    std::env::var_os("CAPW_SERVICE_ACCOUNT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/run/secrets/kubernetes.io/serviceaccount"))
+}
+
+/// In a Pod: the API server from `KUBERNETES_SERVICE_HOST`/`_PORT`, trusted with the mounted
+/// `ca.crt`, authenticated with the mounted `token` (re-read as the kubelet rotates it), as
+/// client-go's in-cluster configuration. `None` outside a Pod.
+fn in_cluster() -> anyhow::Result<Option<kube::config::Kubeconfig>> {
+    let (Ok(host), Ok(port)) = (
+        std::env::var("KUBERNETES_SERVICE_HOST"),
+        std::env::var("KUBERNETES_SERVICE_PORT"),
+    ) else {
+        return Ok(None);
+    };
+    let dir = service_account_dir();
+    let token = dir.join("token");
+    anyhow::ensure!(
+        token.exists(),
+        "KUBERNETES_SERVICE_HOST is set but {} is missing: mount the ServiceAccount token (automountServiceAccountToken) or pass --kubeconfig",
+        token.display()
+    );
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    let namespace = std::fs::read_to_string(dir.join("namespace"))
+        .map(|n| n.trim().to_string())
+        .unwrap_or_else(|_| "default".into());
+    let kc = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "in-cluster",
+        "clusters": [{"name": "in-cluster", "cluster": {
+            "server": format!("https://{host}:{port}"),
+            "certificate-authority": dir.join("ca.crt")}}],
+        "users": [{"name": "service-account", "user": {"tokenFile": token}}],
+        "contexts": [{"name": "in-cluster", "context": {
+            "cluster": "in-cluster", "user": "service-account", "namespace": namespace}}],
+    });
+    Ok(Some(
+        serde_json::from_value(kc).context("the in-cluster configuration")?,
+    ))
 }
 
 /// Runs the host until Ctrl-C, printing a one-line status whenever it changes. With an
