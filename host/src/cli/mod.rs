@@ -7,6 +7,7 @@ mod image;
 mod kubeadm;
 mod lb;
 mod manifests;
+mod move_clusters;
 mod node_agent;
 mod plugin;
 mod sim;
@@ -76,6 +77,11 @@ pub enum Command {
     /// ConfigMaps and a Deployment of leader-elected replicas (`capw manifests | kubectl apply
     /// -f -`).
     Manifests(manifests::Args),
+    /// Move the Clusters of a namespace, and everything that belongs to them, to another
+    /// management API without touching their machines (clusterctl move): pause, copy in
+    /// dependency order with status, unpause at the target, delete at the source without
+    /// running provider deletion. `--dry-run` prints what would move.
+    Move(move_clusters::Args),
     /// Print the CRDs generated from the host's types (Cluster, Machine, WasmProvider), or write
     /// them with `--write crds`.
     Crds(crds::Args),
@@ -90,6 +96,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Describe(cmd) => describe::run(cmd).await,
         Command::Crds(args) => crds::run(args),
         Command::Manifests(args) => manifests::run(args),
+        Command::Move(args) => move_clusters::run(args).await,
         Command::NodeAgent(args) => node_agent::run(args).await,
         Command::Lb(args) => lb::run(args).await,
         Command::Kubeadm(cmd) => kubeadm::run(cmd).await,

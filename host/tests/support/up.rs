@@ -26,7 +26,12 @@ impl Up {
                 plugin_dir.join(format!("{p}.wasm")),
             )
             .expect("copy plugin");
-            if *p == "inmemory" {
+            // The grants the bundled providers ship with (the Docker provider's container
+            // runtime, the in-memory provider's simulated cloud).
+            let grants = super::repo_root().join(format!("target/plugins/bundled/{p}.yaml"));
+            if grants.exists() {
+                std::fs::copy(&grants, plugin_dir.join(format!("{p}.yaml"))).expect("grants");
+            } else if *p == "inmemory" {
                 std::fs::write(
                     plugin_dir.join("inmemory.yaml"),
                     "capabilities: [sim-cloud]\n",
