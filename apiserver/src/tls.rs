@@ -54,9 +54,13 @@ pub struct TlsMaterial {
 }
 
 fn ca_params() -> CertificateParams {
+    ca_params_named("capw-apiserver-ca")
+}
+
+fn ca_params_named(common_name: &str) -> CertificateParams {
     let mut p = CertificateParams::default();
     let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, "capw-apiserver-ca");
+    dn.push(DnType::CommonName, common_name);
     p.distinguished_name = dn;
     p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     p.key_usages = vec![
@@ -104,6 +108,14 @@ pub fn load_or_create(dir: &Path, sans: Vec<String>) -> Result<TlsMaterial, TlsE
 pub fn generate_ca() -> Result<(String, String), TlsError> {
     let key = KeyPair::generate()?;
     let cert = ca_params().self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// A new CA named `common_name`: CAs that must be told apart in one bundle (a rotation's old
+/// and new) need names of their own, since verifiers find an issuer by its name.
+pub fn generate_ca_named(common_name: &str) -> Result<(String, String), TlsError> {
+    let key = KeyPair::generate()?;
+    let cert = ca_params_named(common_name).self_signed(&key)?;
     Ok((cert.pem(), key.serialize_pem()))
 }
 

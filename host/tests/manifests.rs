@@ -14,6 +14,7 @@ use capw_api::machine::Machine;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
 use std::collections::BTreeSet;
+use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use support::{ApiServer, KillOnDrop, kube_client};
@@ -133,23 +134,78 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
         }
     }
     let port = server.url.rsplit(':').next().expect("port").to_string();
+    // The Deployment's own arguments, with the Pod's paths and ports made local.
+    let args = kubectl(
+        &[
+            "get",
+            "deploy",
+            "capw-controller-manager",
+            "-n",
+            "capw-system",
+            "-o",
+            "jsonpath={range .spec.template.spec.containers[0].args[*]}{@}{\"\\n\"}{end}",
+        ],
+        None,
+    );
+    let args: Vec<String> = args
+        .lines()
+        .map(|a| match a.split_once('=') {
+            Some(("--plugins", _)) => format!("--plugins={}", plugins.display()),
+            Some(("--cache-dir", _)) => {
+                format!("--cache-dir={}", dir.path().join("cache").display())
+            }
+            Some(("--metrics", _)) => "--metrics=127.0.0.1:0".into(),
+            Some(("--webhooks", _)) => "--webhooks=127.0.0.1:0".into(),
+            _ => a.to_string(),
+        })
+        .collect();
+    assert!(
+        args.iter()
+            .any(|a| a == "--webhook-service=capw-system/capw-webhook-service"),
+        "{args:?}"
+    );
     let log = dir.path().join("host.log");
-    let _host = KillOnDrop(
+    let mut host = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_capw"))
-            .args(["run", "--metrics", "127.0.0.1:0", "--cache-dir"])
-            .arg(dir.path().join("cache"))
-            .arg("--plugins")
-            .arg(&plugins)
+            .args(&args)
             .env_remove("KUBECONFIG")
             .env("HOME", &home)
             .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
             .env("KUBERNETES_SERVICE_PORT", &port)
             .env("CAPW_SERVICE_ACCOUNT_DIR", &sa)
             .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).expect("log"))
             .spawn()
             .expect("capw run"),
+    );
+    let mut stdout = std::io::BufReader::new(host.stdout.take().expect("stdout")).lines();
+    let webhook_port = stdout
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("admission webhooks at https://127.0.0.1:")
+                .map(String::from)
+        })
+        .expect("the webhook address");
+    std::thread::spawn(move || for _ in stdout {});
+    // The cluster's service routing, which this API server stands in for: the Service's
+    // address, at the port the replica listens on.
+    kubectl(
+        &[
+            "patch",
+            "service",
+            "capw-webhook-service",
+            "-n",
+            "capw-system",
+            "--type",
+            "merge",
+            "-p",
+            &format!(
+                r#"{{"spec":{{"clusterIP":"127.0.0.1","ports":[{{"port":443,"targetPort":{webhook_port}}}]}}}}"#
+            ),
+        ],
+        None,
     );
     let tail = || {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -196,6 +252,47 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
     assert!(
         !lease.is_empty(),
         "the host leads through its namespace's Lease"
+    );
+
+    // The admission webhooks, reached through the Service with the CA the replicas share.
+    let bundle = kubectl(
+        &[
+            "get",
+            "secret",
+            "capw-webhook-service-cert",
+            "-n",
+            "capw-system",
+            "-o",
+            "jsonpath={.data.ca-bundle\\.crt}",
+        ],
+        None,
+    );
+    let registered = kubectl(
+        &[
+            "get",
+            "validatingwebhookconfiguration",
+            "capi-validating-webhook-configuration",
+            "-o",
+            "jsonpath={.webhooks[0].clientConfig.caBundle} {.webhooks[0].clientConfig.service.name}",
+        ],
+        None,
+    );
+    assert_eq!(registered, format!("{bundle} capw-webhook-service"));
+    let refused = support::kubectl(
+        &server.kubeconfig,
+        &home,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: early, namespace: default}\nspec:\n  topology: {classRef: {name: later}, version: v1.30.0}\n",
+        ),
+    );
+    assert!(
+        !refused.0
+            && refused
+                .1
+                .contains(r#"clusterclasses.cluster.x-k8s.io "later" not found"#),
+        "{}",
+        refused.1
     );
 
     let seen = checks(&server, dir.path());
@@ -277,5 +374,138 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
     assert!(
         message.contains("in API group \"cluster.x-k8s.io\""),
         "{message}"
+    );
+}
+
+/// A `capw run` serving the webhooks behind the Service `capw-system/hooks`; returns it and
+/// its webhook port.
+fn replica(server: &ApiServer, dir: &Path, name: &str) -> (KillOnDrop, u16) {
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_capw"))
+            .args([
+                "run",
+                "--metrics",
+                "127.0.0.1:0",
+                "--webhooks",
+                "127.0.0.1:0",
+            ])
+            .args(["--webhook-service", "capw-system/hooks", "--kubeconfig"])
+            .arg(&server.kubeconfig)
+            .arg("--plugins")
+            .arg(dir.join(name).join("plugins"))
+            .arg("--cache-dir")
+            .arg(dir.join(name).join("cache"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("capw run"),
+    );
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let port = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("admission webhooks at https://127.0.0.1:")?
+                .parse()
+                .ok()
+        })
+        .expect("the webhook address");
+    std::thread::spawn(move || for _ in lines {});
+    (child, port)
+}
+
+/// Whether the replica on `port` presents a certificate for the Service's name that `bundle`
+/// verifies, and answers a review there.
+fn trusted(port: u16, bundle: &str, dir: &Path) -> bool {
+    let ca = dir.join("bundle.pem");
+    std::fs::write(&ca, bundle).expect("bundle");
+    let out = Command::new("curl")
+        .args(["-s", "--cacert"])
+        .arg(&ca)
+        .arg("--resolve")
+        .arg(format!("hooks.capw-system.svc:{port}:127.0.0.1"))
+        .args(["-d", "{}"])
+        .arg(format!(
+            "https://hooks.capw-system.svc:{port}/validate-cluster-x-k8s-io-v1beta2-cluster"
+        ))
+        .output()
+        .expect("curl");
+    out.status.success() && String::from_utf8_lossy(&out.stdout).contains("AdmissionReview")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_the_webhook_ca_and_a_rotation_keeps_the_old_one_trusted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = ApiServer::start(&dir.path().join("api"));
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let kubectl = |args: &[&str]| {
+        let (ok, out) = support::kubectl(&server.kubeconfig, &home, args, None);
+        assert!(ok, "kubectl {args:?}: {out}");
+        out
+    };
+    kubectl(&["create", "namespace", "capw-system"]);
+    let secret = |key: &str| {
+        let b64 = kubectl(&[
+            "get",
+            "secret",
+            "hooks-cert",
+            "-n",
+            "capw-system",
+            "-o",
+            &format!("jsonpath={{.data.{}}}", key.replace('.', "\\.")),
+        ]);
+        String::from_utf8(
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64.trim())
+                .expect("base64"),
+        )
+        .expect("pem")
+    };
+    let (_a, port_a) = replica(&server, dir.path(), "a");
+    let (_b, port_b) = replica(&server, dir.path(), "b");
+    let first = secret("ca.crt");
+    assert_eq!(secret("ca-bundle.crt"), first, "one CA, made once");
+    for port in [port_a, port_b] {
+        assert!(
+            trusted(port, &first, dir.path()),
+            "replica on {port} is not trusted by the shared CA"
+        );
+    }
+
+    // Past its rotation time, the next replica to look makes a new CA; the bundle keeps the
+    // old one, so a replica still serving with it stays trusted.
+    kubectl(&[
+        "annotate",
+        "secret",
+        "hooks-cert",
+        "-n",
+        "capw-system",
+        "--overwrite",
+        "capw.dev/rotate-after=2020-01-01T00:00:00Z",
+    ]);
+    let (_c, port_c) = replica(&server, dir.path(), "c");
+    let second = secret("ca.crt");
+    assert_ne!(second, first, "the CA was not rotated");
+    let bundle = secret("ca-bundle.crt");
+    assert_eq!(bundle, format!("{second}{first}"));
+    let registered = kubectl(&[
+        "get",
+        "validatingwebhookconfiguration",
+        "capi-validating-webhook-configuration",
+        "-o",
+        "jsonpath={.webhooks[0].clientConfig.caBundle}",
+    ]);
+    assert_eq!(
+        registered.trim(),
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &bundle)
+    );
+    assert!(trusted(port_c, &bundle, dir.path()));
+    assert!(
+        trusted(port_a, &bundle, dir.path()),
+        "the old CA's replica lost trust"
+    );
+    assert!(
+        !trusted(port_a, &second, dir.path()),
+        "the check cannot tell CAs apart"
     );
 }

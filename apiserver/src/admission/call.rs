@@ -82,11 +82,14 @@ fn tls(client: &Value) -> Result<tokio_rustls::TlsConnector, CallError> {
     Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
 }
 
-/// Posts `review` to the webhook `client` describes and reads its answer.
+/// Posts `review` to the webhook `client` describes and reads its answer. `dial`, when given,
+/// is where the connection goes instead of the URL's host (a Service's address); the
+/// certificate is still checked for the URL's host.
 pub(super) async fn post(
     client: &Value,
     review: &Value,
     timeout: Duration,
+    dial: Option<(String, u16)>,
 ) -> Result<Answer, CallError> {
     let uri = target(client, timeout)?;
     let shown = uri.to_string();
@@ -101,7 +104,8 @@ pub(super) async fn post(
             return Err(failed("the webhook URL must use https".into()));
         }
         let port = uri.port_u16().unwrap_or(443);
-        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        let (dial_host, dial_port) = dial.clone().unwrap_or_else(|| (host.clone(), port));
+        let tcp = tokio::net::TcpStream::connect((dial_host.as_str(), dial_port))
             .await
             .map_err(|e| failed(e.to_string()))?;
         let name = rustls::pki_types::ServerName::try_from(host.clone())

@@ -237,6 +237,35 @@ impl Core {
         Ok(out)
     }
 
+    /// Where a `service` client config is dialled: the stored Service's `spec.clusterIP` at
+    /// the numeric `targetPort` of the port the config names, standing in for the cluster's
+    /// service routing (there is no kube-proxy here). `None` (dial `<name>.<ns>.svc`) when
+    /// the Service is missing or has no cluster IP.
+    fn service_address(&self, service: &Value) -> Option<(String, u16)> {
+        let s = |k: &str| service.get(k).and_then(Value::as_str).unwrap_or_default();
+        let port = service.get("port").and_then(Value::as_u64).unwrap_or(443);
+        let stored = self.store.get(&crate::store::ObjKey::new(
+            "/services",
+            s("namespace"),
+            s("name"),
+        ))?;
+        let ip = stored
+            .pointer("/spec/clusterIP")
+            .and_then(Value::as_str)
+            .filter(|ip| !ip.is_empty() && *ip != "None")?
+            .to_string();
+        let entry = stored
+            .pointer("/spec/ports")
+            .and_then(Value::as_array)?
+            .iter()
+            .find(|p| p.get("port").and_then(Value::as_u64) == Some(port))?;
+        let target = entry
+            .get("targetPort")
+            .and_then(Value::as_u64)
+            .unwrap_or(port);
+        Some((ip, u16::try_from(target).ok()?))
+    }
+
     fn namespace_labels(&self, at: &Attributes<'_>) -> Option<Value> {
         if !at.rt.namespaced {
             return None;
@@ -264,7 +293,8 @@ impl Core {
             .unwrap_or(10);
         let review = review(at, object, old);
         let client = hook.get("clientConfig").cloned().unwrap_or_default();
-        match call::post(&client, &review, Duration::from_secs(timeout)).await {
+        let dial = client.get("service").and_then(|s| self.service_address(s));
+        match call::post(&client, &review, Duration::from_secs(timeout), dial).await {
             Ok(answer) if answer.allowed => Ok(Some(answer)),
             Ok(answer) => Err(denied(name, answer.status)),
             Err(_) if ignore => {

@@ -12,7 +12,7 @@
 pub mod health;
 pub mod leader;
 pub mod rbac;
-mod webhooks;
+pub mod webhooks;
 
 pub use capw_reconcile::metrics::Metrics;
 pub use leader::{Elector, LeaderElection, LeaderError};
@@ -74,6 +74,8 @@ pub struct HostConfig {
     /// Where the Cluster and ClusterClass admission webhooks are served (and registered with
     /// the API server); `None` serves and registers none.
     pub webhooks: Option<SocketAddr>,
+    /// The Service in front of the host's replicas, when the webhooks are reached through one.
+    pub webhook_service: Option<webhooks::ServiceRef>,
     pub cluster_concurrency: u16,
     pub machine_concurrency: u16,
     /// How often the drop-in directory is scanned when no change was reported (the fallback of
@@ -94,6 +96,7 @@ impl HostConfig {
             sim: SimSettings::default(),
             metrics: Arc::new(Metrics::default()),
             webhooks: None,
+            webhook_service: None,
             cluster_concurrency: 50,
             machine_concurrency: 100,
             dropin_interval: Duration::from_secs(10),
@@ -178,7 +181,15 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     // Before any controller writes a Cluster: the configurations of an earlier run name a
     // port and CA that are gone.
     let webhooks_addr = match config.webhooks {
-        Some(addr) => Some(webhooks::start(client.clone(), addr, &mut tasks).await?),
+        Some(addr) => Some(
+            webhooks::start(
+                client.clone(),
+                addr,
+                config.webhook_service.clone(),
+                &mut tasks,
+            )
+            .await?,
+        ),
         None => None,
     };
     let metrics = config.metrics.clone();

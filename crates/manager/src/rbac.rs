@@ -61,7 +61,7 @@ pub const RULES: &[Rule] = &[
         resources: &["wasmproviders", "wasmproviders/status"],
         verbs: ALL,
     },
-    // Kubeconfigs, CAs, bootstrap data, AWS credentials.
+    // Kubeconfigs, CAs, bootstrap data, AWS credentials, the webhook CA the replicas share.
     Rule {
         groups: &[""],
         resources: &["secrets"],
@@ -83,8 +83,7 @@ pub const RULES: &[Rule] = &[
     },
 ];
 
-/// Rules in the host's own namespace (a Role): leader election, and the webhook serving
-/// certificate the replicas share.
+/// Rules in the host's own namespace (a Role): the leader-election Lease.
 pub const NAMESPACE_RULES: &[Rule] = &[Rule {
     groups: &["coordination.k8s.io"],
     resources: &["leases"],

@@ -10,6 +10,8 @@ use std::path::PathBuf;
 
 /// The ServiceAccount, ClusterRole and Deployment are all named this.
 pub const NAME: &str = "capw-controller-manager";
+/// The Service in front of the replicas' admission webhooks.
+pub const WEBHOOK_SERVICE: &str = "capw-webhook-service";
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -113,6 +115,28 @@ fn documents(args: &Args) -> anyhow::Result<Vec<Value>> {
     docs.extend(maps.into_iter().map(|(_, cm)| cm));
     let labels = json!({"app.kubernetes.io/name": "capw", "control-plane": "controller-manager"});
     docs.push(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": WEBHOOK_SERVICE, "namespace": ns},
+        "spec": {"selector": labels,
+            "ports": [{"port": 443, "targetPort": 9443, "protocol": "TCP"}]},
+    }));
+    // The configurations name the Service; each replica writes the caBundle at start.
+    let endpoint = capw_manager::webhooks::Endpoint::Service {
+        namespace: ns.to_string(),
+        name: WEBHOOK_SERVICE.to_string(),
+        port: 443,
+    };
+    for mut config in capw_manager::webhooks::configurations(&endpoint, "") {
+        if let Some(hooks) = config["webhooks"].as_array_mut() {
+            for hook in hooks {
+                if let Some(c) = hook["clientConfig"].as_object_mut() {
+                    c.remove("caBundle");
+                }
+            }
+        }
+        docs.push(config);
+    }
+    docs.push(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": NAME, "namespace": ns, "labels": labels},
         "spec": {
@@ -136,12 +160,17 @@ fn documents(args: &Args) -> anyhow::Result<Vec<Value>> {
                             "--leader-elect-lease-duration=15s",
                             "--leader-elect-renew-deadline=10s",
                             "--leader-elect-retry-period=2s",
+                            "--webhooks=0.0.0.0:9443",
+                            format!("--webhook-service={ns}/{WEBHOOK_SERVICE}"),
                         ],
                         "env": [
                             {"name": "CAPW_LOG_FORMAT", "value": "json"},
                             {"name": "RUST_LOG", "value": "info"},
                         ],
-                        "ports": [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}],
+                        "ports": [
+                            {"name": "metrics", "containerPort": 8080, "protocol": "TCP"},
+                            {"name": "webhook-server", "containerPort": 9443, "protocol": "TCP"},
+                        ],
                         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"},
                             "initialDelaySeconds": 15, "periodSeconds": 20},
                         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"},

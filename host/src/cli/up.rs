@@ -26,6 +26,12 @@ pub struct HostArgs {
     /// server can reach.
     #[arg(long, env = "CAPW_WEBHOOKS")]
     pub webhooks: Option<SocketAddr>,
+    /// In a cluster: the Service in front of the host's replicas (NAMESPACE/NAME or
+    /// NAMESPACE/NAME:PORT). The webhook configurations then name the Service, and the replicas
+    /// share a CA kept in the Secret NAME-cert in that namespace, made and rotated by the
+    /// replicas themselves (no cert-manager). Every replica serves the webhooks, leading or not.
+    #[arg(long, env = "CAPW_WEBHOOK_SERVICE", requires = "webhooks")]
+    pub webhook_service: Option<manager::webhooks::ServiceRef>,
     /// How long a simulated VM of the in-memory provider takes to run its bootstrap data.
     #[arg(long, env = "CAPW_SIM_BOOT_DELAY_MS", default_value_t = 200)]
     pub sim_boot_delay_ms: u64,
@@ -190,7 +196,6 @@ async fn host(
     election: Option<LeaderElection>,
 ) -> anyhow::Result<()> {
     let mut config = HostConfig::new(args.plugins.clone(), cache_dir);
-    config.webhooks = args.webhooks;
     if let Some(path) = &args.connect_to {
         config.connect_to = ConnectTo::file(path.clone());
     }
@@ -203,6 +208,19 @@ async fn host(
         .await
         .context("serving /metrics and /healthz")?;
     println!("metrics at http://{addr}/metrics");
+    // Before the election: a standby behind the webhook Service answers admission too.
+    let mut webhook_tasks = vec![];
+    if let Some(addr) = args.webhooks {
+        let served = manager::webhooks::start(
+            client.clone(),
+            addr,
+            args.webhook_service.clone(),
+            &mut webhook_tasks,
+        )
+        .await
+        .context("serving the admission webhooks")?;
+        println!("admission webhooks at https://{served}");
+    }
     let mut elector = match election {
         Some(settings) => {
             metrics.set_leader(false);

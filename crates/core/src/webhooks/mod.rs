@@ -194,15 +194,37 @@ fn respond(response: AdmissionResponse) -> Value {
     serde_json::to_value(response.into_review()).unwrap_or_else(|e| json!({"error": e.to_string()}))
 }
 
-/// The webhook configurations that send Cluster and ClusterClass writes to `base` (an
-/// `https://host:port` URL), trusting `ca_pem`; upstream's names, rules and policies.
-pub fn configurations(base: &str, ca_pem: &str) -> [Value; 2] {
+/// How the API server reaches the webhooks: a URL (the host beside `capw up`), or the
+/// Service in front of the host's replicas in a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Url(String),
+    Service {
+        namespace: String,
+        name: String,
+        port: u16,
+    },
+}
+
+/// The webhook configurations that send Cluster and ClusterClass writes to `endpoint`,
+/// trusting `ca_pem` (one CA, or several during a rotation); upstream's names, rules and
+/// policies.
+pub fn configurations(endpoint: &Endpoint, ca_pem: &str) -> [Value; 2] {
     use base64::Engine;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let hook = |name: &str, path: &str, resource: &str, operations: &[&str]| {
+        let client_config = match endpoint {
+            Endpoint::Url(base) => json!({"url": format!("{base}{path}"), "caBundle": ca}),
+            Endpoint::Service {
+                namespace,
+                name,
+                port,
+            } => json!({"service": {"namespace": namespace, "name": name, "path": path,
+                "port": port}, "caBundle": ca}),
+        };
         json!({
             "name": name,
-            "clientConfig": {"url": format!("{base}{path}"), "caBundle": ca},
+            "clientConfig": client_config,
             "rules": [{"apiGroups": ["cluster.x-k8s.io"], "apiVersions": ["v1beta2"],
                        "operations": operations, "resources": [resource]}],
             "failurePolicy": "Fail",
