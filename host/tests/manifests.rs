@@ -19,7 +19,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use support::{ApiServer, KillOnDrop, kube_client};
 
-const SA: &str = "system:serviceaccount:capw-system:capw-controller-manager";
+/// The host's own account and its components' all start so.
+const ACCOUNTS: &str = "system:serviceaccount:capw-system:capw-";
 
 fn capw(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_capw"))
@@ -35,7 +36,7 @@ fn capw(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf8")
 }
 
-/// The API server's `capw_apiserver_rbac_checks_total` lines about the host's ServiceAccount.
+/// The API server's `capw_apiserver_rbac_checks_total` lines about the host's accounts.
 fn checks(server: &ApiServer, dir: &Path) -> Vec<String> {
     let token = std::fs::read_to_string(dir.join("api/token")).expect("token");
     let out = Command::new("curl")
@@ -46,7 +47,7 @@ fn checks(server: &ApiServer, dir: &Path) -> Vec<String> {
         .expect("curl");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| l.starts_with("capw_apiserver_rbac_checks_total") && l.contains(SA))
+        .filter(|l| l.starts_with("capw_apiserver_rbac_checks_total") && l.contains(ACCOUNTS))
         .map(String::from)
         .collect()
 }
@@ -80,6 +81,8 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
         "namespace/capw-system serverside-applied",
         "serviceaccount/capw-controller-manager serverside-applied",
         "clusterrole.rbac.authorization.k8s.io/capw-controller-manager serverside-applied",
+        "clusterrole.rbac.authorization.k8s.io/capw-core serverside-applied",
+        "serviceaccount/capw-plugin-runtime serverside-applied",
         "configmap/capw-plugin-inmemory serverside-applied",
         "deployment.apps/capw-controller-manager serverside-applied",
     ] {
@@ -325,18 +328,23 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
     ] {
         assert!(used.contains(r), "the host never asked for {r}: {used:?}");
     }
+    // Each component acted as its own account.
+    for (account, resource) in [
+        ("core", "machinesets"),
+        ("driver", "inmemorymachines/status"),
+        ("plugin-runtime", "wasmproviders/status"),
+        ("controller-manager", "leases"),
+    ] {
+        assert!(
+            seen.iter()
+                .any(|l| l.contains(&format!("{ACCOUNTS}{account}\""))
+                    && l.contains(&format!("resource=\"{resource}\""))),
+            "capw-{account} never asked for {resource}: {seen:#?}"
+        );
+    }
 
     // Without machinesets, the MachineDeployment of a second cluster is stuck, and says why.
-    let role = kubectl(
-        &[
-            "get",
-            "clusterrole",
-            "capw-controller-manager",
-            "-o",
-            "json",
-        ],
-        None,
-    );
+    let role = kubectl(&["get", "clusterrole", "capw-core", "-o", "json"], None);
     let mut role: serde_json::Value = serde_json::from_str(&role).expect("json");
     for rule in role["rules"].as_array_mut().expect("rules") {
         if let Some(resources) = rule["resources"].as_array_mut() {
@@ -348,7 +356,7 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
         &["apply", "-f", "-"],
         Some(&example.replace("demo", "trimmed")),
     );
-    let want = format!("machinesets.cluster.x-k8s.io is forbidden: User \"{SA}\" cannot");
+    let want = format!("machinesets.cluster.x-k8s.io is forbidden: User \"{ACCOUNTS}core\" cannot");
     let message = support::eventually(
         "the refusal on the MachineDeployment",
         120,

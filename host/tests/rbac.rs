@@ -178,6 +178,42 @@ fn a_user_bound_to_one_namespace_reads_it_is_refused_elsewhere_and_can_i_agrees(
         assert_eq!(out.lines().next(), Some(want), "can-i {args:?}: {out}");
         assert_eq!(ok, want == "yes", "can-i exits 0 only for yes: {args:?}");
     }
+    // Impersonation: the admin (system:masters) may act as the ServiceAccount, and is then
+    // held to its rules; alice may not impersonate it at all.
+    let (ok, out) = support::kubectl(
+        &env.server.kubeconfig,
+        &env.home,
+        &[
+            "get",
+            "clusters",
+            "-n",
+            "team-b",
+            "--as=system:serviceaccount:team-a:robot",
+        ],
+        None,
+    );
+    assert!(
+        !ok && out.contains(
+            "User \"system:serviceaccount:team-a:robot\" cannot list resource \"clusters\""
+        ),
+        "{out}"
+    );
+    let (ok, out) = env.as_user(
+        &alice,
+        &[
+            "get",
+            "clusters",
+            "-n",
+            "team-a",
+            "--as=system:serviceaccount:team-a:robot",
+        ],
+    );
+    assert!(
+        !ok && out.contains(
+            "serviceaccounts \"robot\" is forbidden: User \"alice\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"team-a\""
+        ),
+        "{out}"
+    );
     // The admin token is system:masters.
     let out = env.admin(&["auth", "can-i", "delete", "namespaces"], None);
     assert_eq!(out.lines().next(), Some("yes"), "{out}");

@@ -424,6 +424,75 @@ impl App {
     }
 }
 
+impl App {
+    /// kube's impersonation: `Impersonate-User` (and `Impersonate-Group`) make the request
+    /// the named user's, once the requester may `impersonate` that ServiceAccount (in its
+    /// namespace), user and each group. A ServiceAccount user gets its groups as its token
+    /// would give them.
+    fn impersonate(&self, identity: Identity, headers: &HeaderMap) -> Result<Identity, ApiError> {
+        let Some(user) = headers
+            .get("impersonate-user")
+            .and_then(|h| h.to_str().ok())
+            .filter(|u| !u.is_empty())
+        else {
+            return Ok(identity);
+        };
+        let groups: Vec<String> = headers
+            .get_all("impersonate-group")
+            .iter()
+            .filter_map(|h| h.to_str().ok())
+            .map(String::from)
+            .collect();
+        if identity.role != Role::Admin {
+            return Err(ApiError::forbidden(format!(
+                "users \"{user}\" is forbidden: User \"{}\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope",
+                identity.user
+            )));
+        }
+        let account = user
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|rest| rest.split_once(':'));
+        let target = match account {
+            Some((ns, name)) => Attributes {
+                verb: "impersonate".into(),
+                resource: "serviceaccounts".into(),
+                namespace: ns.into(),
+                name: name.into(),
+                ..Default::default()
+            },
+            None => Attributes {
+                verb: "impersonate".into(),
+                resource: "users".into(),
+                name: user.into(),
+                ..Default::default()
+            },
+        };
+        self.authorize(&identity, target)?;
+        for g in &groups {
+            self.authorize(
+                &identity,
+                Attributes {
+                    verb: "impersonate".into(),
+                    resource: "groups".into(),
+                    name: g.clone(),
+                    ..Default::default()
+                },
+            )?;
+        }
+        let mut all = groups;
+        if let Some((ns, _)) = account {
+            all.push("system:serviceaccounts".into());
+            all.push(format!("system:serviceaccounts:{ns}"));
+        }
+        all.push(AUTHENTICATED.into());
+        Ok(Identity {
+            role: Role::Admin,
+            user: user.to_string(),
+            groups: all,
+        })
+    }
+}
+
 /// kube's verb for a request on a resource.
 fn verb(method: &Method, collection: bool, watch: bool) -> String {
     match *method {
@@ -449,6 +518,10 @@ async fn serve_request(app: Arc<App>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let Some(identity) = identify(&parts, &app) else {
         return error_response(&ApiError::unauthorized());
+    };
+    let identity = match app.impersonate(identity, &parts.headers) {
+        Ok(i) => i,
+        Err(e) => return error_response(&e),
     };
     if !allowed(&identity, &parts.method, parts.uri.path()) {
         return error_response(&match identity.role {

@@ -63,6 +63,29 @@ pub enum ManagerError {
     },
 }
 
+/// A client per component of the host, each carrying its own identity (kube's
+/// impersonation of the component's ServiceAccount), so the API server's RBAC and audit tell
+/// them apart.
+#[derive(Clone)]
+pub struct Identities {
+    /// The core controllers (and the reads of referenced objects they share with the driver).
+    pub core: Client,
+    /// The provider driver.
+    pub driver: Client,
+    /// The plugin runtime: WasmProviders, the drop-in directory, `capw:host/aws`'s Secrets.
+    pub runtime: Client,
+}
+
+impl std::fmt::Debug for Identities {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identities").finish_non_exhaustive()
+    }
+}
+
+/// The ServiceAccounts the components act as: `capw manifests` makes them, and the host's own
+/// account may impersonate only these.
+pub const COMPONENT_ACCOUNTS: [&str; 3] = ["capw-core", "capw-driver", "capw-plugin-runtime"];
+
 /// How to run the host.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
@@ -86,6 +109,8 @@ pub struct HostConfig {
     pub aws: AwsEnvironment,
     /// Where workload APIs are dialled instead of their endpoints (`capw sim ec2` writes it).
     pub connect_to: ConnectTo,
+    /// Per-component clients; `None` runs every component with the host's client.
+    pub identities: Option<Identities>,
 }
 
 impl HostConfig {
@@ -102,6 +127,7 @@ impl HostConfig {
             dropin_interval: Duration::from_secs(10),
             aws: AwsEnvironment::from_process(),
             connect_to: ConnectTo::default(),
+            identities: None,
         }
     }
 }
@@ -184,6 +210,10 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         Some(addr) => Some(
             webhooks::start(
                 client.clone(),
+                config
+                    .identities
+                    .as_ref()
+                    .map_or_else(|| client.clone(), |i| i.core.clone()),
                 addr,
                 config.webhook_service.clone(),
                 &mut tasks,
@@ -193,12 +223,17 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         None => None,
     };
     let metrics = config.metrics.clone();
+    let ids = config.identities.clone().unwrap_or_else(|| Identities {
+        core: client.clone(),
+        driver: client.clone(),
+        runtime: client.clone(),
+    });
     let runtime = Arc::new(Runtime::new(&config.cache_dir)?);
     let sim = SimCloud::new(config.sim.clone());
     runtime.engine.services.backends.provide(sim.clone());
     let aws = AwsBackend::with(
         config.aws.clone(),
-        Some(client.clone()),
+        Some(ids.runtime.clone()),
         AwsPolicy::default(),
     )
     .map_err(|e| ManagerError::Aws(e.to_string()))?
@@ -207,11 +242,11 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     let registry = Arc::new(Registry::default());
     let wp = Arc::new(wasmprovider::Ctx {
         claims: Default::default(),
-        client: client.clone(),
+        client: ids.runtime.clone(),
         plugins_dir: config.plugins.clone(),
         runtime,
         registry: registry.clone(),
-        recorder: Recorder::new(client.clone(), wasmprovider::reporter()),
+        recorder: Recorder::new(ids.runtime.clone(), wasmprovider::reporter()),
         skeleton: capw_reconcile::skeleton::Skeleton::new(
             "wasmprovider",
             wasmprovider::FINALIZER,
@@ -220,20 +255,20 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
     });
     tasks.push(tokio::spawn(wasmprovider::run(wp)));
     tasks.push(tokio::spawn(dropin::run(
-        client.clone(),
+        ids.runtime.clone(),
         config.plugins.clone(),
         config.dropin_interval,
     )));
 
-    let resolver = Resolver::new(client.clone());
+    let resolver = Resolver::new(ids.core.clone());
     // One client per workload cluster, shared by core and the provider driver.
     let remotes = Arc::new(remote::Remotes::new(config.connect_to.clone()));
     let (core, feeds) = capw_core::caches::start(
         capw_core::caches::Shared {
-            client: client.clone(),
+            client: ids.core.clone(),
             resolver: resolver.clone(),
             remotes: remotes.clone(),
-            recorder: Recorder::new(client.clone(), reporter("capw-core")),
+            recorder: Recorder::new(ids.core.clone(), reporter("capw-core")),
             metrics: metrics.clone(),
         },
         &mut tasks,
@@ -254,7 +289,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         }));
     }
     let driver = Driver::new(
-        client.clone(),
+        ids.driver.clone(),
         registry.clone(),
         resolver,
         capw_driver::Caches {
@@ -266,7 +301,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             cluster_changes: feeds.clusters.clone(),
             remotes,
         },
-        Recorder::new(client.clone(), reporter("capw-driver")),
+        Recorder::new(ids.driver.clone(), reporter("capw-driver")),
         metrics.clone(),
     );
     tasks.push(tokio::spawn(driver.clone().run()));

@@ -109,9 +109,12 @@ struct Ca {
     bundle: String,
 }
 
-/// Serves the webhooks on `addr` and registers them; returns the address served.
+/// Serves the webhooks on `addr` and registers them; returns the address served. `client`
+/// registers them and keeps the CA; the webhooks read what they check (ClusterClasses,
+/// Clusters) through `lookups`, the core's identity.
 pub async fn start(
     client: Client,
+    lookups: Client,
     addr: SocketAddr,
     service: Option<ServiceRef>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
@@ -138,7 +141,7 @@ pub async fn start(
     let bound = listener
         .local_addr()
         .map_err(|source| WebhookError::Listen { addr, source })?;
-    let hooks = Arc::new(Webhooks::new(client.clone()));
+    let hooks = Arc::new(Webhooks::new(lookups));
     let current = Arc::new(RwLock::new(tls.server_config));
     tasks.push(tokio::spawn(serve(listener, current.clone(), hooks)));
     let endpoint = match &service {
@@ -194,10 +197,13 @@ async fn shared_ca(client: &Client, svc: &ServiceRef) -> Result<Ca, WebhookError
         {
             return Ok(ca.clone());
         }
-        // Named by the time it was made, as kubelet names its self-signed CAs.
+        // Named by the time it was made, as kubelet names its self-signed CAs, and made unique:
+        // a bundle's verifier finds each CA by its name.
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
         let (cert, key) = capw_apiserver::tls::generate_ca_named(&format!(
-            "capw-webhook-ca@{}",
-            now.as_second()
+            "capw-webhook-ca@{}-{}",
+            now.as_second(),
+            &suffix[..8]
         ))?;
         // The old CA stays in the bundle: replicas still serving with it stay trusted.
         let bundle = match &old {

@@ -4,12 +4,12 @@
 //! replicas.
 
 use anyhow::Context as _;
-use capw_manager::rbac::{NAMESPACE_RULES, RULES};
+use capw_manager::rbac::ACCOUNTS;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
 /// The ServiceAccount, ClusterRole and Deployment are all named this.
-pub const NAME: &str = "capw-controller-manager";
+pub const NAME: &str = capw_manager::rbac::HOST.name;
 /// The Service in front of the replicas' admission webhooks.
 pub const WEBHOOK_SERVICE: &str = "capw-webhook-service";
 
@@ -85,28 +85,35 @@ fn documents(args: &Args) -> anyhow::Result<Vec<Value>> {
         .into_iter()
         .map(|(_, crd)| serde_json::to_value(crd))
         .collect::<Result<_, _>>()?;
-    let rules: Vec<Value> = RULES.iter().map(|r| r.to_json()).collect();
-    let ns_rules: Vec<Value> = NAMESPACE_RULES.iter().map(|r| r.to_json()).collect();
-    let subject = json!([{"kind": "ServiceAccount", "name": NAME, "namespace": ns}]);
-    docs.extend([
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        json!({"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": NAME, "namespace": ns}}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": NAME}, "rules": rules}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": NAME},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
-            "subjects": subject}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": format!("{NAME}-leader-election"), "namespace": ns},
-            "rules": ns_rules}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": format!("{NAME}-leader-election"), "namespace": ns},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                "name": format!("{NAME}-leader-election")},
-            "subjects": subject}),
-    ]);
+    docs.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+    // One ServiceAccount per identity, with its ClusterRole and, where it needs one, a Role in
+    // the host's namespace; the host acts as the others (--component-identities).
+    for account in ACCOUNTS {
+        let name = account.name;
+        let rules: Vec<Value> = account.cluster.iter().map(|r| r.to_json()).collect();
+        let subject = json!([{"kind": "ServiceAccount", "name": name, "namespace": ns}]);
+        docs.extend([
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": name, "namespace": ns}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": name}, "rules": rules}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": subject}),
+        ]);
+        if !account.namespace.is_empty() {
+            let rules: Vec<Value> = account.namespace.iter().map(|r| r.to_json()).collect();
+            docs.extend([
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                    "metadata": {"name": name, "namespace": ns}, "rules": rules}),
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": name, "namespace": ns},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                    "subjects": subject}),
+            ]);
+        }
+    }
     let maps = plugin_config_maps(args)?;
     let sources: Vec<Value> = maps
         .iter()
@@ -162,6 +169,7 @@ fn documents(args: &Args) -> anyhow::Result<Vec<Value>> {
                             "--leader-elect-retry-period=2s",
                             "--webhooks=0.0.0.0:9443",
                             format!("--webhook-service={ns}/{WEBHOOK_SERVICE}"),
+                            "--component-identities".to_string(),
                         ],
                         "env": [
                             {"name": "CAPW_LOG_FORMAT", "value": "json"},

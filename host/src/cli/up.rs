@@ -3,7 +3,7 @@
 
 use anyhow::Context as _;
 use capw_apiserver::{Config, Server};
-use capw_manager::{self as manager, ConnectTo, Elector, HostConfig, LeaderElection};
+use capw_manager::{self as manager, ConnectTo, Elector, HostConfig, Identities, LeaderElection};
 use capw_runtime::capabilities::sim_cloud::SimSettings;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -89,18 +89,24 @@ pub struct LeaderArgs {
     pub retry_period: Duration,
 }
 
+/// The host's namespace: the Pod's own (from its ServiceAccount mount), else kube-system.
+fn own_namespace() -> String {
+    std::fs::read_to_string(service_account_dir().join("namespace"))
+        .map(|n| n.trim().to_string())
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "kube-system".into())
+}
+
 impl LeaderArgs {
     fn election(&self) -> Option<LeaderElection> {
         if !self.leader_elect {
             return None;
         }
-        let namespace = self.leader_election_namespace.clone().unwrap_or_else(|| {
-            std::fs::read_to_string(service_account_dir().join("namespace"))
-                .map(|n| n.trim().to_string())
-                .ok()
-                .filter(|n| !n.is_empty())
-                .unwrap_or_else(|| "kube-system".into())
-        });
+        let namespace = self
+            .leader_election_namespace
+            .clone()
+            .unwrap_or_else(own_namespace);
         let mut e = LeaderElection::new(namespace, self.leader_election_id.clone());
         e.lease_duration = self.lease_duration;
         e.renew_deadline = self.renew_deadline;
@@ -121,9 +127,21 @@ pub struct RunArgs {
     pub host: HostArgs,
     #[command(flatten)]
     pub leader: LeaderArgs,
+    /// Run the core controllers, the provider driver and the plugin runtime as the
+    /// ServiceAccounts capw-core, capw-driver and capw-plugin-runtime of the host's namespace
+    /// (kube's impersonation: the host's own account needs `impersonate` on exactly these,
+    /// which `capw manifests` grants), so RBAC and the API server's records tell them apart.
+    #[arg(long, env = "CAPW_COMPONENT_IDENTITIES")]
+    pub component_identities: bool,
 }
 
 pub async fn client_from(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+    Ok(kube::Client::try_from(config_from(kubeconfig).await?)?)
+}
+
+/// The client configuration: `kubeconfig`, else in a Pod its ServiceAccount, else kube's usual
+/// lookup.
+pub async fn config_from(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
     let kc = match kubeconfig {
         Some(path) => Some(
             kube::config::Kubeconfig::read_from(path)
@@ -137,7 +155,7 @@ pub async fn client_from(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Clie
             .await
             .context("finding a kubeconfig (pass --kubeconfig)")?,
     };
-    Ok(kube::Client::try_from(config)?)
+    Ok(config)
 }
 
 /// The ServiceAccount mount, as a Pod has it; `CAPW_SERVICE_ACCOUNT_DIR` points elsewhere
@@ -194,8 +212,10 @@ async fn host(
     args: HostArgs,
     cache_dir: PathBuf,
     election: Option<LeaderElection>,
+    identities: Option<Identities>,
 ) -> anyhow::Result<()> {
     let mut config = HostConfig::new(args.plugins.clone(), cache_dir);
+    config.identities = identities;
     if let Some(path) = &args.connect_to {
         config.connect_to = ConnectTo::file(path.clone());
     }
@@ -211,8 +231,13 @@ async fn host(
     // Before the election: a standby behind the webhook Service answers admission too.
     let mut webhook_tasks = vec![];
     if let Some(addr) = args.webhooks {
+        let lookups = config
+            .identities
+            .as_ref()
+            .map_or_else(|| client.clone(), |i| i.core.clone());
         let served = manager::webhooks::start(
             client.clone(),
+            lookups,
             addr,
             args.webhook_service.clone(),
             &mut webhook_tasks,
@@ -289,12 +314,40 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     host_args.webhooks = host_args
         .webhooks
         .or(Some(SocketAddr::from(([127, 0, 0, 1], 0))));
-    host(client, host_args, args.data_dir.join("cache"), None).await?;
+    host(client, host_args, args.data_dir.join("cache"), None, None).await?;
     server.shutdown().await;
     Ok(())
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = client_from(args.kubeconfig.as_deref()).await?;
-    host(client, args.host, args.cache_dir, args.leader.election()).await
+    let config = config_from(args.kubeconfig.as_deref()).await?;
+    let client = kube::Client::try_from(config.clone())?;
+    let identities = if args.component_identities {
+        let namespace = args
+            .leader
+            .leader_election_namespace
+            .clone()
+            .unwrap_or_else(own_namespace);
+        let as_account = |name: &str| -> anyhow::Result<kube::Client> {
+            let mut c = config.clone();
+            c.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{name}"));
+            Ok(kube::Client::try_from(c)?)
+        };
+        let [core, driver, runtime] = manager::COMPONENT_ACCOUNTS;
+        Some(Identities {
+            core: as_account(core)?,
+            driver: as_account(driver)?,
+            runtime: as_account(runtime)?,
+        })
+    } else {
+        None
+    };
+    host(
+        client,
+        args.host,
+        args.cache_dir,
+        args.leader.election(),
+        identities,
+    )
+    .await
 }
