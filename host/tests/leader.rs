@@ -330,12 +330,12 @@ async fn a_leader_that_cannot_renew_exits_and_one_that_stops_hands_the_lease_ove
     let dir = tempfile::tempdir().expect("tempdir");
     let mut server = ApiServer::start(&dir.path().join("api"));
     let fast = [
-        // A long lease and a short renew deadline: a handover within 20 s can only be the
-        // release, and a leader without its API server gives up within seconds.
+        // A long lease: a handover within 20 s can only be the release. The renew deadline
+        // stays upstream's, so a busy machine's slow renewal is not a lost lease.
         "--leader-elect-lease-duration",
         "60s",
         "--leader-elect-renew-deadline",
-        "3s",
+        "10s",
         "--leader-elect-retry-period",
         "1s",
         "--leader-election-id",
