@@ -259,6 +259,10 @@ pub struct Store {
     /// Held by the one writer that is committing a batch.
     committer: Mutex<()>,
     durable: std::sync::Mutex<Durable>,
+    /// The newest RV on disk, held through each disk commit: a commit left running by a
+    /// dropped writer and the next committer's commit of the same batch then run one after
+    /// the other, and neither writes a row older than what the disk already has.
+    on_disk: Arc<std::sync::Mutex<u64>>,
     events: broadcast::Sender<Arc<Event>>,
     rv_tx: watch::Sender<u64>,
     config: StoreConfig,
@@ -316,6 +320,7 @@ impl Store {
                 Some(Arc::new(db))
             }
         };
+        let state_rv = state.rv;
         let (rv_tx, _) = watch::channel(state.rv);
         let persistent = db.is_some();
         let staging = Staging {
@@ -333,6 +338,7 @@ impl Store {
             staging: std::sync::Mutex::new(staging),
             committer: Mutex::new(()),
             durable: std::sync::Mutex::new(durable),
+            on_disk: Arc::new(std::sync::Mutex::new(state_rv)),
             events,
             rv_tx,
             config,
@@ -561,7 +567,11 @@ impl Store {
             if done.rv >= rv {
                 return Ok(());
             }
-            let batch = std::mem::take(&mut self.staging().batch);
+            // The batch stays staged until it is published: this future can be dropped at the
+            // await below (a client that disconnects cancels its request), and the blocking
+            // commit goes on without it. The next committer then commits the same batch again
+            // (the rows are the same, so that is idempotent) and publishes it.
+            let batch = self.staging().batch.clone();
             if batch.is_empty() {
                 continue;
             }
@@ -603,6 +613,8 @@ impl Store {
         {
             // Later writers may have staged newer content for the same keys: keep those.
             let mut st = self.staging();
+            let published = st.batch.partition_point(|e| e.rv <= last);
+            st.batch.drain(..published);
             for ev in batch {
                 let applied = (ev.kind != EventType::Deleted).then_some(&ev.object);
                 let same = match st.overlay.get(&ev.key) {
@@ -632,9 +644,19 @@ impl Store {
         };
         let batch = batch.to_vec();
         let retention = self.config.retention as u64;
-        tokio::task::spawn_blocking(move || disk::commit(&db, &batch, retention))
-            .await
-            .map_err(txn_err)?
+        let on_disk = self.on_disk.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut on_disk = on_disk.lock().unwrap_or_else(|p| p.into_inner());
+            let new = batch.partition_point(|e| e.rv <= *on_disk);
+            let Some(last) = batch.last().filter(|_| new < batch.len()) else {
+                return Ok(());
+            };
+            disk::commit(&db, &batch[new..], retention)?;
+            *on_disk = last.rv;
+            Ok(())
+        })
+        .await
+        .map_err(txn_err)?
     }
 }
 
@@ -777,5 +799,52 @@ mod tests {
         }
         assert_eq!(s.subscribe(1).err(), Some(3));
         assert_eq!(s.subscribe(3).unwrap().0.len(), 3);
+    }
+
+    /// A writer whose request is dropped mid-commit (its client went away) must not take its
+    /// batch with it: what reached the disk is published to readers and watchers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_dropped_mid_commit_is_still_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(Store::open(Some(dir.path()), StoreConfig::default()).unwrap());
+        let (_, mut rx, _) = s.subscribe(0).unwrap();
+        for i in 0..200 {
+            let key = ObjKey::new("/configmaps", "default", &format!("dropped-{i}"));
+            let (s2, k2) = (s.clone(), key.clone());
+            let dropped = tokio::spawn(async move {
+                s2.write::<E>(&k2, false, |_| Ok(Proposed::Put(obj("dropped", i))))
+                    .await
+            });
+            // Cancel it somewhere between staging and answering, as a disconnect does.
+            for _ in 0..(i % 7) {
+                tokio::task::yield_now().await;
+            }
+            dropped.abort();
+            let _ = dropped.await;
+            let other = ObjKey::new("/configmaps", "default", &format!("other-{i}"));
+            s.write::<E>(&other, false, |_| Ok(Proposed::Put(obj("other", i))))
+                .await
+                .unwrap();
+            let staged = s.staging().overlay.contains_key(&key);
+            assert!(
+                !staged,
+                "round {i}: a write is visible to writers but not to readers"
+            );
+        }
+        // Every resourceVersion handed out reached the watchers, in order, once.
+        let mut seen = vec![];
+        while let Ok(ev) = rx.try_recv() {
+            seen.push(ev.rv);
+        }
+        assert_eq!(seen, (1..=s.current_rv()).collect::<Vec<_>>());
+        // And the disk holds what memory does.
+        let (rv, (mut memory, _)) = (s.current_rv(), s.list("/configmaps", None));
+        s.close().await;
+        let reopened = Store::open(Some(dir.path()), StoreConfig::default()).unwrap();
+        let (mut disk, _) = reopened.list("/configmaps", None);
+        assert_eq!(reopened.current_rv(), rv);
+        memory.sort_by_key(|o| o["metadata"]["resourceVersion"].to_string());
+        disk.sort_by_key(|o| o["metadata"]["resourceVersion"].to_string());
+        assert_eq!(memory, disk);
     }
 }

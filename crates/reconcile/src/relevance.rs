@@ -47,18 +47,20 @@ pub fn metadata<K: Resource>(o: &K) -> Option<u64> {
     ))
 }
 
-/// What provider objects of a Machine depend on: its spec, annotations, pause and deletion.
+/// What provider objects of a Machine depend on: its spec, annotations, pause, deletion, and
+/// whether its Node was deleted (a bootstrap config keeps the join token alive again then, for
+/// a machine that boots anew and joins with it).
 pub fn machine_for_providers(m: &Machine) -> Option<u64> {
-    let paused = m.status.as_ref().is_some_and(|s| {
-        capw_api::contract::conditions::is_true(
-            &s.conditions,
-            capw_api::contract::conditions::types::PAUSED,
-        )
-    });
+    use capw_api::contract::conditions::{is_true, reasons, types};
+    let conditions = m.status.as_ref().map(|s| s.conditions.as_slice());
+    let paused = conditions.is_some_and(|c| is_true(c, types::PAUSED));
+    let node_deleted =
+        conditions.is_some_and(|cs| cs.iter().any(|c| c.reason == reasons::NODE_DELETED));
     hash_of((
         m.metadata.generation,
         m.annotations(),
         paused,
+        node_deleted,
         m.metadata.deletion_timestamp.is_some(),
     ))
 }
