@@ -199,7 +199,7 @@ pub struct CoreCtx {
     pub machine_deployments: Store<MachineDeployment>,
     pub machine_health_checks: Store<MachineHealthCheck>,
     /// What MachineSets created or deleted that the Machine cache does not show yet.
-    pub expectations: crate::machineset::expectations::Expectations,
+    pub expectations: capw_reconcile::expectations::Expectations,
     /// Secrets labelled with a cluster name (kubeconfigs, CAs, tokens, bootstrap data).
     pub secrets: Store<k8s_openapi::api::core::v1::Secret>,
     pub cluster_tracker: Arc<Tracker<Cluster>>,
@@ -217,6 +217,7 @@ impl CoreCtx {
         let _ = self.machine_sets.wait_until_ready().await;
         let _ = self.machine_deployments.wait_until_ready().await;
         let _ = self.machine_health_checks.wait_until_ready().await;
+        let _ = self.secrets.wait_until_ready().await;
     }
 
     pub async fn event(

@@ -125,6 +125,8 @@ pub struct Driver {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     running: Mutex<HashMap<String, (String, tokio::task::JoinHandle<()>)>>,
+    /// Control-plane Machines created or deleted that the Machine cache does not show yet.
+    expectations: capw_reconcile::expectations::Expectations,
 }
 
 /// One served kind.
@@ -173,6 +175,7 @@ impl Driver {
             recorder,
             metrics,
             running: Mutex::new(HashMap::new()),
+            expectations: Default::default(),
         })
     }
 
@@ -237,6 +240,9 @@ impl Driver {
     }
 
     /// Keeps the set of driven kinds in step with the loaded plugins until the process ends.
+    /// Drives the served kinds. Start it once the shared caches are ready, as controller-runtime
+    /// waits for its caches to sync: a control plane reconciled against an empty Machine cache
+    /// (a new leader's, still listing) would create its Machines again.
     pub async fn run(self: Arc<Self>) {
         loop {
             self.sync();
@@ -584,6 +590,10 @@ async fn apply_phases(
     if !around.owned {
         // Core sets the owner reference; that change brings the object back here.
         return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    if kctx.role == Role::ControlPlane && !machines::seen_what_was_written(kctx, obj) {
+        // The plugin must not decide on a Machine set the cache has not caught up with.
+        return Ok(Action::requeue(Duration::from_millis(250)));
     }
     let mut around = around;
     if kubeadm::Kind::of(&kctx.ar) == Some(kubeadm::Kind::Config) {

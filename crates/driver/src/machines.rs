@@ -270,6 +270,9 @@ pub(super) async fn create(
             serde_json::from_value(machine).map_err(|e| DriverError::Invalid(e.to_string()))?;
         match machines.create(&PostParams::default(), &machine).await {
             Ok(_) => {
+                kctx.driver
+                    .expectations
+                    .created(&expectation_key(cp), std::slice::from_ref(&req.name));
                 kctx.event(
                     cp,
                     false,
@@ -308,6 +311,9 @@ pub(super) async fn delete(
             .await
         {
             Ok(_) => {
+                kctx.driver
+                    .expectations
+                    .deleted(&expectation_key(cp), &[m.name_any()]);
                 let why = if remediated {
                     " to remediate it (a MachineHealthCheck marked it unhealthy)"
                 } else {
@@ -326,6 +332,27 @@ pub(super) async fn delete(
         }
     }
     Ok(())
+}
+
+/// Whose expectations a control plane's are: by uid, so a new control plane of the same name
+/// starts with none.
+fn expectation_key(cp: &DynamicObject) -> String {
+    cp.metadata.uid.clone().unwrap_or_default()
+}
+
+/// Whether the Machine cache shows every Machine this control plane created (and every one it
+/// deleted as deleting); until then its component would count the wrong Machines and ask for
+/// one again. An expectation the cache never meets is given up after five minutes.
+pub(super) fn seen_what_was_written(kctx: &KindCtx, cp: &DynamicObject) -> bool {
+    let ns = cp.namespace().unwrap_or_default();
+    let cache = &kctx.driver.caches.machines;
+    let get = |n: &str| cache.get(&kube::runtime::reflector::ObjectRef::new(n).within(&ns));
+    let (created, deleted) = kctx.driver.expectations.unmet(
+        &expectation_key(cp),
+        |n| get(n).is_some(),
+        |n| get(n).is_none_or(|m| m.metadata.deletion_timestamp.is_some()),
+    );
+    created.is_empty() && deleted.is_empty()
 }
 
 /// A Machine whose remediation was asked for and never started, and that is healthy again.

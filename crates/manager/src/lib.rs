@@ -281,13 +281,6 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         .iter()
         .map(|c| (c.setup)(&core, &feeds, &concurrency))
         .collect();
-    {
-        let core = core.clone();
-        tasks.push(tokio::spawn(async move {
-            core.wait_until_ready().await;
-            futures::future::join_all(controllers).await;
-        }));
-    }
     let driver = Driver::new(
         ids.driver.clone(),
         registry.clone(),
@@ -304,7 +297,15 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         Recorder::new(ids.driver.clone(), reporter("capw-driver")),
         metrics.clone(),
     );
-    tasks.push(tokio::spawn(driver.clone().run()));
+    {
+        // One task waits for the caches: kube's `Store::wait_until_ready` wakes only the waiter
+        // that polled it last, so the driver and the controllers must not wait side by side.
+        let (core, driver) = (core.clone(), driver.clone());
+        tasks.push(tokio::spawn(async move {
+            core.wait_until_ready().await;
+            futures::future::join(futures::future::join_all(controllers), driver.run()).await;
+        }));
+    }
     Ok(Host {
         registry,
         metrics,

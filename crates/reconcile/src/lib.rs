@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod by_cluster;
 pub mod connect_to;
 pub mod events;
+pub mod expectations;
 pub mod external;
 pub mod fanout;
 pub mod kubeconfig;

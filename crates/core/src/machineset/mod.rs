@@ -7,7 +7,6 @@
 
 pub(crate) mod defaults;
 pub mod deletion_order;
-pub mod expectations;
 mod machines;
 pub mod preflight;
 mod remediation;
