@@ -45,9 +45,12 @@ pub fn str_field<'a>(obj: &'a Value, field: &str) -> &'a str {
 }
 
 pub fn finalizers(obj: &Value) -> Vec<String> {
-    meta(obj)
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
+    strings(meta(obj).and_then(|m| m.get("finalizers")))
+}
+
+/// The strings of a JSON array (none when it is absent or not an array).
+pub(crate) fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
         .map(|a| {
             a.iter()
                 .filter_map(Value::as_str)

@@ -540,17 +540,6 @@ fn builtins() -> Vec<ResourceType> {
     ]
 }
 
-fn strs(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The resource types a CRD declares: one per served version, and the storage version even when
 /// it is not served.
 pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
@@ -602,8 +591,8 @@ pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
                 .as_str()
                 .map(String::from)
                 .unwrap_or_else(|| kind.to_lowercase()),
-            short_names: strs(names.get("shortNames")),
-            categories: strs(names.get("categories")),
+            short_names: crate::meta::strings(names.get("shortNames")),
+            categories: crate::meta::strings(names.get("categories")),
             namespaced: spec["scope"].as_str() != Some("Cluster"),
             status_subresource: v.pointer("/subresources/status").is_some(),
             scale: v.pointer("/subresources/scale").map(|sc| ScalePaths {

@@ -63,6 +63,20 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
         assert!(ok, "kubectl {args:?}: {out}");
         out
     };
+    // A JSONPath of the generated Deployment.
+    let deployment = |jsonpath: &str| {
+        let path = format!("jsonpath={jsonpath}");
+        let args = [
+            "get",
+            "deploy",
+            "capw-controller-manager",
+            "-n",
+            "capw-system",
+            "-o",
+            &path,
+        ];
+        kubectl(&args, None)
+    };
     let bundled = support::repo_root().join("target/plugins/bundled");
     let plugin = |n: &str| bundled.join(format!("{n}.wasm")).display().to_string();
     let manifests = capw(&[
@@ -88,17 +102,8 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
     ] {
         assert!(applied.contains(line), "{line} not in:\n{applied}");
     }
-    let replicas = kubectl(
-        &[
-            "get",
-            "deploy",
-            "capw-controller-manager",
-            "-n",
-            "capw-system",
-            "-o",
-            "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.containers[0].args}",
-        ],
-        None,
+    let replicas = deployment(
+        "{.spec.replicas} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.containers[0].args}",
     );
     assert!(
         replicas.starts_with("2 /readyz ") && replicas.contains("--leader-elect=true"),
@@ -138,18 +143,7 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
     }
     let port = server.url.rsplit(':').next().expect("port").to_string();
     // The Deployment's own arguments, with the Pod's paths and ports made local.
-    let args = kubectl(
-        &[
-            "get",
-            "deploy",
-            "capw-controller-manager",
-            "-n",
-            "capw-system",
-            "-o",
-            "jsonpath={range .spec.template.spec.containers[0].args[*]}{@}{\"\\n\"}{end}",
-        ],
-        None,
-    );
+    let args = deployment("{range .spec.template.spec.containers[0].args[*]}{@}{\"\\n\"}{end}");
     let args: Vec<String> = args
         .lines()
         .map(|a| match a.split_once('=') {
@@ -182,16 +176,7 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
             .spawn()
             .expect("capw run"),
     );
-    let mut stdout = std::io::BufReader::new(host.stdout.take().expect("stdout")).lines();
-    let webhook_port = stdout
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| {
-            l.strip_prefix("admission webhooks at https://127.0.0.1:")
-                .map(String::from)
-        })
-        .expect("the webhook address");
-    std::thread::spawn(move || for _ in stdout {});
+    let webhook_port = webhook_port(&mut host).to_string();
     // The cluster's service routing, which this API server stands in for: the Service's
     // address, at the port the replica listens on.
     kubectl(
@@ -346,6 +331,7 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
     // Without machinesets, the MachineDeployment of a second cluster is stuck, and says why.
     let role = kubectl(&["get", "clusterrole", "capw-core", "-o", "json"], None);
     let mut role: serde_json::Value = serde_json::from_str(&role).expect("json");
+    let granted = role.clone();
     for rule in role["rules"].as_array_mut().expect("rules") {
         if let Some(resources) = rule["resources"].as_array_mut() {
             resources.retain(|r| !r.as_str().unwrap_or_default().starts_with("machinesets"));
@@ -383,6 +369,36 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
         message.contains("in API group \"cluster.x-k8s.io\""),
         "{message}"
     );
+
+    let authorized = || {
+        support::kubectl(
+            &server.kubeconfig,
+            &home,
+            &[
+                "get",
+                "md",
+                "trimmed-md-0",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Authorized\")].status}",
+            ],
+            None,
+        )
+    };
+    assert_eq!(authorized().1.trim(), "False");
+
+    // Granted again, the next reconcile takes the condition away.
+    let mut granted = granted;
+    granted["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("resourceVersion");
+    kubectl(&["replace", "-f", "-"], Some(&granted.to_string()));
+    kubectl(&["annotate", "md", "trimmed-md-0", "wake=1"], None);
+    support::eventually("the Authorized condition to go", 120, tail, || async {
+        let (ok, out) = authorized();
+        (ok && out.trim().is_empty()).then_some(())
+    })
+    .await;
 }
 
 /// A `capw run` serving the webhooks behind the Service `capw-system/hooks`; returns it and
@@ -408,7 +424,13 @@ fn replica(server: &ApiServer, dir: &Path, name: &str) -> (KillOnDrop, u16) {
             .spawn()
             .expect("capw run"),
     );
-    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let port = webhook_port(&mut child);
+    (child, port)
+}
+
+/// The webhook port a `capw run` prints; the rest of its stdout is drained.
+fn webhook_port(host: &mut KillOnDrop) -> u16 {
+    let mut lines = std::io::BufReader::new(host.stdout.take().expect("stdout")).lines();
     let port = lines
         .by_ref()
         .map_while(Result::ok)
@@ -419,7 +441,7 @@ fn replica(server: &ApiServer, dir: &Path, name: &str) -> (KillOnDrop, u16) {
         })
         .expect("the webhook address");
     std::thread::spawn(move || for _ in lines {});
-    (child, port)
+    port
 }
 
 /// Whether the replica on `port` presents a certificate for the Service's name that `bundle`

@@ -39,6 +39,20 @@ impl Env {
     fn as_user(&self, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
         support::kubectl(kubeconfig, &self.home, args, None)
     }
+
+    /// `kubectl create token robot -n team-a --duration D` as the admin.
+    fn robot_token(&self, duration: &str) -> (bool, String) {
+        let args = [
+            "create",
+            "token",
+            "robot",
+            "-n",
+            "team-a",
+            "--duration",
+            duration,
+        ];
+        support::kubectl(&self.server.kubeconfig, &self.home, &args, None)
+    }
 }
 
 fn start() -> Env {
@@ -227,37 +241,14 @@ fn a_user_bound_to_one_namespace_reads_it_is_refused_elsewhere_and_can_i_agrees(
 #[test]
 fn a_service_account_token_works_until_it_expires_or_its_account_is_gone() {
     let env = start();
-    let (ok, out) = support::kubectl(
-        &env.server.kubeconfig,
-        &env.home,
-        &[
-            "create",
-            "token",
-            "robot",
-            "-n",
-            "team-a",
-            "--duration",
-            "2s",
-        ],
-        None,
-    );
+    let (ok, out) = env.robot_token("2s");
     assert!(!ok, "{out}");
     assert!(
         out.contains("spec.expirationSeconds: Invalid value: 2: may not specify a duration less than 5 seconds"),
         "{out}"
     );
-    let token = env.admin(
-        &[
-            "create",
-            "token",
-            "robot",
-            "-n",
-            "team-a",
-            "--duration",
-            "6s",
-        ],
-        None,
-    );
+    let (ok, token) = env.robot_token("6s");
+    assert!(ok, "{token}");
     let token = token.trim();
     let issued = Instant::now();
     let robot = env.kubeconfig_with("robot", token);
@@ -277,18 +268,8 @@ fn a_service_account_token_works_until_it_expires_or_its_account_is_gone() {
     assert!(!ok && out.contains("Unauthorized"), "{out}");
 
     // Deleting the ServiceAccount revokes a token that has not expired.
-    let token = env.admin(
-        &[
-            "create",
-            "token",
-            "robot",
-            "-n",
-            "team-a",
-            "--duration",
-            "1h",
-        ],
-        None,
-    );
+    let (ok, token) = env.robot_token("1h");
+    assert!(ok, "{token}");
     let robot = env.kubeconfig_with("robot", token.trim());
     let (ok, out) = env.as_user(&robot, &["get", "clusters", "-n", "team-a"]);
     assert!(ok, "{out}");

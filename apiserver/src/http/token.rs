@@ -78,16 +78,7 @@ pub(super) async fn request(
             "may not specify a duration larger than 2^32 seconds".into(),
         ));
     }
-    let audiences: Vec<String> = review
-        .pointer("/spec/audiences")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
+    let audiences = crate::meta::strings(review.pointer("/spec/audiences"));
     let uid = account
         .pointer("/metadata/uid")
         .and_then(Value::as_str)

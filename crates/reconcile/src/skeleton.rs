@@ -51,6 +51,10 @@ pub struct Skeleton {
     pub metrics: Arc<Metrics>,
     /// Consecutive failed reconciles per object, for the retry delay.
     pub failures: Failures,
+    /// Objects known to carry no `Authorized` condition: a reconcile of one that gets through
+    /// need not look (looking serializes the whole object). Each object is looked at once
+    /// after the host starts, for a condition an earlier host left.
+    authorized: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// `namespace/name`, or `name` for a cluster-scoped object.
@@ -80,13 +84,52 @@ fn forbidden(e: &(dyn std::error::Error + 'static)) -> Option<String> {
 
 /// Writes `Authorized=False` naming the refusal when a reconcile was refused, and takes it away
 /// once a reconcile gets through: a missing permission in the host's ClusterRole then shows
-/// on the object it stopped, not only in the host's log. One write, only on a change.
-async fn authorized_condition<K>(api: &Api<K>, obj: &K, refused: Option<String>)
+/// on the object it stopped, not only in the host's log. One write, only on a change, over the
+/// object as it is then (the reconcile may have written its status since it was read).
+/// Whether the object is left without the condition.
+async fn authorized_condition<K>(api: &Api<K>, obj: &K, refused: Option<String>) -> bool
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
 {
+    let refused = refused.map(|m| {
+        format!(
+            "{m}: the host's credentials lack this permission; grant it in the host's ClusterRole (capw manifests writes the one it needs)"
+        )
+    });
+    match authorized_conditions(obj, refused.as_deref()) {
+        Change::None => return true,
+        Change::Kept => return false,
+        Change::To(_) => {}
+    }
+    let name = obj.name_any();
+    let current = api.get(&name).await.ok();
+    let current = current.as_ref().unwrap_or(obj);
+    let Change::To(conditions) = authorized_conditions(current, refused.as_deref()) else {
+        return refused.is_none();
+    };
+    match write_conditions_at(api, &name, current.resource_version(), &conditions).await {
+        Ok(_) => refused.is_none(),
+        Err(e) => {
+            tracing::debug!(error = %e, "the Authorized condition was not written; the next reconcile tries again");
+            false
+        }
+    }
+}
+
+/// What the `Authorized` condition of an object comes to.
+enum Change {
+    /// It has none and needs none.
+    None,
+    /// It has the one it needs.
+    Kept,
+    /// Its conditions become these.
+    To(Vec<serde_json::Value>),
+}
+
+/// The conditions of `obj` with `Authorized=False` for `refused`, or without it for `None`.
+fn authorized_conditions<K: Resource + Serialize>(obj: &K, refused: Option<&str>) -> Change {
     let Ok(v) = serde_json::to_value(obj) else {
-        return;
+        return Change::Kept;
     };
     let mut conditions: Vec<serde_json::Value> = v
         .pointer("/status/conditions")
@@ -96,19 +139,16 @@ where
     let at = conditions
         .iter()
         .position(|c| c.get("type").and_then(|t| t.as_str()) == Some(AUTHORIZED));
-    match (&refused, at) {
-        (None, None) => return,
+    match (refused, at) {
+        (None, None) => return Change::None,
         (None, Some(i)) => {
             conditions.remove(i);
         }
         (Some(message), _) => {
-            let message = format!(
-                "{message}: the host's credentials lack this permission; grant it in the host's ClusterRole (capw manifests writes the one it needs)"
-            );
             if at.is_some_and(|i| {
-                conditions[i].get("message").and_then(|m| m.as_str()) == Some(message.as_str())
+                conditions[i].get("message").and_then(|m| m.as_str()) == Some(message)
             }) {
-                return;
+                return Change::Kept;
             }
             let condition = serde_json::json!({
                 "type": AUTHORIZED, "status": "False", "reason": "Forbidden",
@@ -122,11 +162,7 @@ where
             }
         }
     }
-    if let Err(e) =
-        write_conditions_at(api, &obj.name_any(), obj.resource_version(), &conditions).await
-    {
-        tracing::debug!(error = %e, "the Authorized condition was not written; the next reconcile tries again");
-    }
+    Change::To(conditions)
 }
 
 impl Skeleton {
@@ -140,6 +176,7 @@ impl Skeleton {
             finalizer: finalizer.into(),
             metrics,
             failures: Failures::default(),
+            authorized: Default::default(),
         }
     }
 
@@ -185,7 +222,22 @@ impl Skeleton {
             self.failures.forget(&key);
         }
         let refused = r.as_ref().err().and_then(|e| forbidden(e));
-        authorized_condition(api, &seen, refused).await;
+        let look = {
+            let mut known = self.authorized.lock().unwrap_or_else(|p| p.into_inner());
+            if refused.is_some() || seen.meta().deletion_timestamp.is_some() {
+                known.remove(&key);
+            }
+            refused.is_some() || !known.contains(&key)
+        };
+        if look
+            && authorized_condition(api, &seen, refused).await
+            && seen.meta().deletion_timestamp.is_none()
+        {
+            self.authorized
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key);
+        }
         r.map_err(E::finalizer)
     }
 
