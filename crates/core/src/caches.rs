@@ -169,6 +169,7 @@ where
     let stream = reflector::reflector(
         writer,
         watcher(Api::<K>::all(client.clone()), config)
+            .modify(capw_reconcile::trim::for_cache::<K>)
             .default_backoff()
             .inspect(move |e| {
                 if let (Ok(e), Some(index)) = (e, &index) {

@@ -293,10 +293,14 @@ async fn run_kind(kctx: Arc<KindCtx>) {
     let reader = writer.as_reader();
     let own = {
         use kube::runtime::WatchStreamExt;
-        kube::runtime::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .touched_objects()
-            .predicate_filter(relevance::metadata, Default::default())
+        kube::runtime::reflector(
+            writer,
+            watcher(api, watcher::Config::default())
+                .modify(capw_reconcile::trim::for_cache::<DynamicObject>),
+        )
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(relevance::metadata, Default::default())
     };
     let mut c = Controller::for_stream_with(own, reader, ar.clone()).with_config(
         // Core adopts, labels and patches provider objects in quick succession: a short debounce

@@ -157,10 +157,14 @@ impl Resolver {
         }
         let fanout = changes.clone();
         tokio::spawn(async move {
-            let mut stream = reflector(writer, watcher(api, watcher::Config::default()))
-                .default_backoff()
-                .touched_objects()
-                .boxed();
+            let mut stream = reflector(
+                writer,
+                watcher(api, watcher::Config::default())
+                    .modify(crate::trim::for_cache::<DynamicObject>),
+            )
+            .default_backoff()
+            .touched_objects()
+            .boxed();
             while let Some(ev) = stream.next().await {
                 let Ok(obj) = ev else { continue };
                 fanout.send(&Arc::new(obj));

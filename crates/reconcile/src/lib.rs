@@ -15,3 +15,4 @@ pub mod metrics;
 pub mod relevance;
 pub mod remote;
 pub mod skeleton;
+pub mod trim;
