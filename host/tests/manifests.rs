@@ -342,25 +342,19 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
         &["apply", "-f", "-"],
         Some(&example.replace("demo", "trimmed")),
     );
+    // A JSONPath of the stuck MachineDeployment (failures are answered, not asserted).
+    let md = |jsonpath: &str| {
+        let path = format!("jsonpath={jsonpath}");
+        let args = ["get", "md", "trimmed-md-0", "-o", &path];
+        support::kubectl(&server.kubeconfig, &home, &args, None)
+    };
     let want = format!("machinesets.cluster.x-k8s.io is forbidden: User \"{ACCOUNTS}core\" cannot");
     let message = support::eventually(
         "the refusal on the MachineDeployment",
         120,
         tail,
         || async {
-            let out = support::kubectl(
-                &server.kubeconfig,
-                &home,
-                &[
-                    "get",
-                    "md",
-                    "trimmed-md-0",
-                    "-o",
-                    "jsonpath={.status.conditions[*].message}",
-                ],
-                None,
-            )
-            .1;
+            let out = md("{.status.conditions[*].message}").1;
             out.contains(&want).then_some(out)
         },
     )
@@ -370,20 +364,7 @@ async fn the_generated_manifests_run_the_in_memory_example_with_no_request_refus
         "{message}"
     );
 
-    let authorized = || {
-        support::kubectl(
-            &server.kubeconfig,
-            &home,
-            &[
-                "get",
-                "md",
-                "trimmed-md-0",
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Authorized\")].status}",
-            ],
-            None,
-        )
-    };
+    let authorized = || md("{.status.conditions[?(@.type==\"Authorized\")].status}");
     assert_eq!(authorized().1.trim(), "False");
 
     // Granted again, the next reconcile takes the condition away.
