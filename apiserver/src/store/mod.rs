@@ -320,7 +320,6 @@ impl Store {
                 Some(Arc::new(db))
             }
         };
-        let state_rv = state.rv;
         let (rv_tx, _) = watch::channel(state.rv);
         let persistent = db.is_some();
         let staging = Staging {
@@ -338,7 +337,7 @@ impl Store {
             staging: std::sync::Mutex::new(staging),
             committer: Mutex::new(()),
             durable: std::sync::Mutex::new(durable),
-            on_disk: Arc::new(std::sync::Mutex::new(state_rv)),
+            on_disk: Arc::new(std::sync::Mutex::new(durable.rv)),
             events,
             rv_tx,
             config,

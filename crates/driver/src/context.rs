@@ -41,12 +41,15 @@ fn owner_name<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a str> {
         .map(|o| o.name.as_str())
 }
 
-/// An object as the context carries it: without `managedFields`, which no provider reads and
-/// which would otherwise be most of every call's input.
+/// An object as the context carries it: trimmed (`capw_reconcile::trim`), as the caches it
+/// comes from already hold it, so it is serialized as it is; one that is not gets a trimmed
+/// clone.
 fn json<T: Resource + Clone + serde::Serialize>(v: &T) -> Option<String> {
-    // A clone without them, serialized directly: cheaper than a `Value` in between.
+    if !capw_reconcile::trim::needed(v) {
+        return serde_json::to_string(v).ok();
+    }
     let mut v = v.clone();
-    v.meta_mut().managed_fields = None;
+    capw_reconcile::trim::for_cache(&mut v);
     serde_json::to_string(&v).ok()
 }
 

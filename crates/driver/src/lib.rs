@@ -240,9 +240,9 @@ impl Driver {
     }
 
     /// Keeps the set of driven kinds in step with the loaded plugins until the process ends.
-    /// Drives the served kinds. Start it once the shared caches are ready, as controller-runtime
-    /// waits for its caches to sync: a control plane reconciled against an empty Machine cache
-    /// (a new leader's, still listing) would create its Machines again.
+    /// Start it once the shared caches are ready, as controller-runtime waits for its caches to
+    /// sync: a control plane reconciled against an empty Machine cache (a new leader's, still
+    /// listing) would create its Machines again.
     pub async fn run(self: Arc<Self>) {
         loop {
             self.sync();

@@ -1,8 +1,9 @@
 //! What an owner (a MachineSet, a control plane) asked for that the cache does not show yet
 //! (kube-controller-manager's "expectations"): Machines it created that are not in the cache,
 //! and Machines it deleted that the cache does not show as deleting. They count as done, so a
-//! cache that lags behind a busy API server never makes an owner create or delete twice. An expectation the cache has not met
-//! within five minutes is dropped (the write was lost; the set acts on what it sees).
+//! cache that lags behind a busy API server never makes an owner create or delete twice. An
+//! expectation the cache has not met within five minutes is dropped (the write was lost; the
+//! owner acts on what it sees).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

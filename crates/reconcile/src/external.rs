@@ -203,11 +203,15 @@ impl Resolver {
             let key = ObjectRef::new_with(&reference.name, r.ar.clone()).within(ns);
             return Ok(store.get(&key).map(|o| ((*o).clone(), r)));
         }
+        // Read before the watch has listed: trimmed as the cache would hold it.
         Ok(self
             .api(ns, &r)
             .get_opt(&reference.name)
             .await?
-            .map(|o| (o, r)))
+            .map(|mut o| {
+                crate::trim::for_cache(&mut o);
+                (o, r)
+            }))
     }
 }
 

@@ -6,6 +6,16 @@
 use capw_api::common::names::LAST_APPLIED_ANNOTATION;
 use kube::Resource;
 
+/// Whether `obj` still carries something [`for_cache`] drops.
+pub fn needed<K: Resource>(obj: &K) -> bool {
+    let meta = obj.meta();
+    meta.managed_fields.is_some()
+        || meta
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(LAST_APPLIED_ANNOTATION))
+}
+
 /// Drops what no controller reads from `obj`, before it enters a reflector store.
 pub fn for_cache<K: Resource>(obj: &mut K) {
     let meta = obj.meta_mut();
@@ -38,7 +48,9 @@ mod tests {
             },
             ..Default::default()
         };
+        assert!(needed(&cm));
         for_cache(&mut cm);
+        assert!(!needed(&cm));
         assert!(cm.metadata.managed_fields.is_none());
         let a = cm.metadata.annotations.unwrap_or_default();
         assert_eq!(a.len(), 1);
