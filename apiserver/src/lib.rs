@@ -461,6 +461,7 @@ impl InMemoryServer {
         let config = StoreConfig {
             retention: 1_000,
             watch_queue: 256,
+            ..StoreConfig::default()
         };
         let store = store::Store::open(None, config)?;
         let core = Arc::new(Core::new(store));

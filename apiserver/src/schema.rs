@@ -259,6 +259,16 @@ fn prune_node(v: &mut Value, s: &Value, path: &str, root: bool, pruned: &mut Pru
     }
 }
 
+/// Whether any schema in `s` declares a `default:` (or a property is named `default`, which
+/// only makes the answer conservative).
+pub fn has_defaults(s: &Value) -> bool {
+    match s {
+        Value::Object(m) => m.contains_key("default") || m.values().any(has_defaults),
+        Value::Array(items) => items.iter().any(has_defaults),
+        _ => false,
+    }
+}
+
 /// Applies `default:` values to absent properties of objects that exist.
 pub fn default(v: &mut Value, s: &Value) {
     match v {

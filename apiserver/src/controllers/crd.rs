@@ -163,11 +163,12 @@ pub async fn run(core: Arc<Core>, config: ControllerConfig) {
         tokio::select! {
             ev = rx.recv() => match ev {
                 Ok(ev) if &*ev.key.gr == CRD_STORAGE => {
+                    let Ok(crd) = ev.object.value() else { continue };
                     if ev.kind == EventType::Deleted {
-                        let (group, plural) = group_plural(&ev.object);
+                        let (group, plural) = group_plural(&crd);
                         core.registry.set_custom(&group, &plural, vec![]);
                     } else {
-                        reconcile(&core, &ev.object).await;
+                        reconcile(&core, &crd).await;
                     }
                 }
                 Ok(ev) => {

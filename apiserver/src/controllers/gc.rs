@@ -154,15 +154,18 @@ async fn check_owner(core: &Core, key: &ObjKey) {
 }
 
 async fn on_event(core: &Core, ev: &Event) {
+    let Ok(object) = ev.object.value() else {
+        return;
+    };
     match ev.kind {
         EventType::Deleted => {
-            if let Some(uid) = ev.object.pointer("/metadata/uid").and_then(Value::as_str) {
+            if let Some(uid) = object.pointer("/metadata/uid").and_then(Value::as_str) {
                 for d in core.store.dependents_of(uid) {
                     check_dependent(core, &d).await;
                 }
             }
             // A dependent going away may unblock a foreground owner.
-            for r in owner_refs(&ev.object) {
+            for r in owner_refs(&object) {
                 if let Some(owner) = r["uid"].as_str().and_then(|u| core.store.by_uid(u)) {
                     check_owner(core, &owner).await;
                 }
@@ -170,8 +173,8 @@ async fn on_event(core: &Core, ev: &Event) {
         }
         EventType::Added | EventType::Modified => {
             check_dependent(core, &ev.key).await;
-            let fins = meta::finalizers(&ev.object);
-            if meta::is_deleting(&ev.object)
+            let fins = meta::finalizers(&object);
+            if meta::is_deleting(&object)
                 && fins
                     .iter()
                     .any(|f| f == "orphan" || f == "foregroundDeletion")

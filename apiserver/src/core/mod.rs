@@ -4,15 +4,17 @@
 //! metadata, generation rules, no-op detection and finalizer semantics.
 //!
 //! `validation` holds the checks every body goes through, `write` the create/update/patch/apply
-//! path, `scale` the `autoscaling/v1` Scale view of custom resources and `delete` deletion with
-//! finalizers and propagation policies.
+//! path, `scale` the `autoscaling/v1` Scale view of custom resources, `delete` deletion with
+//! finalizers and propagation policies, and `view` serving stored bytes unchanged.
 
 mod delete;
 mod scale;
 mod validation;
+mod view;
 mod write;
 
 pub use scale::{ScaleOp, scale_of};
+pub use view::Shape;
 
 use crate::builtin;
 use crate::meta::{self, meta_mut};

@@ -5,10 +5,10 @@
 use super::App;
 use super::list::Filter;
 use super::request::{Query, Want};
-use crate::core::Core;
+use crate::core::{Core, Shape};
 use crate::registry::ResourceType;
 use crate::status::ApiError;
-use crate::store::{Event, EventType};
+use crate::store::{Event, EventType, Raw};
 use crate::table::{self, IncludeObject};
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
@@ -30,6 +30,8 @@ struct Watch {
     ns: String,
     filter: Filter,
     want: Want,
+    /// Whether objects can be sent as they are stored.
+    shape: Shape,
     bookmarks: bool,
     tx: mpsc::Sender<Result<Bytes, Infallible>>,
     /// A client that reads nothing for this long is disconnected.
@@ -47,6 +49,17 @@ fn line(kind: &str, object: &Value) -> Bytes {
     if written.is_err() {
         return Bytes::new();
     }
+    v.extend_from_slice(b"}\n");
+    Bytes::from(v)
+}
+
+/// One watch event around an object's JSON bytes, which are copied, not re-encoded.
+fn raw_line(kind: &str, object: &[u8]) -> Bytes {
+    let mut v = Vec::with_capacity(object.len() + 32);
+    v.extend_from_slice(b"{\"type\":\"");
+    v.extend_from_slice(kind.as_bytes());
+    v.extend_from_slice(b"\",\"object\":");
+    v.extend_from_slice(object);
     v.extend_from_slice(b"}\n");
     Bytes::from(v)
 }
@@ -72,17 +85,22 @@ impl Watch {
         }
     }
 
-    fn in_scope(&self, obj: &Value) -> bool {
-        self.ns.is_empty()
-            || obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(self.ns.as_str())
+    fn visible(&self, ns: &str, obj: &Raw) -> bool {
+        (self.ns.is_empty() || self.ns == ns) && self.filter.matches_raw(obj)
     }
 
-    fn visible(&self, obj: &Value) -> bool {
-        self.in_scope(obj) && self.filter.matches(obj)
-    }
-
-    async fn send(&self, kind: &str, obj: &Value) -> bool {
-        self.push(line(kind, &self.render(obj))).await
+    async fn send(&self, kind: &str, obj: &Raw) -> bool {
+        let line = match self.want {
+            Want::Table | Want::PartialMetadata => match obj.value() {
+                Ok(o) => line(kind, &self.render(&o)),
+                Err(_) => return true,
+            },
+            Want::Json | Want::Yaml => match self.core.view_json(&self.rt, &self.shape, obj) {
+                Some(json) => raw_line(kind, &json),
+                None => return true,
+            },
+        };
+        self.push(line).await
     }
 
     /// Queues a line for the client; false when it is gone or stopped reading.
@@ -108,10 +126,11 @@ impl Watch {
         if *ev.key.gr != *self.rt.storage {
             return true;
         }
-        let now = ev.kind != EventType::Deleted && self.visible(&ev.object);
+        let ns = ev.key.ns.as_str();
+        let now = ev.kind != EventType::Deleted && self.visible(ns, &ev.object);
         let before = match (&ev.prev, ev.kind) {
-            (_, EventType::Deleted) => self.visible(&ev.object),
-            (Some(p), _) => self.visible(p),
+            (_, EventType::Deleted) => self.visible(ns, &ev.object),
+            (Some(p), _) => self.visible(ns, p),
             (None, _) => false,
         };
         match (ev.kind, before, now) {
@@ -120,11 +139,13 @@ impl Watch {
             (_, true, true) => self.send("MODIFIED", &ev.object).await,
             (EventType::Modified, true, false) => {
                 // Left the selector: DELETED with the old content and this event's RV.
-                let mut old = ev.prev.as_deref().cloned().unwrap_or(Value::Null);
+                let Some(Ok(mut old)) = ev.prev.as_ref().map(Raw::value) else {
+                    return true;
+                };
                 if let Some(m) = old.get_mut("metadata").and_then(Value::as_object_mut) {
                     m.insert("resourceVersion".into(), json!(ev.rv.to_string()));
                 }
-                self.send("DELETED", &old).await
+                self.push(line("DELETED", &self.render(&old))).await
             }
             _ => true,
         }
@@ -180,6 +201,7 @@ pub fn serve(
     let stall_limit = app.settings.watch_stall_limit;
     let w = Watch {
         core: app.core.clone(),
+        shape: Shape::of(&rt),
         rt,
         ns,
         filter,
@@ -220,7 +242,7 @@ async fn run(
     let (mut rx, mut last_rv) = if replay_all {
         let ns = (!w.ns.is_empty()).then_some(w.ns.as_str());
         let (items, rv, rx) = w.core.store.snapshot_and_subscribe(&w.rt.storage, ns);
-        for o in items.iter().filter(|o| w.filter.matches(o)) {
+        for o in items.iter().filter(|o| w.filter.matches_raw(o)) {
             if !w.send("ADDED", o).await {
                 return;
             }
@@ -298,5 +320,12 @@ mod tests {
         let v: Value = serde_json::from_slice(&l[..l.len() - 1]).unwrap();
         assert_eq!(v, json!({"type": "ADDED", "object": object}));
         assert!(!l[..l.len() - 1].contains(&b'\n'));
+    }
+
+    #[test]
+    fn a_raw_line_is_the_same_line() {
+        let object = json!({"metadata": {"name": "x\ny"}, "n": 1});
+        let bytes = serde_json::to_vec(&object).unwrap();
+        assert_eq!(raw_line("MODIFIED", &bytes), line("MODIFIED", &object));
     }
 }

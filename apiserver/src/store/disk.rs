@@ -1,7 +1,8 @@
 //! The on-disk form: three redb tables (objects, the event log, the revision counter), one
 //! durable transaction per committed batch, and loading everything back at start-up.
 
-use super::{Event, EventType, ObjKey, State, StoreError, txn_err};
+use super::{Event, EventType, IndexKeys, ObjKey, Raw, State, StoreError, txn_err};
+use bytes::Bytes;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::Value;
 use std::sync::Arc;
@@ -23,17 +24,14 @@ pub(super) fn commit(
         let mut events = txn.open_table(EVENTS).map_err(txn_err)?;
         for event in batch {
             let key = event.key.db_key();
-            // The object is serialized once, for its row and for the log row: with `json!` the
-            // log row deep-copied the object and its predecessor before serializing them.
-            let object = serde_json::to_vec(&*event.object).map_err(txn_err)?;
+            // The object's stored bytes are its row and part of the log row, as they are.
+            let object = event.object.json();
             if event.kind == EventType::Deleted {
                 objects.remove(key.as_str()).map_err(txn_err)?;
             } else {
-                objects
-                    .insert(key.as_str(), object.as_slice())
-                    .map_err(txn_err)?;
+                objects.insert(key.as_str(), &object[..]).map_err(txn_err)?;
             }
-            let row = log_row(event, &object).map_err(txn_err)?;
+            let row = log_row(event).map_err(txn_err)?;
             events.insert(event.rv, row.as_slice()).map_err(txn_err)?;
         }
         let (first, last) = (batch[0].rv, batch[batch.len() - 1].rv);
@@ -50,7 +48,7 @@ pub(super) fn commit(
     txn.commit().map_err(txn_err)
 }
 
-/// A log row without its object.
+/// A log row without its objects.
 #[derive(serde::Serialize)]
 struct Head<'a> {
     #[serde(rename = "type")]
@@ -58,22 +56,25 @@ struct Head<'a> {
     gr: &'a str,
     ns: &'a str,
     name: &'a str,
-    prev: Option<&'a Value>,
 }
 
 /// The log row of `event`, `{"type", "gr", "ns", "name", "prev", "object"}`, around the
-/// object's bytes.
-fn log_row(event: &Event, object: &[u8]) -> Result<Vec<u8>, serde_json::Error> {
+/// stored bytes of the object and its predecessor.
+fn log_row(event: &Event) -> Result<Vec<u8>, serde_json::Error> {
     let mut row = serde_json::to_vec(&Head {
         kind: event.kind.as_str(),
         gr: &event.key.gr,
         ns: &event.key.ns,
         name: &event.key.name,
-        prev: event.prev.as_deref(),
     })?;
     row.pop();
+    row.extend_from_slice(b",\"prev\":");
+    match &event.prev {
+        Some(prev) => row.extend_from_slice(prev.json()),
+        None => row.extend_from_slice(b"null"),
+    }
     row.extend_from_slice(b",\"object\":");
-    row.extend_from_slice(object);
+    row.extend_from_slice(event.object.json());
     row.push(b'}');
     Ok(row)
 }
@@ -96,7 +97,8 @@ pub(super) fn load(db: &Database, st: &mut State) -> Result<(), StoreError> {
             .ok_or_else(|| StoreError::Corrupt(k.value().into(), "bad key".into()))?;
         let obj: Value = serde_json::from_slice(v.value())
             .map_err(|e| StoreError::Corrupt(k.value().into(), e.to_string()))?;
-        st.index(&key, Some(&Arc::new(obj)));
+        let raw = Raw::from_parts(Bytes::copy_from_slice(v.value()), &obj);
+        st.index(&key, Some((&raw, &IndexKeys::of(&obj))));
     }
     let meta = read.open_table(META).map_err(txn_err)?;
     st.rv = meta
@@ -114,16 +116,28 @@ pub(super) fn load(db: &Database, st: &mut State) -> Result<(), StoreError> {
         let row: Value = serde_json::from_slice(v.value()).map_err(|e| corrupt(e.to_string()))?;
         let s = |f: &str| row.get(f).and_then(Value::as_str).unwrap_or_default();
         let kind = EventType::parse(s("type")).ok_or_else(|| corrupt("bad type".into()))?;
+        let key = ObjKey::new(s("gr"), s("ns"), s("name"));
+        let encode = |v: &Value| Raw::encode(v).map_err(|e| corrupt(e.to_string()));
         let prev = row
             .get("prev")
             .filter(|p| !p.is_null())
-            .cloned()
-            .map(Arc::new);
+            .map(encode)
+            .transpose()?;
+        let object = encode(row.get("object").unwrap_or(&Value::Null))?;
+        // An event whose object is still current shares the object map's bytes.
+        let object = match st
+            .objects
+            .get(&key.gr)
+            .and_then(|m| m.get(&(key.ns.clone(), key.name.clone())))
+        {
+            Some(e) if e.raw.json() == object.json() => e.raw.clone(),
+            _ => object,
+        };
         st.log.push_back(Arc::new(Event {
             rv,
             kind,
-            key: ObjKey::new(s("gr"), s("ns"), s("name")),
-            object: Arc::new(row.get("object").cloned().unwrap_or(Value::Null)),
+            key,
+            object,
             prev,
         }));
     }
@@ -150,15 +164,15 @@ mod tests {
 
     #[test]
     fn log_row_is_the_event_as_load_reads_it() {
+        let raw = |v: Value| Raw::encode(&v).unwrap();
         let event = Event {
             rv: 7,
             kind: EventType::Modified,
             key: ObjKey::new("/configmaps", "ns", "a\"b"),
-            object: Arc::new(serde_json::json!({"metadata": {"name": "a\"b"}, "data": {"k": "v"}})),
-            prev: Some(Arc::new(serde_json::json!({"metadata": {"name": "a\"b"}}))),
+            object: raw(serde_json::json!({"metadata": {"name": "a\"b"}, "data": {"k": "v"}})),
+            prev: Some(raw(serde_json::json!({"metadata": {"name": "a\"b"}}))),
         };
-        let object = serde_json::to_vec(&*event.object).unwrap();
-        let row: Value = serde_json::from_slice(&log_row(&event, &object).unwrap()).unwrap();
+        let row: Value = serde_json::from_slice(&log_row(&event).unwrap()).unwrap();
         assert_eq!(
             row,
             serde_json::json!({

@@ -1,5 +1,9 @@
 //! Durable object storage: every object in memory for reads, written through to redb.
 //!
+//! An object is kept as its canonical JSON bytes ([`Raw`]), not as a decoded tree: the object
+//! map, the watch window, the disk rows and LIST and watch responses share one serialization.
+//! Readers that need the tree decode it.
+//!
 //! Each mutation is part of one durable redb transaction holding the object (or its removal),
 //! the event-log row and the revision counter, so an acknowledged write survives `kill -9` and
 //! a resourceVersion is never reused. Writes are staged in RV order under one lock (the single
@@ -9,7 +13,11 @@
 //! and the writers answered.
 
 mod disk;
+mod raw;
 
+pub use raw::{Raw, form};
+
+use raw::IndexKeys;
 use redb::Database;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -21,13 +29,20 @@ use tokio::sync::{Mutex, broadcast, watch};
 #[derive(Default)]
 struct Staging {
     /// Staged events in RV order.
-    batch: Vec<Arc<Event>>,
+    batch: Vec<Staged>,
     /// The newest staged content per key (`None` = deleted), read by later writers.
-    overlay: HashMap<ObjKey, Option<Arc<Value>>>,
+    overlay: HashMap<ObjKey, Option<(Arc<Value>, Raw)>>,
     /// The last RV handed out.
     last_rv: u64,
     /// Bumped when a commit fails: writes staged in an older epoch are void.
     epoch: u64,
+}
+
+/// A staged event and what the indexes will need of it.
+#[derive(Clone)]
+struct Staged {
+    event: Arc<Event>,
+    index: IndexKeys,
 }
 
 /// What has been made durable: `(epoch, rv)`.
@@ -133,9 +148,9 @@ pub struct Event {
     /// Which object.
     pub key: ObjKey,
     /// The new object; for DELETED the last content stamped with the deletion's RV.
-    pub object: Arc<Value>,
+    pub object: Raw,
     /// The object before the change (for selector transitions).
-    pub prev: Option<Arc<Value>>,
+    pub prev: Option<Raw>,
 }
 
 /// What a write closure asks the store to do.
@@ -178,6 +193,8 @@ pub struct StoreConfig {
     pub retention: usize,
     /// Capacity of the broadcast queue; a watcher that falls this far behind is closed.
     pub watch_queue: usize,
+    /// Bytes of redb page cache.
+    pub db_cache: usize,
 }
 
 impl Default for StoreConfig {
@@ -185,15 +202,25 @@ impl Default for StoreConfig {
         StoreConfig {
             retention: 10_000,
             watch_queue: 16_384,
+            db_cache: 4 << 20,
         }
     }
 }
 
+/// One stored object and its index keys.
+struct Entry {
+    raw: Raw,
+    index: IndexKeys,
+}
+
 /// The objects of one resource, by `(namespace, name)`.
-type Objects = BTreeMap<(String, String), Arc<Value>>;
+type Objects = BTreeMap<(String, String), Entry>;
 
 /// A watch start: retained events after the requested RV, the live feed, the current RV.
 pub type Subscription = (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>, u64);
+
+/// One object of a LIST: its namespace, name and stored form.
+pub type Listed = ((String, String), Raw);
 
 #[derive(Default)]
 struct State {
@@ -206,49 +233,47 @@ struct State {
     log: VecDeque<Arc<Event>>,
 }
 
-fn uid_of(v: &Value) -> Option<&str> {
-    v.pointer("/metadata/uid").and_then(Value::as_str)
-}
-
-fn owner_uids(v: &Value) -> Vec<String> {
-    v.pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .map(|refs| {
-            refs.iter()
-                .filter_map(|r| r.get("uid").and_then(Value::as_str))
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 impl State {
-    fn index(&mut self, key: &ObjKey, obj: Option<&Arc<Value>>) {
+    fn index(&mut self, key: &ObjKey, obj: Option<(&Raw, &IndexKeys)>) {
         let map = self.objects.entry(key.gr.clone()).or_default();
         let k = (key.ns.clone(), key.name.clone());
         if let Some(old) = map.remove(&k) {
-            if let Some(u) = uid_of(&old) {
-                self.uids.remove(u);
+            if let Some(u) = &old.index.uid {
+                self.uids.remove(&**u);
             }
-            for o in owner_uids(&old) {
-                if let Some(set) = self.dependents.get_mut(&o) {
+            for o in &old.index.owners {
+                if let Some(set) = self.dependents.get_mut(&**o) {
                     set.remove(key);
                     if set.is_empty() {
-                        self.dependents.remove(&o);
+                        self.dependents.remove(&**o);
                     }
                 }
             }
         }
-        if let Some(obj) = obj {
-            if let Some(u) = uid_of(obj) {
+        if let Some((raw, index)) = obj {
+            if let Some(u) = &index.uid {
                 self.uids.insert(u.to_string(), key.clone());
             }
-            for o in owner_uids(obj) {
-                self.dependents.entry(o).or_default().insert(key.clone());
+            for o in &index.owners {
+                self.dependents
+                    .entry(o.to_string())
+                    .or_default()
+                    .insert(key.clone());
             }
-            map.insert(k, obj.clone());
+            let entry = Entry {
+                raw: raw.clone(),
+                index: index.clone(),
+            };
+            map.insert(k, entry);
         }
     }
+}
+
+/// Decodes a stored object for a reader that needs the tree.
+fn decode(key: &ObjKey, raw: &Raw) -> Result<Value, StoreError> {
+    raw.value().map_err(|e| {
+        StoreError::Corrupt(format!("{}/{}/{}", key.gr, key.ns, key.name), e.to_string())
+    })
 }
 
 /// The object store. Cheap to share behind an `Arc`.
@@ -314,7 +339,12 @@ impl Store {
                     path: path.display().to_string(),
                     source: Box::new(e),
                 };
-                let db = Database::create(&path).map_err(|e| open_err(e.into()))?;
+                // Every object is in memory and the file is read only at start-up, so redb's page
+                // cache (1 GiB by default, filled by every write) is mostly a second copy.
+                let db = redb::Builder::new()
+                    .set_cache_size(config.db_cache)
+                    .create(&path)
+                    .map_err(|e| open_err(e.into()))?;
                 disk::load(&db, &mut state)?;
                 disk::trim(&mut state, config.retention);
                 Some(Arc::new(db))
@@ -380,31 +410,60 @@ impl Store {
             .is_ok_and(|r| r.is_ok())
     }
 
-    /// The current object at `key`.
-    pub fn get(&self, key: &ObjKey) -> Option<Arc<Value>> {
+    /// The stored form of the object at `key`.
+    pub fn get_raw(&self, key: &ObjKey) -> Option<Raw> {
         self.read()
             .objects
             .get(&key.gr)?
             .get(&(key.ns.clone(), key.name.clone()))
-            .cloned()
+            .map(|e| e.raw.clone())
     }
 
-    /// All objects of a resource (in one namespace when `ns` is given), sorted by namespace and
-    /// name, with the RV the snapshot is consistent with.
-    pub fn list(&self, gr: &str, ns: Option<&str>) -> (Vec<Arc<Value>>, u64) {
+    /// The current object at `key`, decoded. An object that does not decode (the file was
+    /// damaged) is logged and treated as absent.
+    pub fn get(&self, key: &ObjKey) -> Option<Arc<Value>> {
+        let raw = self.get_raw(key)?;
+        decode(key, &raw)
+            .inspect_err(|e| tracing::error!("{e}"))
+            .ok()
+            .map(Arc::new)
+    }
+
+    /// The stored form of every object of a resource (in one namespace when `ns` is given),
+    /// sorted by namespace and name, with the RV the snapshot is consistent with.
+    pub fn list_raw(&self, gr: &str, ns: Option<&str>) -> (Vec<Listed>, u64) {
         let st = self.read();
+        let entry = |((n, name), e): (&(String, String), &Entry)| {
+            ((n.clone(), name.clone()), e.raw.clone())
+        };
         let items = match st.objects.get(gr) {
             None => vec![],
             Some(map) => match ns {
                 Some(ns) => map
                     .range((ns.to_string(), String::new())..)
                     .take_while(|((n, _), _)| n == ns)
-                    .map(|(_, v)| v.clone())
+                    .map(entry)
                     .collect(),
-                None => map.values().cloned().collect(),
+                None => map.iter().map(entry).collect(),
             },
         };
         (items, st.rv)
+    }
+
+    /// All objects of a resource (in one namespace when `ns` is given), decoded, sorted by
+    /// namespace and name, with the RV the snapshot is consistent with.
+    pub fn list(&self, gr: &str, ns: Option<&str>) -> (Vec<Arc<Value>>, u64) {
+        let (items, rv) = self.list_raw(gr, ns);
+        let decoded = items
+            .into_iter()
+            .filter_map(|((ns, name), raw)| {
+                decode(&ObjKey::new(gr, &ns, &name), &raw)
+                    .inspect_err(|e| tracing::error!("{e}"))
+                    .ok()
+            })
+            .map(Arc::new)
+            .collect();
+        (decoded, rv)
     }
 
     /// Every resource (`group/plural`) that currently holds objects in namespace `ns`.
@@ -467,7 +526,7 @@ impl Store {
         &self,
         gr: &str,
         ns: Option<&str>,
-    ) -> (Vec<Arc<Value>>, u64, broadcast::Receiver<Arc<Event>>) {
+    ) -> (Vec<Raw>, u64, broadcast::Receiver<Arc<Event>>) {
         let st = self.read();
         let rx = self.events.subscribe();
         let items = match st.objects.get(gr) {
@@ -475,7 +534,7 @@ impl Store {
             Some(map) => map
                 .iter()
                 .filter(|((n, _), _)| ns.is_none_or(|ns| ns == n))
-                .map(|(_, v)| v.clone())
+                .map(|(_, e)| e.raw.clone())
                 .collect(),
         };
         (items, st.rv, rx)
@@ -503,10 +562,14 @@ impl Store {
     {
         let (rv, epoch, outcome) = {
             let mut st = self.staging();
-            let current = match st.overlay.get(key) {
+            let stored = match st.overlay.get(key) {
                 Some(staged) => staged.clone(),
-                None => self.get(key),
+                None => match self.get_raw(key) {
+                    Some(raw) => Some((Arc::new(decode(key, &raw)?), raw)),
+                    None => None,
+                },
             };
+            let (current, prev) = stored.unzip();
             let proposed = f(current.as_ref())?;
             let (kind, mut object) = match (proposed, &current) {
                 (Proposed::Put(new), Some(cur)) if same_ignoring_rv(&new, cur) => {
@@ -533,19 +596,21 @@ impl Store {
             }
             let rv = st.last_rv + 1;
             set_rv(&mut object, rv);
+            let raw = Raw::encode(&object).map_err(txn_err)?;
+            let index = IndexKeys::of(&object);
             let object = Arc::new(object);
             let event = Arc::new(Event {
                 rv,
                 kind,
                 key: key.clone(),
-                object: object.clone(),
-                prev: current,
+                object: raw.clone(),
+                prev,
             });
             st.last_rv = rv;
-            st.batch.push(event);
+            st.batch.push(Staged { event, index });
             st.overlay.insert(
                 key.clone(),
-                (kind != EventType::Deleted).then(|| object.clone()),
+                (kind != EventType::Deleted).then(|| (object.clone(), raw)),
             );
             (rv, st.epoch, wrap(object))
         };
@@ -589,15 +654,15 @@ impl Store {
     }
 
     /// Makes a committed batch visible: memory, watch events, then the staged overlay.
-    fn publish(&self, batch: &[Arc<Event>]) {
-        let last = batch.last().map_or(0, |e| e.rv);
+    fn publish(&self, batch: &[Staged]) {
+        let last = batch.last().map_or(0, |s| s.event.rv);
         {
             let mut st = self.write_state();
-            for ev in batch {
+            for Staged { event: ev, index } in batch {
                 st.rv = ev.rv;
                 st.index(
                     &ev.key,
-                    (ev.kind != EventType::Deleted).then_some(&ev.object),
+                    (ev.kind != EventType::Deleted).then_some((&ev.object, index)),
                 );
                 st.log.push_back(ev.clone());
                 // Nobody listening is fine: watchers come and go.
@@ -612,12 +677,12 @@ impl Store {
         {
             // Later writers may have staged newer content for the same keys: keep those.
             let mut st = self.staging();
-            let published = st.batch.partition_point(|e| e.rv <= last);
+            let published = st.batch.partition_point(|s| s.event.rv <= last);
             st.batch.drain(..published);
-            for ev in batch {
+            for Staged { event: ev, .. } in batch {
                 let applied = (ev.kind != EventType::Deleted).then_some(&ev.object);
                 let same = match st.overlay.get(&ev.key) {
-                    Some(Some(staged)) => applied.is_some_and(|a| Arc::ptr_eq(a, staged)),
+                    Some(Some((_, staged))) => applied.is_some_and(|a| a.same_write(staged)),
                     Some(None) => applied.is_none(),
                     None => false,
                 };
@@ -630,7 +695,7 @@ impl Store {
         self.rv_tx.send_replace(last);
     }
 
-    async fn persist(&self, batch: &[Arc<Event>]) -> Result<(), StoreError> {
+    async fn persist(&self, batch: &[Staged]) -> Result<(), StoreError> {
         let db = self.db.read().unwrap_or_else(|p| p.into_inner()).clone();
         let Some(db) = db else {
             return if self.persistent {
@@ -641,7 +706,7 @@ impl Store {
                 Ok(())
             };
         };
-        let batch = batch.to_vec();
+        let batch: Vec<Arc<Event>> = batch.iter().map(|s| s.event.clone()).collect();
         let retention = self.config.retention as u64;
         let on_disk = self.on_disk.clone();
         tokio::task::spawn_blocking(move || {
@@ -744,7 +809,7 @@ mod tests {
         let (backlog, _, _) = s.subscribe(0).unwrap();
         let order: Vec<i64> = backlog
             .iter()
-            .map(|e| e.object["spec"]["v"].as_i64().unwrap())
+            .map(|e| e.object.value().unwrap()["spec"]["v"].as_i64().unwrap())
             .collect();
         assert_eq!(
             order,
@@ -787,6 +852,7 @@ mod tests {
             StoreConfig {
                 retention: 3,
                 watch_queue: 16,
+                ..StoreConfig::default()
             },
         )
         .unwrap();
