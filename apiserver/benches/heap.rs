@@ -95,11 +95,59 @@ async fn main() {
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let stats = dhat::HeapStats::get();
     drop(profiler);
-    let kept = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dhat-heap.json");
-    let _ = std::fs::copy(&out, &kept);
 
+    summarize(
+        &out,
+        &format!("creating {n} ConfigMaps"),
+        n,
+        "object",
+        stats.curr_bytes as u64,
+    );
+    server.shutdown().await;
+
+    // What one simulated workload cluster's API server costs while idle (the in-memory
+    // provider runs one per cluster): `CAPW_BENCH_WORKLOADS` of them, started as sim_cloud does.
+    let workloads: usize = std::env::var("CAPW_BENCH_WORKLOADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let (ca, key) = capw_apiserver::tls::generate_ca().expect("ca");
+    let out = tmp.path().join("dhat-workloads.json");
+    let profiler = dhat::Profiler::builder()
+        .file_name(&out)
+        .trim_backtraces(Some(24))
+        .build();
+    let mut servers = Vec::with_capacity(workloads);
+    for _ in 0..workloads {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        servers.push(
+            capw_apiserver::InMemoryServer::start(listener, &ca, &key, "t".into(), &[])
+                .await
+                .expect("workload server"),
+        );
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let stats = dhat::HeapStats::get();
+    drop(profiler);
+    summarize(
+        &out,
+        &format!("starting {workloads} idle workload API servers"),
+        workloads,
+        "server",
+        stats.curr_bytes as u64,
+    );
+    drop(servers);
+}
+
+/// Prints the live bytes at the end of the profile in `path`, by allocating function.
+fn summarize(path: &std::path::Path, what: &str, n: usize, unit: &str, process: u64) {
+    let kept = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(path.file_name().expect("file name"));
+    let _ = std::fs::copy(path, &kept);
     let profile: Value =
-        serde_json::from_slice(&std::fs::read(&out).expect("profile")).expect("json");
+        serde_json::from_slice(&std::fs::read(path).expect("profile")).expect("json");
     let frames: Vec<&str> = profile["ftbl"]
         .as_array()
         .expect("ftbl")
@@ -132,11 +180,10 @@ async fn main() {
     let total: u64 = rows.iter().map(|r| r.1.0).sum();
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     println!(
-        "live heap allocated while creating {n} ConfigMaps: {:.1} MiB in {} blocks ({:.0} B per object); whole process now {:.1} MiB",
+        "\nlive heap allocated while {what}: {:.1} MiB ({:.0} B per {unit}); whole process now {:.1} MiB",
         mib(total),
-        stats.curr_blocks,
         total as f64 / n as f64,
-        mib(stats.curr_bytes as u64)
+        mib(process)
     );
     println!(
         "{:>9}  {:>8}  allocated by ({})",
@@ -144,8 +191,7 @@ async fn main() {
         "blocks",
         kept.display()
     );
-    for (f, (bytes, blocks)) in rows.iter().take(25) {
+    for (f, (bytes, blocks)) in rows.iter().take(20) {
         println!("{:>9.2}  {blocks:>8}  {f}", mib(*bytes));
     }
-    server.shutdown().await;
 }

@@ -476,6 +476,10 @@ impl InMemoryServer {
                 .collect::<Vec<_>>(),
         );
         let tls = tls::from_ca(ca_pem, ca_key_pem, &sans)?;
+        // A session cache preallocates 256 slots (30 KB) per server; the host's clients keep
+        // their connections open, so a workload API resumes no sessions.
+        let mut server_config = Arc::unwrap_or_clone(tls.server_config);
+        server_config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         let app = Arc::new(http::App::new(
             core.clone(),
             token,
@@ -497,7 +501,7 @@ impl InMemoryServer {
         ));
         let task = tokio::spawn(serve(
             listener,
-            tokio_rustls::TlsAcceptor::from(tls.server_config),
+            tokio_rustls::TlsAcceptor::from(Arc::new(server_config)),
             http::router(app.clone()),
             rx,
         ));

@@ -631,13 +631,17 @@ pub struct Registry {
 
 impl Registry {
     pub fn with_builtins() -> Self {
+        // Built once per process: a host runs an API server per simulated workload cluster, and
+        // each copy of the built-in types (columns, field lists) cost about 20 KB.
+        static BUILTINS: std::sync::LazyLock<Vec<Arc<ResourceType>>> =
+            std::sync::LazyLock::new(|| builtins().into_iter().map(Arc::new).collect());
         let r = Registry::default();
         {
             let mut t = r.table_mut();
-            for rt in builtins() {
+            for rt in BUILTINS.iter() {
                 t.insert(
                     (rt.group.clone(), rt.version.clone(), rt.plural.clone()),
-                    Arc::new(rt),
+                    rt.clone(),
                 );
             }
         }
