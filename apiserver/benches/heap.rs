@@ -59,6 +59,21 @@ fn function(frame: &str) -> &str {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    // A profile another benchmark wrote (the clusters benchmark's `--features dhat-heap`).
+    if let Ok(path) = std::env::var("CAPW_HEAP_PROFILE") {
+        let n = std::env::var("CAPW_BENCH_CLUSTERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        summarize(
+            std::path::Path::new(&path),
+            "the profiled run",
+            n,
+            "cluster",
+            0,
+        );
+        return;
+    }
     let n: usize = std::env::var("CAPW_BENCH_OBJECTS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -63,6 +63,9 @@ pub struct App {
     pub active_watches: AtomicUsize,
     /// Requests served, by method (GET, POST, PUT, PATCH, DELETE, other), for `/metrics`.
     pub requests: [std::sync::atomic::AtomicU64; 6],
+    /// Resource requests by verb and `group/resource[/subresource]`, for `/metrics`: what a
+    /// controller asks twice or writes without need shows up here.
+    by_resource: std::sync::Mutex<std::collections::HashMap<RequestKind, u64>>,
     /// Set when the server stops, so open watches end and release the store.
     pub closing: tokio::sync::watch::Sender<bool>,
     writes: Semaphore,
@@ -76,6 +79,14 @@ pub struct App {
 }
 
 /// One kind of RBAC decision, as `capw_apiserver_rbac_checks_total` labels it.
+#[derive(
+    Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, prometheus_client::encoding::EncodeLabelSet,
+)]
+struct RequestKind {
+    verb: String,
+    resource: String,
+}
+
 #[derive(
     Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, prometheus_client::encoding::EncodeLabelSet,
 )]
@@ -104,6 +115,7 @@ impl App {
             settings,
             active_watches: AtomicUsize::new(0),
             requests: Default::default(),
+            by_resource: Default::default(),
             closing,
             writes,
             kubernetes_version: Default::default(),
@@ -173,6 +185,17 @@ impl App {
             requests,
         );
         registry.register("capw_apiserver_watches", "Open watches", watches);
+        let by_resource = Family::<RequestKind, Counter>::default();
+        if let Ok(seen) = self.by_resource.lock() {
+            for (kind, n) in seen.iter() {
+                by_resource.get_or_create(kind).inc_by(*n);
+            }
+        }
+        registry.register(
+            "capw_apiserver_resource_requests",
+            "Resource requests served, by verb and group/resource[/subresource]",
+            by_resource,
+        );
         let checks = Family::<RbacCheck, Counter>::default();
         if let Ok(seen) = self.rbac_checks.lock() {
             for (check, n) in seen.iter() {
@@ -615,6 +638,16 @@ async fn serve_request(app: Arc<App>, req: Request) -> Response {
             .unwrap_or_else(|| error_response(&ApiError::route_not_found())),
         Route::Resource(rp) => {
             let query = Query::parse(parts.uri.query());
+            let kind = RequestKind {
+                verb: verb(&parts.method, rp.name.is_empty(), query.flag("watch")),
+                resource: match rp.subresource.as_str() {
+                    "" => format!("{}/{}", rp.group, rp.resource),
+                    sub => format!("{}/{}/{sub}", rp.group, rp.resource),
+                },
+            };
+            if let Ok(mut seen) = app.by_resource.lock() {
+                *seen.entry(kind).or_default() += 1;
+            }
             match resource(
                 &app,
                 &identity,

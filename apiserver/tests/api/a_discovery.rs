@@ -164,6 +164,9 @@ async fn a09_to_a12_queries_paths_and_accept() {
 async fn metrics_are_openmetrics_text() {
     let t = start().await;
     t.get("/api").await;
+    t.get("/api/v1/namespaces/default/configmaps").await;
+    t.get("/api/v1/namespaces/default/configmaps").await;
+    t.get("/api/v1/namespaces/default/configmaps/absent").await;
     let r = t.get("/metrics").await;
     assert_eq!(r.status, 200);
     assert_eq!(
@@ -177,6 +180,17 @@ async fn metrics_are_openmetrics_text() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!(gets >= 1, "{text}");
+    let by_kind = |verb: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(&format!(
+                    "capw_apiserver_resource_requests_total{{verb=\"{verb}\",resource=\"/configmaps\"}} "
+                ))
+            })
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    assert_eq!(by_kind("list"), Some(2), "{text}");
+    assert_eq!(by_kind("get"), Some(1), "{text}");
     assert!(
         text.contains("# TYPE capw_apiserver_watches gauge"),
         "{text}"
