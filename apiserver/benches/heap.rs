@@ -160,7 +160,9 @@ async fn main() {
 fn summarize(path: &std::path::Path, what: &str, n: usize, unit: &str, process: u64) {
     let kept = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(path.file_name().expect("file name"));
-    let _ = std::fs::copy(path, &kept);
+    if kept != path {
+        let _ = std::fs::copy(path, &kept);
+    }
     let profile: Value =
         serde_json::from_slice(&std::fs::read(path).expect("profile")).expect("json");
     let frames: Vec<&str> = profile["ftbl"]

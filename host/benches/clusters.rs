@@ -48,8 +48,37 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The same allocator as the `capw` binary, so the host measured here allocates as it does there.
+#[cfg(not(feature = "dhat-heap"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// `--features dhat-heap`: the heap is profiled from the first create until every cluster
+/// runs, and the profile is written to `target/tmp/dhat-host.json`; `CAPW_HEAP_PROFILE=that
+/// cargo bench -p capw-apiserver --bench heap` prints it by allocating function.
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOCATOR: dhat::Alloc = dhat::Alloc;
+
+#[cfg(feature = "dhat-heap")]
+static PROFILER: Mutex<Option<dhat::Profiler>> = Mutex::new(None);
+
+fn start_heap_profile() {
+    #[cfg(feature = "dhat-heap")]
+    {
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dhat-host.json");
+        *PROFILER.lock().expect("lock") = Some(
+            dhat::Profiler::builder()
+                .file_name(path)
+                .trim_backtraces(Some(24))
+                .build(),
+        );
+    }
+}
+
+fn stop_heap_profile() {
+    #[cfg(feature = "dhat-heap")]
+    drop(PROFILER.lock().expect("lock").take());
+}
 
 /// The simulated cloud of the current run, for the native providers' `sim_cloud` calls.
 static SIM: Mutex<Option<Arc<SimCloud>>> = Mutex::new(None);
@@ -219,6 +248,26 @@ async fn requests_by_method(client: &kube::Client) -> Vec<(String, u64)> {
             Some((m.to_string(), rest.rsplit(' ').next()?.parse().ok()?))
         })
         .collect()
+}
+
+/// Resource requests by verb and resource, most first (`capw_apiserver_resource_requests`).
+async fn requests_by_kind(client: &kube::Client) -> Vec<(String, u64)> {
+    let req = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = client.request_text(req).await.unwrap_or_default();
+    let mut out: Vec<(String, u64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("capw_apiserver_resource_requests_total{verb=\""))
+        .filter_map(|l| {
+            let (verb, rest) = l.split_once('"')?;
+            let resource = rest.strip_prefix(",resource=\"")?.split_once('"')?.0;
+            let n = rest.rsplit(' ').next()?.parse().ok()?;
+            Some((format!("{verb} {resource}"), n))
+        })
+        .collect();
+    out.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    out
 }
 
 fn ar(group: &str, kind: &str, plural: &str) -> ApiResource {
@@ -527,9 +576,21 @@ async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
         async move {
             let o: DynamicObject = serde_json::from_value(obj).expect("object");
-            api.create(&PostParams::default(), &o)
-                .await
-                .expect("create");
+            // The components' CRDs are installed as they load: under the heap profiler that
+            // can be after the first creates.
+            let mut tries = 0;
+            loop {
+                match api.create(&PostParams::default(), &o).await {
+                    Err(kube::Error::Api(e)) if e.code == 404 && tries < 60 => {
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    r => {
+                        r.expect("create");
+                        break;
+                    }
+                }
+            }
         }
     };
     let _ = pp;
@@ -619,6 +680,7 @@ async fn create_cluster(client: &kube::Client, i: usize, workers: usize) {
 }
 
 async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
+    start_heap_profile();
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut child, kubeconfig) = apiserver(&dir.path().join("api"));
     let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
@@ -745,6 +807,16 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
         "  {mode:?}: requests by method since start: {}",
         by_method.join(", ")
     );
+    let by_kind: Vec<String> = requests_by_kind(&client)
+        .await
+        .into_iter()
+        .take(16)
+        .map(|(k, n)| format!("{k} {:.1}", n as f64 / clusters as f64))
+        .collect();
+    eprintln!(
+        "  {mode:?}: requests per cluster by verb and resource since start: {}",
+        by_kind.join(", ")
+    );
     let text = host.metrics.render();
     let mut waits: Vec<&str> = text
         .lines()
@@ -759,6 +831,7 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
         .map(|c| format!("{c} {}", host.metrics.reconcile_count(c)))
         .collect();
     eprintln!("  {mode:?}: reconciles: {}", per_controller.join(", "));
+    stop_heap_profile();
     let out = Outcome {
         wall,
         requests: created_requests,
