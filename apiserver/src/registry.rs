@@ -112,6 +112,9 @@ pub struct ResourceType {
     /// Where the schema declares `x-kubernetes-map-type: atomic` (see
     /// [`schema::atomic_map_paths`]).
     pub atomic_maps: Vec<String>,
+    /// Whether the schema declares any `default:`, so reads apply defaults (see
+    /// [`schema::has_defaults`]); worked out once, as LIST and watch ask on every request.
+    pub schema_defaults: bool,
     /// Where objects live in the store (`group/plural`); the events.k8s.io view shares core's.
     pub storage: String,
     /// Whether clients may use this version. A CRD's storage version may be unserved; the
@@ -273,6 +276,7 @@ fn builtin(
         selectable_fields: vec![],
         cel: None,
         atomic_maps: vec![],
+        schema_defaults: false,
         storage: format!("{group}/{plural}"),
         served: true,
         storage_version: b != Builtin::EventV1,
@@ -612,6 +616,9 @@ pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
                 .pointer("/schema/openAPIV3Schema")
                 .map(schema::atomic_map_paths)
                 .unwrap_or_default(),
+            schema_defaults: v
+                .pointer("/schema/openAPIV3Schema")
+                .is_some_and(schema::has_defaults),
             storage: format!("{group}/{plural}"),
             served,
             storage_version,

@@ -154,7 +154,7 @@ async fn check_owner(core: &Core, key: &ObjKey) {
 }
 
 async fn on_event(core: &Core, ev: &Event) {
-    let Ok(object) = ev.object.value() else {
+    let Ok(object) = ev.object.metadata() else {
         return;
     };
     match ev.kind {

@@ -3,7 +3,6 @@
 
 use super::Core;
 use crate::registry::{Builtin, ResourceType};
-use crate::schema;
 use crate::store::{Raw, form};
 use bytes::Bytes;
 
@@ -21,8 +20,7 @@ impl Shape {
     pub fn of(rt: &ResourceType) -> Self {
         Shape {
             form: form(&rt.api_version(), &rt.kind),
-            rewrites: rt.builtin == Some(Builtin::EventV1)
-                || rt.schema.as_ref().is_some_and(schema::has_defaults),
+            rewrites: rt.builtin == Some(Builtin::EventV1) || rt.schema_defaults,
         }
     }
 

@@ -57,9 +57,18 @@ impl Filter {
         self.labels.is_empty() && self.fields.0.is_empty()
     }
 
-    /// Matches a stored object's bytes, decoding them only when there is something to match.
+    /// Matches a stored object's bytes, decoding them only when there is something to match,
+    /// and only their metadata when only labels are.
     pub fn matches_raw(&self, raw: &Raw) -> bool {
-        self.is_empty() || raw.value().is_ok_and(|o| self.matches(&o))
+        if self.is_empty() {
+            return true;
+        }
+        let decoded = if self.fields.0.is_empty() {
+            raw.metadata()
+        } else {
+            raw.value()
+        };
+        decoded.is_ok_and(|o| self.matches(&o))
     }
 
     /// Matches a stored object (core form for Events).

@@ -61,6 +61,20 @@ impl Raw {
         serde_json::from_slice(&self.json)
     }
 
+    /// `{"metadata": …}` alone: the rest of the object is parsed past, not built, for readers
+    /// that look only at metadata (the garbage collector, label selectors).
+    pub fn metadata(&self) -> Result<Value, serde_json::Error> {
+        #[derive(serde::Deserialize)]
+        struct MetadataOnly {
+            #[serde(default)]
+            metadata: Value,
+        }
+        let m: MetadataOnly = serde_json::from_slice(&self.json)?;
+        let mut out = serde_json::Map::new();
+        out.insert("metadata".into(), m.metadata);
+        Ok(Value::Object(out))
+    }
+
     /// Whether the object was stored with this `form(apiVersion, kind)`.
     pub fn is_form(&self, form: u64) -> bool {
         self.form == form
@@ -110,6 +124,7 @@ mod tests {
         let o = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
         let raw = Raw::encode(&o).unwrap();
         assert_eq!(raw.value().unwrap(), o);
+        assert_eq!(raw.metadata().unwrap(), json!({"metadata": {"name": "a"}}));
         assert!(raw.is_form(form("v1", "ConfigMap")));
         assert!(!raw.is_form(form("v1", "Secret")));
         assert!(!raw.is_form(form("events.k8s.io/v1", "ConfigMap")));
