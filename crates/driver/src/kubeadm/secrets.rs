@@ -47,17 +47,41 @@ fn owner(kctx: &KindCtx, obj: &DynamicObject, cluster: &Cluster) -> Option<Owner
     })
 }
 
+/// Who makes the Secrets, as upstream: the control plane, or the bootstrap config of a
+/// control-plane Machine in a Cluster without a control plane (CABPK's `LookupOrGenerate`).
+/// Every other call only reads them (CABPK's `Lookup`): a worker's bootstrap config, reconciled
+/// before the control plane, would otherwise make the CA with the Cluster as its owner, and
+/// which owner the CA got would depend on which controller ran first.
+fn makes_secrets(role: Role, cluster: &Cluster, worker: bool) -> bool {
+    match role {
+        Role::ControlPlane => true,
+        Role::BootstrapConfig => {
+            !worker
+                && !cluster
+                    .spec
+                    .control_plane_ref
+                    .as_ref()
+                    .is_some_and(|r| r.is_set())
+        }
+        Role::InfraCluster | Role::InfraMachine => false,
+    }
+}
+
 struct Maker<'a> {
     api: Api<Secret>,
     kctx: &'a KindCtx,
     ns: String,
     cluster: String,
     owner: Option<OwnerReference>,
+    /// Whether this call makes missing Secrets, or only reads them (see [`makes_secrets`]).
+    creates: bool,
 }
 
 impl Maker<'_> {
-    /// The Secret's data, creating it with `make` when there is none. A control plane adopts a
-    /// Secret that no controller owns, as upstream's KCP does with certificates CABPK made.
+    /// The Secret's data, creating it with `make` when there is none and this call
+    /// [`creates`](Maker::creates); otherwise empty until its maker has written it. A control
+    /// plane adopts a Secret that no controller owns, as upstream's KCP does with certificates
+    /// CABPK made.
     async fn ensure(
         &self,
         suffix: &str,
@@ -76,6 +100,15 @@ impl Maker<'_> {
                 self.check_cluster(&s)?;
                 self.adopt(&s).await?;
                 Some(s)
+            }
+            None if !self.creates => {
+                // The cache may not have it yet: the control plane wrote it before it made the
+                // Machine this call is for.
+                let found = self.api.get_opt(&secret_name).await?;
+                if let Some(s) = &found {
+                    self.check_cluster(s)?;
+                }
+                found
             }
             None => {
                 let mut s = Secret {
@@ -182,6 +215,7 @@ pub(crate) async fn cluster_secrets(
         ns: ns.clone(),
         cluster: cluster.name_any(),
         owner: owner(kctx, obj, cluster),
+        creates: makes_secrets(kctx.role, cluster, worker),
     };
     let new_ca = |what: &str| {
         let (crt, key) = tls::generate_ca().map_err(failed(what))?;
@@ -259,4 +293,40 @@ pub(crate) async fn cluster_secrets(
         out.push(("token".to_string(), t.clone()));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(control_plane_ref: bool) -> Cluster {
+        let mut spec = serde_json::json!({});
+        if control_plane_ref {
+            spec = serde_json::json!({"controlPlaneRef": {
+                "apiGroup": "controlplane.cluster.x-k8s.io",
+                "kind": "KubeadmControlPlane",
+                "name": "cp"
+            }});
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "Cluster",
+            "metadata": {"name": "c", "namespace": "default"},
+            "spec": spec
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_the_control_plane_or_a_standalone_control_plane_machine_makes_the_secrets() {
+        let with_cp = cluster(true);
+        let standalone = cluster(false);
+        assert!(makes_secrets(Role::ControlPlane, &with_cp, false));
+        // A worker reconciled before the control plane waits for its CA, as CABPK's Lookup.
+        assert!(!makes_secrets(Role::BootstrapConfig, &with_cp, true));
+        assert!(!makes_secrets(Role::BootstrapConfig, &with_cp, false));
+        assert!(makes_secrets(Role::BootstrapConfig, &standalone, false));
+        assert!(!makes_secrets(Role::BootstrapConfig, &standalone, true));
+        assert!(!makes_secrets(Role::InfraMachine, &standalone, false));
+    }
 }
