@@ -3,16 +3,35 @@
 //! providerID when it reconciles). Nothing in the Secret is trusted: the kubeconfig must pass
 //! [`crate::kubeconfig::sanitize`] against the Cluster's endpoint, and the client is built from
 //! what that returns.
+//!
+//! The clients live as long as their cluster, but their connections do not: a workload API is
+//! asked a few questions while its Machines change, then nothing for minutes. kube's default
+//! client keeps every connection it opened, each with its read buffers, TLS state and dispatch
+//! queue (about 400 KB per cluster between the host's client and an in-memory provider's
+//! server), so a thousand quiet clusters held a thousand idle connections. Here at most one
+//! connection per cluster stays open, for [`IDLE`]. kube's `ClientBuilder` takes no pool
+//! settings, so the stack is assembled from kube's own layers around a configured hyper client.
 
 use crate::connect_to::ConnectTo;
 use capw_api::cluster::Cluster;
 use k8s_openapi::api::core::v1::Secret;
 use kube::config::KubeConfigOptions;
 use kube::runtime::reflector::{ObjectRef, Store};
+use hyper_timeout::TimeoutConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::{Body, ConfigExt};
 use kube::{Client, Config};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
+use tower::{BoxError, ServiceBuilder};
+
+/// How long an unused connection to a workload API stays open.
+const IDLE: Duration = Duration::from_secs(5);
+/// How long a workload API may take to accept a connection, and to answer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
@@ -107,9 +126,7 @@ impl Remotes {
             config.cluster_url = url.parse().map_err(|e| invalid(format!("{url}: {e}")))?;
             config.tls_server_name.get_or_insert_with(|| e.host.clone());
         }
-        config.connect_timeout = Some(Duration::from_secs(5));
-        config.read_timeout = Some(Duration::from_secs(10));
-        let client = Client::try_from(config).map_err(|e| invalid(e.to_string()))?;
+        let client = pooled(config).map_err(|e| invalid(e.to_string()))?;
         self.clients
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -117,10 +134,32 @@ impl Remotes {
         Ok(client)
     }
 
+    /// Forgets a deleted cluster's client, and with it its connection.
     pub fn forget(&self, ns: &str, cluster: &str) {
         self.clients
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&format!("{ns}/{cluster}"));
     }
+}
+
+/// A client over a connection pool that keeps one idle connection per workload API for
+/// [`IDLE`], with kube's base-URI and authentication layers.
+fn pooled(config: Config) -> Result<Client, kube::Error> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    let mut connector = TimeoutConnector::new(config.rustls_https_connector_with_connector(http)?);
+    connector.set_read_timeout(Some(READ_TIMEOUT));
+    let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(IDLE)
+        .pool_max_idle_per_host(1)
+        .pool_timer(TokioTimer::new())
+        .build::<_, Body>(connector);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .map_err(BoxError::from)
+        .service(pool);
+    Ok(Client::new(service, config.default_namespace))
 }
