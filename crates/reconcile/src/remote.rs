@@ -14,13 +14,13 @@
 
 use crate::connect_to::ConnectTo;
 use capw_api::cluster::Cluster;
-use k8s_openapi::api::core::v1::Secret;
-use kube::config::KubeConfigOptions;
-use kube::runtime::reflector::{ObjectRef, Store};
 use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use k8s_openapi::api::core::v1::Secret;
 use kube::client::{Body, ConfigExt};
+use kube::config::KubeConfigOptions;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Config};
 use std::collections::HashMap;
 use std::sync::Mutex;
