@@ -181,25 +181,6 @@ impl Resolver {
         (store, false, changes)
     }
 
-    /// The cache of kind `r` for a controller of its own: its store, and every object it
-    /// holds now followed by every change from now on, so each object is seen at least once.
-    /// One reflector per kind then serves core and the driver alike.
-    pub fn share(
-        &self,
-        r: &Resolved,
-    ) -> (
-        Store<DynamicObject>,
-        impl futures::Stream<Item = Arc<DynamicObject>> + Send + 'static,
-    ) {
-        let (store, _, changes) = self.cache(r);
-        // Subscribed before the snapshot: a change in between arrives twice, none is lost.
-        let rx = changes.subscribe();
-        let now = store.state();
-        let stream = futures::stream::iter(now)
-            .chain(tokio_stream::wrappers::UnboundedReceiverStream::new(rx));
-        (store, stream)
-    }
-
     /// Every change of objects of kind `r`, from now on.
     pub fn subscribe(
         &self,
