@@ -7,10 +7,10 @@
 //! The clients live as long as their cluster, but their connections do not: a workload API is
 //! asked a few questions while its Machines change, then nothing for minutes. kube's default
 //! client keeps every connection it opened, each with its read buffers, TLS state and dispatch
-//! queue (about 400 KB per cluster between the host's client and an in-memory provider's
-//! server), so a thousand quiet clusters held a thousand idle connections. Here at most one
-//! connection per cluster stays open, for [`IDLE`]. kube's `ClientBuilder` takes no pool
-//! settings, so the stack is assembled from kube's own layers around a configured hyper client.
+//! task on both ends, so a thousand quiet clusters held a thousand idle connections. Here at
+//! most one connection per cluster stays open, for [`IDLE`]. kube's `ClientBuilder` takes no
+//! pool settings, so the stack is assembled from kube's own layers around a configured hyper
+//! client.
 
 use crate::connect_to::ConnectTo;
 use capw_api::cluster::Cluster;
@@ -29,8 +29,9 @@ use tower::{BoxError, ServiceBuilder};
 
 /// How long an unused connection to a workload API stays open.
 const IDLE: Duration = Duration::from_secs(5);
-/// How long a workload API may take to accept a connection, and to answer.
+/// How long a workload API may take to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a workload API may take to answer.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
