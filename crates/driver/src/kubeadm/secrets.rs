@@ -101,15 +101,9 @@ impl Maker<'_> {
                 self.adopt(&s).await?;
                 Some(s)
             }
-            None if !self.creates => {
-                // The cache may not have it yet: the control plane wrote it before it made the
-                // Machine this call is for.
-                let found = self.api.get_opt(&secret_name).await?;
-                if let Some(s) = &found {
-                    self.check_cluster(s)?;
-                }
-                found
-            }
+            // The cache may not have it yet: the control plane wrote it before it made the
+            // Machine this call is for.
+            None if !self.creates => self.read(&secret_name).await?,
             None => {
                 let mut s = Secret {
                     data: Some(
@@ -129,18 +123,21 @@ impl Maker<'_> {
                 s.metadata.owner_references = self.owner.clone().map(|o| vec![o]);
                 match self.api.create(&PostParams::default(), &s).await {
                     Ok(s) => Some(s),
-                    Err(kube::Error::Api(e)) if e.code == 409 => {
-                        let found = self.api.get_opt(&secret_name).await?;
-                        if let Some(s) = &found {
-                            self.check_cluster(s)?;
-                        }
-                        found
-                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => self.read(&secret_name).await?,
                     Err(e) => return Err(e.into()),
                 }
             }
         };
         Ok(existing.map(|s| data(&s)).unwrap_or_default())
+    }
+
+    /// The Secret as the API has it, checked to be this cluster's.
+    async fn read(&self, name: &str) -> Result<Option<Secret>, DriverError> {
+        let found = self.api.get_opt(name).await?;
+        if let Some(s) = &found {
+            self.check_cluster(s)?;
+        }
+        Ok(found)
     }
 
     /// A Secret labelled for another cluster is never taken as this cluster's: its name was
@@ -222,6 +219,15 @@ pub(crate) async fn cluster_secrets(
         Ok(pair(crt, key))
     };
     let ca = maker.ensure("ca", || new_ca("the cluster CA")).await?;
+    if worker {
+        // A worker joins with a bootstrap token (`discovery.rs`): its bootstrap provider gets
+        // the CA certificate and nothing that signs or administers, and it never makes the
+        // Secrets (`makes_secrets`), so the others are not read.
+        return Ok(ca
+            .get("tls.crt")
+            .map(|crt| vec![("ca.crt".to_string(), crt.clone())])
+            .unwrap_or_default());
+    }
     let etcd = maker.ensure("etcd", || new_ca("the etcd CA")).await?;
     let proxy = maker
         .ensure("proxy", || new_ca("the front-proxy CA"))
@@ -246,14 +252,6 @@ pub(crate) async fn cluster_secrets(
             )]))
         })
         .await?;
-    if worker {
-        // A worker joins with a bootstrap token (`discovery.rs`): its bootstrap provider gets
-        // the CA certificate and nothing that signs or administers.
-        return Ok(ca
-            .get("tls.crt")
-            .map(|crt| vec![("ca.crt".to_string(), crt.clone())])
-            .unwrap_or_default());
-    }
     let mut out = vec![];
     if let (Some(crt), Some(key)) = (ca.get("tls.crt"), ca.get("tls.key")) {
         out.push(("ca.crt".to_string(), crt.clone()));
