@@ -284,23 +284,44 @@ where
         .predicate_filter(relevance, Default::default())
 }
 
-async fn run_kind(kctx: Arc<KindCtx>) {
-    let client = kctx.driver.client.clone();
-    let ar = kctx.ar.clone();
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    // The object's own status writes (the driver's) do not wake it again.
+type Objects = futures::stream::BoxStream<'static, Result<DynamicObject, watcher::Error>>;
+
+/// The kind's objects and their changes: from core's cache of the kind (`external::Resolver`)
+/// when it resolves the kind to the same resource the plugin serves, so the host keeps one
+/// reflector and one copy of each provider object; otherwise (a plugin version serving another
+/// version than the CRD's contract label names, until the host restarts) from a reflector
+/// of the driver's own.
+async fn objects(kctx: &KindCtx) -> (Store<DynamicObject>, Objects) {
+    use kube::runtime::WatchStreamExt;
+    let ar = &kctx.ar;
+    let resolver = &kctx.driver.resolver;
+    if let Ok(r) = resolver.resolve(&ar.group, &ar.kind).await
+        && r.ar == *ar
+    {
+        let (store, changes) = resolver.share(&r);
+        return (store, changes.map(|o| Ok((*o).clone())).boxed());
+    }
+    let api: Api<DynamicObject> = Api::all_with(kctx.driver.client.clone(), ar);
     let writer = kube::runtime::reflector::store::Writer::new(ar.clone());
     let reader = writer.as_reader();
+    let stream = kube::runtime::reflector(
+        writer,
+        watcher(api, watcher::Config::default())
+            .modify(capw_reconcile::trim::for_cache::<DynamicObject>),
+    )
+    .default_backoff()
+    .touched_objects()
+    .boxed();
+    (reader, stream)
+}
+
+async fn run_kind(kctx: Arc<KindCtx>) {
+    let ar = kctx.ar.clone();
+    let (reader, objects) = objects(&kctx).await;
+    // The object's own status writes (the driver's) do not wake it again.
     let own = {
         use kube::runtime::WatchStreamExt;
-        kube::runtime::reflector(
-            writer,
-            watcher(api, watcher::Config::default())
-                .modify(capw_reconcile::trim::for_cache::<DynamicObject>),
-        )
-        .default_backoff()
-        .touched_objects()
-        .predicate_filter(relevance::metadata, Default::default())
+        objects.predicate_filter(relevance::metadata, Default::default())
     };
     let mut c = Controller::for_stream_with(own, reader, ar.clone()).with_config(
         // Core adopts, labels and patches provider objects in quick succession: a short debounce

@@ -147,15 +147,8 @@ impl Resolver {
         let ready = Arc::new(AtomicBool::new(false));
         let changes: Arc<Fanout<DynamicObject>> = Arc::default();
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &r.ar);
-        {
-            let (store, ready) = (store.clone(), ready.clone());
-            tokio::spawn(async move {
-                if store.wait_until_ready().await.is_ok() {
-                    ready.store(true, Ordering::Release);
-                }
-            });
-        }
         let fanout = changes.clone();
+        let listed = ready.clone();
         tokio::spawn(async move {
             let mut stream = reflector(
                 writer,
@@ -163,11 +156,21 @@ impl Resolver {
                     .modify(crate::trim::for_cache::<DynamicObject>),
             )
             .default_backoff()
-            .touched_objects()
             .boxed();
+            // Ready is read off the reflector's own events, not awaited with
+            // `Store::wait_until_ready`: kube-runtime wakes only the last task waiting on a
+            // store, and a controller driven from this store ([`Resolver::share`]) waits on it
+            // too.
             while let Some(ev) = stream.next().await {
-                let Ok(obj) = ev else { continue };
-                fanout.send(&Arc::new(obj));
+                match ev {
+                    Ok(watcher::Event::InitDone) => listed.store(true, Ordering::Release),
+                    Ok(
+                        watcher::Event::Apply(obj)
+                        | watcher::Event::InitApply(obj)
+                        | watcher::Event::Delete(obj),
+                    ) => fanout.send(&Arc::new(obj)),
+                    Ok(watcher::Event::Init) | Err(_) => {}
+                }
             }
         });
         caches.insert(
@@ -179,6 +182,25 @@ impl Resolver {
             },
         );
         (store, false, changes)
+    }
+
+    /// The cache of kind `r` for a controller of its own: its store, and every object it
+    /// holds now followed by every change from now on, so each object is seen at least once.
+    /// One reflector per kind then serves core and the driver alike.
+    pub fn share(
+        &self,
+        r: &Resolved,
+    ) -> (
+        Store<DynamicObject>,
+        impl futures::Stream<Item = Arc<DynamicObject>> + Send + 'static,
+    ) {
+        let (store, _, changes) = self.cache(r);
+        // Subscribed before the snapshot: a change in between arrives twice, none is lost.
+        let rx = changes.subscribe();
+        let now = store.state();
+        let stream = futures::stream::iter(now)
+            .chain(tokio_stream::wrappers::UnboundedReceiverStream::new(rx));
+        (store, stream)
     }
 
     /// Every change of objects of kind `r`, from now on.

@@ -4,7 +4,10 @@
 //! 1. every Cluster is paused, and the move waits until its controller says so
 //!    (`Paused=True` for the new generation), so no reconcile is in flight;
 //! 2. the objects are copied in dependency order (owners before what they own), with their
-//!    owner references re-linked to the new uids and their status written after the create;
+//!    owner references re-linked to the new uids and their status written after the create.
+//!    Each is read again from the source just before its copy, as clusterctl does: the graph
+//!    was listed before the pause, and a Cluster copied from that listing would arrive
+//!    unpaused, so the target's host would start on it while the rest is still being copied;
 //! 3. the copies are unpaused, so the target's host adopts them;
 //! 4. the originals are deleted with their finalizers removed first, so the source's
 //!    providers do not delete the machines.
@@ -92,7 +95,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     ensure_namespace(&target, ns).await?;
     let mut uids: HashMap<String, String> = HashMap::new();
     for n in &nodes {
-        let created = create(&target, ns, n, &uids)
+        let created = create(&source, &target, ns, n, &uids)
             .await
             .with_context(|| format!("creating {} at the target", n.label()))?;
         uids.insert(n.uid(), created);
@@ -350,15 +353,21 @@ fn clean(meta: &mut kube::api::ObjectMeta) {
     meta.managed_fields = None;
 }
 
-/// Creates `n` at the target with its owners' new uids and its status; returns its new uid.
+/// Creates `n` at the target, as the source holds it now, with its owners' new uids and its
+/// status; returns its new uid.
 async fn create(
+    source: &Client,
     target: &Client,
     ns: &str,
     n: &Node,
     uids: &HashMap<String, String>,
 ) -> anyhow::Result<String> {
+    let now = Api::<DynamicObject>::namespaced_with(source.clone(), ns, &n.ar)
+        .get(&n.obj.name_any())
+        .await
+        .context("reading it again at the source")?;
     let api: Api<DynamicObject> = Api::namespaced_with(target.clone(), ns, &n.ar);
-    let mut copy = n.obj.clone();
+    let mut copy = now.clone();
     clean(&mut copy.metadata);
     if let Some(owners) = copy.metadata.owner_references.as_mut() {
         owners.retain(|o| uids.contains_key(&o.uid));
@@ -368,7 +377,7 @@ async fn create(
             }
         }
     }
-    let status = n.obj.data.get("status").cloned();
+    let status = now.data.get("status").cloned();
     let created = api.create(&PostParams::default(), &copy).await?;
     if n.status
         && let Some(status) = status
