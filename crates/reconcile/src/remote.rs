@@ -10,7 +10,7 @@
 //! task on both ends, so a thousand quiet clusters held a thousand idle connections. Here at
 //! most one connection per cluster stays open, for [`IDLE`]. kube's `ClientBuilder` takes no
 //! pool settings, so the stack is assembled from kube's own layers around a configured hyper
-//! client.
+//! client, over kube's TLS configuration with a session cache sized for one server.
 
 use crate::connect_to::ConnectTo;
 use capw_api::cluster::Cluster;
@@ -146,11 +146,23 @@ impl Remotes {
 
 /// A client over a connection pool that keeps one idle connection per workload API for
 /// [`IDLE`], with kube's base-URI and authentication layers.
-fn pooled(config: Config) -> Result<Client, kube::Error> {
+fn pooled(config: Config) -> Result<Client, BoxError> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    let mut connector = TimeoutConnector::new(config.rustls_https_connector_with_connector(http)?);
+    let mut tls = config.rustls_client_config()?;
+    // A client talks to one API server: room for that one name's session tickets, where
+    // rustls' default preallocates 256 names' worth (about 28 KB per client).
+    tls.resumption = rustls::client::Resumption::in_memory_sessions(1);
+    let mut https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(
+            rustls::pki_types::ServerName::try_from(name.clone())?,
+        ));
+    }
+    let mut connector = TimeoutConnector::new(https.enable_http1().wrap_connector(http));
     connector.set_read_timeout(Some(READ_TIMEOUT));
     let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .pool_idle_timeout(IDLE)
