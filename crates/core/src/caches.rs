@@ -134,6 +134,15 @@ pub fn start(shared: Shared, tasks: &mut Vec<JoinHandle<()>>) -> (Arc<CoreCtx>, 
         expectations: Default::default(),
         secrets,
     });
+    {
+        let ctx = ctx.clone();
+        let mut changes = watch(&machine_feed);
+        tasks.push(tokio::spawn(async move {
+            while let Some(m) = changes.next().await {
+                ctx.machines_written.observe(&m);
+            }
+        }));
+    }
     let feeds = Feeds {
         clusters: cluster_feed,
         machines: machine_feed,

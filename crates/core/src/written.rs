@@ -80,6 +80,13 @@ where
         }
     }
 
+    /// Follows the cache: once it shows a version of the object the last write did not
+    /// replace (that write's own, or a newer one), the entry is dropped. Without this an entry
+    /// lived until the object's next reconcile, which for a settled Machine never comes.
+    pub fn observe(&self, cached: &K) {
+        let _ = self.stand_in(cached);
+    }
+
     /// Drops what is known of an object that is going away.
     pub fn forget(&self, obj: &K) {
         if let Ok(mut entries) = self.entries.lock() {
@@ -131,5 +138,10 @@ mod tests {
         w.record(vec!["1".into()], cm("3", "written"));
         w.forget(&cm("3", ""));
         assert_eq!(w.len(), 0);
+        w.record(vec!["1".into()], cm("3", "written"));
+        w.observe(&cm("1", "stale"));
+        assert_eq!(w.len(), 1, "the cache still shows what the write replaced");
+        w.observe(&cm("3", "written"));
+        assert_eq!(w.len(), 0, "the cache shows the write itself");
     }
 }
