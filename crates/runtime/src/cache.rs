@@ -138,7 +138,7 @@ impl ArtifactCache {
             .unwrap_or(engine)
             .precompile_component(bytes)
             .map_err(|e| CacheError::Compile(format!("{e:#}")))?;
-        // SAFETY: produced just above by this engine.
+        // SAFETY: produced just above, by this engine or one of its configuration.
         let component = unsafe { Component::deserialize(engine, &compiled) }
             .map_err(|e| CacheError::Compile(format!("{e:#}")))?;
         self.private_dir(&self.dir)?;

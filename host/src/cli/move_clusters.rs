@@ -366,8 +366,9 @@ async fn create(
         .get(&n.obj.name_any())
         .await
         .context("reading it again at the source")?;
+    let status = now.data.get("status").cloned();
     let api: Api<DynamicObject> = Api::namespaced_with(target.clone(), ns, &n.ar);
-    let mut copy = now.clone();
+    let mut copy = now;
     clean(&mut copy.metadata);
     if let Some(owners) = copy.metadata.owner_references.as_mut() {
         owners.retain(|o| uids.contains_key(&o.uid));
@@ -377,7 +378,6 @@ async fn create(
             }
         }
     }
-    let status = now.data.get("status").cloned();
     let created = api.create(&PostParams::default(), &copy).await?;
     if n.status
         && let Some(status) = status
