@@ -267,6 +267,7 @@ async fn run(provider: Provider, clusters: usize) -> Outcome {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    capw_manager::memory::no_transparent_huge_pages();
     // `cargo bench` passes `--bench`; nothing else is read from the command line.
     let clusters: usize = std::env::var("CAPW_BENCH_CLUSTERS")
         .ok()

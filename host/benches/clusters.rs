@@ -47,7 +47,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The same allocator as the `capw` binary, so the host measured here allocates as it does there.
+/// The same allocator as the `capw` binary, so the host measured here allocates as it does there
+/// (`main` applies the binary's memory settings too).
 #[cfg(not(feature = "dhat-heap"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -974,6 +975,7 @@ fn print(mode: Mode, clusters: usize, o: &Outcome) {
 
 /// Each mode runs in a process of its own, so neither inherits the other's heap or tasks.
 fn main() {
+    capw_manager::memory::no_transparent_huge_pages();
     let clusters: usize = std::env::var("CAPW_BENCH_CLUSTERS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    capw_manager::memory::no_transparent_huge_pages();
     let args = cli::Cli::parse();
     // Colour codes only where a person reads them: `capw up > up.log` stays plain text.
     capw_runtime::logging::install(

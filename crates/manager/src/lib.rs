@@ -11,6 +11,7 @@
 
 pub mod health;
 pub mod leader;
+pub mod memory;
 pub mod rbac;
 pub mod webhooks;
 

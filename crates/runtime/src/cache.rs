@@ -133,11 +133,22 @@ impl ArtifactCache {
                 return Ok((c, Source::Cached));
             }
         }
-        let compiled = compiler(engine)
-            .as_ref()
-            .unwrap_or(engine)
-            .precompile_component(bytes)
-            .map_err(|e| CacheError::Compile(format!("{e:#}")))?;
+        let compile = || {
+            compiler(engine)
+                .as_ref()
+                .unwrap_or(engine)
+                .precompile_component(bytes)
+                .map_err(|e| CacheError::Compile(format!("{e:#}")))
+        };
+        // Cranelift compiles a component's functions on rayon's threads. The global pool's
+        // threads live as long as the process and, idle, never hand back what the allocator
+        // cached for them: about 40 MiB after the bundled components (docs/benchmarks.md). A
+        // pool of this compile's own ends its threads when it is dropped, and their memory
+        // goes back with them; compiling on one thread instead took twice as long.
+        let compiled = match rayon::ThreadPoolBuilder::new().build() {
+            Ok(pool) => pool.install(compile),
+            Err(_) => compile(),
+        }?;
         // SAFETY: produced just above, by this engine or one of its configuration.
         let component = unsafe { Component::deserialize(engine, &compiled) }
             .map_err(|e| CacheError::Compile(format!("{e:#}")))?;
