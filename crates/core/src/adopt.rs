@@ -149,9 +149,27 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     use kube::ResourceExt;
+    let Some(patch) = cluster_owner_patch(obj, cluster) else {
+        return Ok(false);
+    };
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(true)
+}
+
+/// The merge patch [`ensure_cluster_owner`] writes, if `obj` lacks the owner reference.
+pub fn cluster_owner_patch<K: kube::Resource>(
+    obj: &K,
+    cluster: &capw_api::cluster::Cluster,
+) -> Option<serde_json::Value> {
+    use kube::ResourceExt;
     let uid = cluster.uid().unwrap_or_default();
     if obj.owner_references().iter().any(|o| o.uid == uid) {
-        return Ok(false);
+        return None;
     }
     let mut refs: Vec<OwnerReference> = obj
         .owner_references()
@@ -160,14 +178,7 @@ where
         .cloned()
         .collect();
     refs.push(owner_ref("Cluster", &cluster.name_any(), &uid, false));
-    let patch = json!({"metadata": {"ownerReferences": refs}});
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(true)
+    Some(json!({"metadata": {"ownerReferences": refs}}))
 }
 
 /// Claims `obj` for a MachineSet or MachineDeployment over its resourceVersion: adds

@@ -32,7 +32,7 @@ pub(super) struct Around {
     pub requeue_within: Option<std::time::Duration>,
 }
 
-fn owner_name<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a str> {
+pub(super) fn owner_name<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a str> {
     obj.metadata
         .owner_references
         .as_ref()?

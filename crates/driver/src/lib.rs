@@ -9,6 +9,7 @@
 
 mod change;
 mod context;
+mod finalizer;
 mod kubeadm;
 mod machines;
 mod policy;
@@ -37,6 +38,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 /// Why one driver reconcile did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -432,6 +434,13 @@ async fn reconcile(obj: Arc<DynamicObject>, kctx: Arc<KindCtx>) -> Result<Action
     let ns = obj.namespace().unwrap_or_default();
     let span = tracing::info_span!("reconcile", controller = %kctx.ar.kind, plugin = %kctx.plugin, object.ref = %format!("{ns}/{}", obj.name_any()));
     let api: Api<DynamicObject> = Api::namespaced_with(kctx.driver.client.clone(), &ns, &kctx.ar);
+    let obj = match finalizer::first_write(&api, obj, &kctx)
+        .instrument(span.clone())
+        .await?
+    {
+        finalizer::First::Reconcile(o) => o,
+        finalizer::First::AwaitOwner => return Ok(Action::requeue(Duration::from_secs(30))),
+    };
     kctx.skeleton
         .reconcile(&api, obj, span, |o| apply(o, &kctx), |o| cleanup(o, &kctx))
         .await
@@ -638,7 +647,10 @@ async fn apply_phases(
         )
         .await?
         {
-            kubeadm::discovery::Next::AwaitChange => return Ok(Action::await_change()),
+            kubeadm::discovery::Next::CallFilled(spec) => {
+                around.context.object = with_spec(&around.context.object, &spec)?;
+                around.requeue_within = Some(kubeadm::discovery::UPKEEP_EVERY);
+            }
             kubeadm::discovery::Next::CallAndRequeue(d) => around.requeue_within = Some(d),
             kubeadm::discovery::Next::Call => {}
         }
@@ -675,6 +687,16 @@ async fn apply_phases(
             None => Action::await_change(),
         }),
     }
+}
+
+/// The object's JSON as the plugin sees it, with `patch` merged into its spec: what the scope
+/// writes at the end of this reconcile. A second reconcile only to show the plugin its own
+/// reconcile's fill cost a status write and a round trip per joining config.
+fn with_spec(object: &str, patch: &Value) -> Result<String, DriverError> {
+    let invalid = |e: serde_json::Error| DriverError::Invalid(format!("object JSON: {e}"));
+    let mut v: Value = serde_json::from_str(object).map_err(invalid)?;
+    json_patch::merge(&mut v, &serde_json::json!({ "spec": patch }));
+    serde_json::to_string(&v).map_err(invalid)
 }
 
 async fn cleanup(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, DriverError> {

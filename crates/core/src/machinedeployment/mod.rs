@@ -20,14 +20,14 @@ use capw_api::cluster::Cluster;
 use capw_api::common::names::{
     DEPLOYMENT_NAME_LABEL, MACHINEDEPLOYMENT_FINALIZER, PAUSED_ANNOTATION,
 };
-use capw_api::contract::conditions::set_paused;
+use capw_api::contract::conditions::{self, set_paused};
 use capw_api::machine::Machine;
 use capw_api::machinedeployment::{
     MachineDeployment, MachineDeploymentSpec, MachineDeploymentStatus,
 };
 use capw_api::machineset::MachineSet;
 use capw_reconcile::skeleton::{Phases, write_status};
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -49,6 +49,10 @@ pub(crate) struct Scope {
     pub missing_templates: Vec<String>,
     pub rollout_error: Option<String>,
     pub requeue: Option<Duration>,
+    /// The reconcile's changes to the deployment's metadata and spec (defaults, the cluster
+    /// label and owner, the revision), as one merge patch written by [`write_back`]: upstream's
+    /// patch helper writes them once, where they had a request each.
+    pub object_patch: serde_json::Value,
 }
 
 impl Scope {
@@ -71,10 +75,38 @@ impl Scope {
     pub fn object_ref(&self) -> k8s_openapi::api::core::v1::ObjectReference {
         self.md.object_ref(&())
     }
+
+    /// Adds `patch` (RFC 7386) to what [`write_back`] writes to the deployment.
+    pub fn patch_object(&mut self, patch: &serde_json::Value) {
+        json_patch::merge(&mut self.object_patch, patch);
+    }
 }
 
-async fn write_back(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+/// Writes what changed: the deployment's metadata and spec in one request, then its status,
+/// which records the generation that write made. Nothing when nothing changed.
+async fn write_back(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
     let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &scope.ns());
+    if scope
+        .object_patch
+        .as_object()
+        .is_some_and(|p| !p.is_empty())
+    {
+        let written = api
+            .patch(
+                &scope.name(),
+                &PatchParams::default(),
+                &Patch::Merge(&scope.object_patch),
+            )
+            .await?;
+        scope.object_patch = serde_json::json!({});
+        let status = &mut scope.status;
+        conditions::observe_own_write(
+            &mut status.conditions,
+            &mut status.observed_generation,
+            scope.md.metadata.generation,
+            written.metadata.generation,
+        );
+    }
     write_status(&api, &scope.name(), scope.md.status.as_ref(), &scope.status).await?;
     Ok(())
 }
@@ -111,6 +143,7 @@ fn scope_of(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Scope, Reconcil
         missing_templates: vec![],
         rollout_error: None,
         requeue: None,
+        object_patch: serde_json::json!({}),
     })
 }
 
@@ -126,27 +159,26 @@ async fn apply(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, Reco
         generation,
     );
     if paused {
-        write_back(&scope, ctx).await?;
+        write_back(&mut scope, ctx).await?;
         return Ok(Action::await_change());
     }
-    let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &scope.ns());
-    super::machineset::defaults::write(
-        &api,
+    if let Some(p) = super::machineset::defaults::patch(
         &*scope.md,
         &scope.md.spec,
         &scope.spec,
         &scope.spec.cluster_name,
-    )
-    .await?;
+    ) {
+        scope.patch_object(&p);
+    }
     let mut steps = Phases::default();
-    steps.run(sync::reconcile_owner(&scope, ctx).await);
+    sync::reconcile_owner(&mut scope);
     steps.run(crate::referenced::reconcile_templates(&mut scope, ctx).await);
     steps.run(sync::adopt(&mut scope, ctx).await);
     if steps.ok() {
         steps.run(sync::rollout(&mut scope, ctx).await);
     }
     status::update(&mut scope, steps.ok());
-    write_back(&scope, ctx).await?;
+    write_back(&mut scope, ctx).await?;
     steps.finish()?;
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
 }
@@ -158,7 +190,7 @@ async fn cleanup(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, Re
     sync::delete_all(&scope, ctx).await?;
     let remaining = scope.sets.len();
     status::update(&mut scope, true);
-    write_back(&scope, ctx).await?;
+    write_back(&mut scope, ctx).await?;
     if remaining > 0 {
         return Err(ReconcileError::waiting(
             "WaitingForMachineSetsDeletion",

@@ -34,10 +34,10 @@ fn now() -> i64 {
 use super::revisions::created;
 
 /// A plain (non-controller) owner reference to the Cluster.
-pub(super) async fn reconcile_owner(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
-    let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &scope.ns());
-    adopt::ensure_cluster_owner(&api, &*scope.md, &scope.cluster).await?;
-    Ok(())
+pub(super) fn reconcile_owner(scope: &mut Scope) {
+    if let Some(p) = adopt::cluster_owner_patch(&*scope.md, &scope.cluster) {
+        scope.patch_object(&p);
+    }
 }
 
 /// The deployment's sets from the cache: those it controls and controller-less ones its
@@ -392,15 +392,9 @@ pub(super) async fn rollout(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reco
         update_in_place(scope, ctx, ms, revision).await?;
         let rev = revisions::revision(&**ms).max(revision);
         if revisions::revision(&*scope.md) != rev {
-            let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &scope.ns());
-            let patch =
-                json!({"metadata": {"annotations": {REVISION_ANNOTATION: rev.to_string()}}});
-            api.patch(
-                &scope.name(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+            scope.patch_object(
+                &json!({"metadata": {"annotations": {REVISION_ANNOTATION: rev.to_string()}}}),
+            );
         }
     }
     if paused {
@@ -541,6 +535,7 @@ mod tests {
             missing_templates: vec![],
             rollout_error: None,
             requeue: None,
+            object_patch: json!({}),
         }
     }
 

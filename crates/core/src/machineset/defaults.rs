@@ -78,8 +78,24 @@ pub fn defaulted(ms: &MachineSet) -> MachineSetSpec {
     s
 }
 
-/// Writes the defaults (and the cluster-name label) when the stored object lacks them; for
-/// MachineSets and MachineDeployments alike.
+/// The merge patch that writes the defaults (and the cluster-name label) when the stored
+/// object lacks them; for MachineSets and MachineDeployments alike.
+pub fn patch<K, S>(obj: &K, stored: &S, defaulted: &S, cluster: &str) -> Option<serde_json::Value>
+where
+    K: kube::Resource,
+    S: serde::Serialize + PartialEq,
+{
+    let labelled = obj.labels().get(CLUSTER_NAME_LABEL).map(String::as_str) == Some(cluster);
+    if stored == defaulted && labelled {
+        return None;
+    }
+    Some(serde_json::json!({
+        "metadata": {"labels": {CLUSTER_NAME_LABEL: cluster}},
+        "spec": defaulted,
+    }))
+}
+
+/// Writes [`patch`] when there is one.
 pub async fn write<K, S>(
     api: &Api<K>,
     obj: &K,
@@ -91,20 +107,14 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     S: serde::Serialize + PartialEq,
 {
-    let labelled = obj.labels().get(CLUSTER_NAME_LABEL).map(String::as_str) == Some(cluster);
-    if stored == defaulted && labelled {
-        return Ok(());
+    if let Some(patch) = patch(obj, stored, defaulted, cluster) {
+        api.patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
     }
-    let patch = serde_json::json!({
-        "metadata": {"labels": {CLUSTER_NAME_LABEL: cluster}},
-        "spec": defaulted,
-    });
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
     Ok(())
 }
 

@@ -45,8 +45,10 @@ pub(crate) enum Next {
     Call,
     /// Call the plugin, and look at the config again within this time.
     CallAndRequeue(Duration),
-    /// The spec was just filled: its change brings the config back, with the token in it.
-    AwaitChange,
+    /// The spec was just filled with this merge patch (also in the scope): call the plugin
+    /// with the config as it will be once written, so the join data is made in this reconcile,
+    /// as CABPK does, and look at it again for the token's upkeep.
+    CallFilled(Value),
 }
 
 /// Whether a Secret expiring at `expiration` is due for a refresh at `now`: within 5/6 of
@@ -209,8 +211,9 @@ pub(crate) async fn reconcile(
         });
     }
     tracing::info!(config = %obj.name_any(), control_plane, "filling the join discovery");
-    scope.merge_spec(&json!({"joinConfiguration": {"discovery": {"bootstrapToken": patch}}}));
-    Ok(Next::AwaitChange)
+    let spec = json!({"joinConfiguration": {"discovery": {"bootstrapToken": patch}}});
+    scope.merge_spec(&spec);
+    Ok(Next::CallFilled(spec))
 }
 
 async fn create(

@@ -1,0 +1,176 @@
+//! The provider finalizer's first write. Upstream's providers wait for core's owner reference
+//! before they touch an object, and add their finalizer in a request of its own before their
+//! first real step. The driver does the same, but that request also carries the plugin
+//! version annotation of the version about to be called, and the reconcile goes on to call
+//! it: the finalizer, the annotation and the first call cost one write and one reconcile
+//! where they cost two of each (kube's finalizer helper returns after its write).
+//!
+//! An object being deleted, one that already has the finalizer, and one that is paused go to
+//! the skeleton as before (a paused object gets the finalizer alone, and its `Paused`
+//! condition).
+
+use crate::context::owner_name;
+use crate::{DriverError, KindCtx};
+use capw_api::common::names::{PAUSED_ANNOTATION, PLUGIN_VERSION_ANNOTATION};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// What the reconcile does after [`first_write`].
+pub(super) enum First {
+    /// Reconcile this object (the one read, or the one the write returned).
+    Reconcile(Arc<DynamicObject>),
+    /// Core has not set the owner yet; its write brings the object back.
+    AwaitOwner,
+}
+
+pub(super) async fn first_write(
+    api: &Api<DynamicObject>,
+    obj: Arc<DynamicObject>,
+    kctx: &KindCtx,
+) -> Result<First, DriverError> {
+    let finalizer = kctx.skeleton.finalizer.as_str();
+    if obj.meta().deletion_timestamp.is_some() || obj.finalizers().iter().any(|f| f == finalizer) {
+        return Ok(First::Reconcile(obj));
+    }
+    let owner = if kctx.role.machine_scoped() {
+        "Machine"
+    } else {
+        "Cluster"
+    };
+    if owner_name(&obj, owner).is_none() {
+        return Ok(First::AwaitOwner);
+    }
+    if paused(&obj, kctx) {
+        return Ok(First::Reconcile(obj));
+    }
+    let Some(slot) = kctx.driver.registry.get(&kctx.plugin) else {
+        return Err(DriverError::Unloaded(kctx.plugin.clone()));
+    };
+    let version = format!("{}/{}", kctx.plugin, slot.current().metadata.version);
+    let patch = patch(&obj, finalizer, &version)?;
+    let written = api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
+        .await?;
+    Ok(First::Reconcile(Arc::new(written)))
+}
+
+/// Whether the object or its Cluster (from the cache) is paused, as `context::gather` decides.
+fn paused(obj: &DynamicObject, kctx: &KindCtx) -> bool {
+    if obj.annotations().contains_key(PAUSED_ANNOTATION) {
+        return true;
+    }
+    let ns = obj.namespace().unwrap_or_default();
+    let cluster = obj
+        .labels()
+        .get(capw_api::common::names::CLUSTER_NAME_LABEL)
+        .cloned()
+        .or_else(|| owner_name(obj, "Cluster").map(str::to_string));
+    cluster
+        .and_then(|c| {
+            kctx.driver
+                .caches
+                .clusters
+                .get(&ObjectRef::new(&c).within(&ns))
+        })
+        .is_some_and(|c| capw_api::cluster::is_paused(&c))
+}
+
+/// A JSON patch that adds the finalizer, as kube's helper does (its `test` fails the request
+/// if the finalizers changed since the read), and sets the version annotation.
+fn patch(
+    obj: &DynamicObject,
+    finalizer: &str,
+    version: &str,
+) -> Result<json_patch::Patch, DriverError> {
+    let mut ops = match &obj.meta().finalizers {
+        Some(list) if !list.is_empty() => vec![
+            json!({"op": "test", "path": "/metadata/finalizers", "value": list}),
+            json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}),
+        ],
+        _ => vec![
+            json!({"op": "test", "path": "/metadata/finalizers", "value": Value::Null}),
+            json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}),
+        ],
+    };
+    ops.push(if obj.meta().annotations.is_some() {
+        let key = PLUGIN_VERSION_ANNOTATION.replace('~', "~0").replace('/', "~1");
+        json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": version})
+    } else {
+        json!({"op": "add", "path": "/metadata/annotations", "value": {PLUGIN_VERSION_ANNOTATION: version}})
+    });
+    serde_json::from_value(Value::Array(ops))
+        .map_err(|e| DriverError::Invalid(format!("finalizer patch: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ApiResource;
+
+    fn object(meta: Value) -> DynamicObject {
+        let mut o = DynamicObject::new(
+            "m1",
+            &ApiResource {
+                group: "infrastructure.cluster.x-k8s.io".into(),
+                version: "v1beta2".into(),
+                api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
+                kind: "InMemoryMachine".into(),
+                plural: "inmemorymachines".into(),
+            },
+        );
+        o.metadata = serde_json::from_value(meta).expect("meta");
+        o
+    }
+
+    /// `p` applied as the API server does: its `test` takes a missing member for null.
+    fn applied(obj: &DynamicObject, p: &json_patch::Patch) -> Value {
+        let mut doc = serde_json::to_value(obj).expect("json");
+        if doc["metadata"].get("finalizers").is_none() {
+            doc["metadata"]["finalizers"] = Value::Null;
+        }
+        json_patch::patch(&mut doc, p).expect("patch applies");
+        doc["metadata"].clone()
+    }
+
+    #[test]
+    fn adds_the_finalizer_and_the_version_to_a_bare_object() {
+        let obj = object(json!({"name": "m1"}));
+        let p = patch(&obj, "f", "inmemory/0.1.0").expect("patch");
+        let meta = applied(&obj, &p);
+        assert_eq!(meta["finalizers"], json!(["f"]));
+        assert_eq!(
+            meta["annotations"][PLUGIN_VERSION_ANNOTATION],
+            json!("inmemory/0.1.0")
+        );
+    }
+
+    #[test]
+    fn keeps_other_finalizers_and_annotations() {
+        let obj = object(json!({"name": "m1", "finalizers": ["other"],
+            "annotations": {"a": "b", PLUGIN_VERSION_ANNOTATION: "inmemory/0.0.9"}}));
+        let p = patch(&obj, "f", "inmemory/0.1.0").expect("patch");
+        let meta = applied(&obj, &p);
+        assert_eq!(meta["finalizers"], json!(["other", "f"]));
+        assert_eq!(meta["annotations"]["a"], json!("b"));
+        assert_eq!(
+            meta["annotations"][PLUGIN_VERSION_ANNOTATION],
+            json!("inmemory/0.1.0")
+        );
+    }
+
+    #[test]
+    fn fails_when_the_finalizers_changed_since_the_read() {
+        let read = object(json!({"name": "m1"}));
+        let p = patch(&read, "f", "v").expect("patch");
+        let now = object(json!({"name": "m1", "finalizers": ["someone-else"]}));
+        let mut doc = serde_json::to_value(&now).expect("json");
+        assert!(json_patch::patch(&mut doc, &p).is_err());
+    }
+}
