@@ -5,9 +5,10 @@
 //! it: the finalizer, the annotation and the first call cost one write and one reconcile
 //! where they cost two of each (kube's finalizer helper returns after its write).
 //!
-//! An object being deleted, one that already has the finalizer, and one that is paused go to
-//! the skeleton as before (a paused object gets the finalizer alone, and its `Paused`
-//! condition).
+//! A paused object gets the finalizer alone (no call will happen) and goes on to its `Paused`
+//! condition. Since the reconcile that adds the finalizer always goes on, the driver's watch
+//! ignores changes of its own finalizer; an object being deleted or one that already has it
+//! goes to the skeleton as it is.
 
 use crate::context::owner_name;
 use crate::{DriverError, KindCtx};
@@ -43,14 +44,19 @@ pub(super) async fn first_write(
     if owner_name(&obj, owner).is_none() {
         return Ok(First::AwaitOwner);
     }
-    if paused(&obj, kctx) {
-        return Ok(First::Reconcile(obj));
-    }
-    let Some(slot) = kctx.driver.registry.get(&kctx.plugin) else {
-        return Err(DriverError::Unloaded(kctx.plugin.clone()));
+    let version = if paused(&obj, kctx) {
+        None
+    } else {
+        let Some(slot) = kctx.driver.registry.get(&kctx.plugin) else {
+            return Err(DriverError::Unloaded(kctx.plugin.clone()));
+        };
+        Some(format!(
+            "{}/{}",
+            kctx.plugin,
+            slot.current().metadata.version
+        ))
     };
-    let version = format!("{}/{}", kctx.plugin, slot.current().metadata.version);
-    let patch = patch(&obj, finalizer, &version)?;
+    let patch = patch(&obj, finalizer, version.as_deref())?;
     let written = api
         .patch(
             &obj.name_any(),
@@ -83,11 +89,11 @@ fn paused(obj: &DynamicObject, kctx: &KindCtx) -> bool {
 }
 
 /// A JSON patch that adds the finalizer, as kube's helper does (its `test` fails the request
-/// if the finalizers changed since the read), and sets the version annotation.
+/// if the finalizers changed since the read), and sets the version annotation when given.
 fn patch(
     obj: &DynamicObject,
     finalizer: &str,
-    version: &str,
+    version: Option<&str>,
 ) -> Result<json_patch::Patch, DriverError> {
     let mut ops = match &obj.meta().finalizers {
         Some(list) if !list.is_empty() => vec![
@@ -99,12 +105,14 @@ fn patch(
             json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}),
         ],
     };
-    ops.push(if obj.meta().annotations.is_some() {
-        let key = PLUGIN_VERSION_ANNOTATION.replace('~', "~0").replace('/', "~1");
-        json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": version})
-    } else {
-        json!({"op": "add", "path": "/metadata/annotations", "value": {PLUGIN_VERSION_ANNOTATION: version}})
-    });
+    if let Some(version) = version {
+        ops.push(if obj.meta().annotations.is_some() {
+            let key = PLUGIN_VERSION_ANNOTATION.replace('~', "~0").replace('/', "~1");
+            json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": version})
+        } else {
+            json!({"op": "add", "path": "/metadata/annotations", "value": {PLUGIN_VERSION_ANNOTATION: version}})
+        });
+    }
     serde_json::from_value(Value::Array(ops))
         .map_err(|e| DriverError::Invalid(format!("finalizer patch: {e}")))
 }
@@ -142,7 +150,7 @@ mod tests {
     #[test]
     fn adds_the_finalizer_and_the_version_to_a_bare_object() {
         let obj = object(json!({"name": "m1"}));
-        let p = patch(&obj, "f", "inmemory/0.1.0").expect("patch");
+        let p = patch(&obj, "f", Some("inmemory/0.1.0")).expect("patch");
         let meta = applied(&obj, &p);
         assert_eq!(meta["finalizers"], json!(["f"]));
         assert_eq!(
@@ -155,7 +163,7 @@ mod tests {
     fn keeps_other_finalizers_and_annotations() {
         let obj = object(json!({"name": "m1", "finalizers": ["other"],
             "annotations": {"a": "b", PLUGIN_VERSION_ANNOTATION: "inmemory/0.0.9"}}));
-        let p = patch(&obj, "f", "inmemory/0.1.0").expect("patch");
+        let p = patch(&obj, "f", Some("inmemory/0.1.0")).expect("patch");
         let meta = applied(&obj, &p);
         assert_eq!(meta["finalizers"], json!(["other", "f"]));
         assert_eq!(meta["annotations"]["a"], json!("b"));
@@ -166,9 +174,18 @@ mod tests {
     }
 
     #[test]
+    fn a_paused_object_gets_the_finalizer_alone() {
+        let obj = object(json!({"name": "m1", "annotations": {"a": "b"}}));
+        let p = patch(&obj, "f", None).expect("patch");
+        let meta = applied(&obj, &p);
+        assert_eq!(meta["finalizers"], json!(["f"]));
+        assert_eq!(meta["annotations"], json!({"a": "b"}));
+    }
+
+    #[test]
     fn fails_when_the_finalizers_changed_since_the_read() {
         let read = object(json!({"name": "m1"}));
-        let p = patch(&read, "f", "v").expect("patch");
+        let p = patch(&read, "f", Some("v")).expect("patch");
         let now = object(json!({"name": "m1", "finalizers": ["someone-else"]}));
         let mut doc = serde_json::to_value(&now).expect("json");
         assert!(json_patch::patch(&mut doc, &p).is_err());

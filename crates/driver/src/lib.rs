@@ -320,10 +320,15 @@ async fn objects(kctx: &KindCtx) -> (Store<DynamicObject>, Objects) {
 async fn run_kind(kctx: Arc<KindCtx>) {
     let ar = kctx.ar.clone();
     let (reader, objects) = objects(&kctx).await;
-    // The object's own status writes (the driver's) do not wake it again.
+    // The object's own status writes (the driver's) do not wake it again, nor does its
+    // finalizer: the reconcile that adds it goes on (`finalizer.rs`).
     let own = {
         use kube::runtime::WatchStreamExt;
-        objects.predicate_filter(relevance::metadata, Default::default())
+        let finalizer = kctx.skeleton.finalizer.clone();
+        objects.predicate_filter(
+            move |o: &DynamicObject| relevance::metadata_but_finalizer(o, &finalizer),
+            Default::default(),
+        )
     };
     let mut c = Controller::for_stream_with(own, reader, ar.clone()).with_config(
         // Core adopts, labels and patches provider objects in quick succession: a short debounce

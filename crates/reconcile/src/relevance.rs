@@ -19,7 +19,22 @@ fn hash_of(v: impl Hash) -> Option<u64> {
 /// Everything but status: spec (through the generation), labels, annotations (except the
 /// plugin version the driver records), owner references, finalizers and deletion.
 pub fn metadata<K: Resource>(o: &K) -> Option<u64> {
+    metadata_but(o, None)
+}
+
+/// [`metadata`] without the watcher's own finalizer: for a controller that adds it and goes
+/// on reconciling in the same pass, so its write must not wake it again.
+pub fn metadata_but_finalizer<K: Resource>(o: &K, own: &str) -> Option<u64> {
+    metadata_but(o, Some(own))
+}
+
+fn metadata_but<K: Resource>(o: &K, own_finalizer: Option<&str>) -> Option<u64> {
     let meta = o.meta();
+    let finalizers: Vec<&String> = o
+        .finalizers()
+        .iter()
+        .filter(|f| Some(f.as_str()) != own_finalizer)
+        .collect();
     let annotations: Vec<(&String, &String)> = o
         .annotations()
         .iter()
@@ -42,7 +57,7 @@ pub fn metadata<K: Resource>(o: &K) -> Option<u64> {
         o.labels(),
         annotations,
         owners,
-        o.finalizers(),
+        finalizers,
         meta.deletion_timestamp.is_some(),
     ))
 }
@@ -138,4 +153,33 @@ pub fn machine_deployment_for_cluster(md: &MachineDeployment) -> Option<u64> {
         status,
         md.metadata.deletion_timestamp.is_some(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn with_finalizers(f: &[&str]) -> ConfigMap {
+        let mut o = ConfigMap::default();
+        o.metadata.name = Some("o".into());
+        o.metadata.finalizers = Some(f.iter().map(|s| s.to_string()).collect());
+        o
+    }
+
+    #[test]
+    fn the_own_finalizer_does_not_count_but_another_does() {
+        let bare = with_finalizers(&[]);
+        let own = with_finalizers(&["mine"]);
+        let other = with_finalizers(&["theirs"]);
+        assert_eq!(
+            metadata_but_finalizer(&bare, "mine"),
+            metadata_but_finalizer(&own, "mine")
+        );
+        assert_ne!(
+            metadata_but_finalizer(&bare, "mine"),
+            metadata_but_finalizer(&other, "mine")
+        );
+        assert_ne!(metadata(&bare), metadata(&own));
+    }
 }
