@@ -7,8 +7,8 @@
 //!
 //! A paused object gets the finalizer alone (no call will happen) and goes on to its `Paused`
 //! condition. Since the reconcile that adds the finalizer always goes on, the driver's watch
-//! ignores changes of its own finalizer; an object being deleted or one that already has it
-//! goes to the skeleton as it is.
+//! ignores that write (`relevance::metadata_for_driver`), but not the finalizer going missing
+//! later; an object being deleted or one that already has it goes to the skeleton as it is.
 
 use crate::context::owner_name;
 use crate::{DriverError, KindCtx};

@@ -320,13 +320,13 @@ async fn objects(kctx: &KindCtx) -> (Store<DynamicObject>, Objects) {
 async fn run_kind(kctx: Arc<KindCtx>) {
     let ar = kctx.ar.clone();
     let (reader, objects) = objects(&kctx).await;
-    // The object's own status writes (the driver's) do not wake it again, nor does its
+    // The object's own status writes (the driver's) do not wake it again, nor does adding its
     // finalizer: the reconcile that adds it goes on (`finalizer.rs`).
     let own = {
         use kube::runtime::WatchStreamExt;
         let finalizer = kctx.skeleton.finalizer.clone();
         objects.predicate_filter(
-            move |o: &DynamicObject| relevance::metadata_but_finalizer(o, &finalizer),
+            move |o: &DynamicObject| relevance::metadata_for_driver(o, &finalizer),
             Default::default(),
         )
     };
