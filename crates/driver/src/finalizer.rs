@@ -12,7 +12,7 @@
 
 use crate::context::owner_name;
 use crate::{DriverError, KindCtx};
-use capw_api::common::names::{PAUSED_ANNOTATION, PLUGIN_VERSION_ANNOTATION};
+use capw_api::common::names::{CLUSTER_NAME_LABEL, PAUSED_ANNOTATION, PLUGIN_VERSION_ANNOTATION};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -67,24 +67,23 @@ pub(super) async fn first_write(
     Ok(First::Reconcile(Arc::new(written)))
 }
 
-/// Whether the object or its Cluster (from the cache) is paused, as `context::gather` decides.
+/// Whether the object or its Cluster (from the cache) is paused. The Cluster is found as
+/// `context::gather` finds it: through the owning Machine for machine-scoped objects, then the
+/// owner reference or the cluster-name label.
 fn paused(obj: &DynamicObject, kctx: &KindCtx) -> bool {
     if obj.annotations().contains_key(PAUSED_ANNOTATION) {
         return true;
     }
     let ns = obj.namespace().unwrap_or_default();
-    let cluster = obj
-        .labels()
-        .get(capw_api::common::names::CLUSTER_NAME_LABEL)
-        .cloned()
-        .or_else(|| owner_name(obj, "Cluster").map(str::to_string));
+    let caches = &kctx.driver.caches;
+    let cluster = owner_name(obj, "Machine")
+        .filter(|_| kctx.role.machine_scoped())
+        .and_then(|m| caches.machines.get(&ObjectRef::new(m).within(&ns)))
+        .map(|m| m.spec.cluster_name.clone())
+        .or_else(|| owner_name(obj, "Cluster").map(str::to_string))
+        .or_else(|| obj.labels().get(CLUSTER_NAME_LABEL).cloned());
     cluster
-        .and_then(|c| {
-            kctx.driver
-                .caches
-                .clusters
-                .get(&ObjectRef::new(&c).within(&ns))
-        })
+        .and_then(|c| caches.clusters.get(&ObjectRef::new(&c).within(&ns)))
         .is_some_and(|c| capw_api::cluster::is_paused(&c))
 }
 
