@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
+use std::sync::Arc;
 
 /// The context of one call and what the write-back needs of it.
 pub(super) struct Around {
@@ -53,25 +54,40 @@ fn json<T: Resource + Clone + serde::Serialize>(v: &T) -> Option<String> {
     serde_json::to_string(&v).ok()
 }
 
+/// The Machine a machine-scoped object belongs to and the object's Cluster, from the caches:
+/// the Cluster through that Machine, else the owner reference, else the cluster-name label.
+pub(super) fn owners(
+    obj: &DynamicObject,
+    kctx: &KindCtx,
+) -> (Option<Arc<Machine>>, Option<Arc<Cluster>>) {
+    let caches = &kctx.driver.caches;
+    let ns = obj.namespace().unwrap_or_default();
+    let machine = owner_name(obj, "Machine")
+        .filter(|_| kctx.role.machine_scoped())
+        .and_then(|name| caches.machines.get(&ObjectRef::new(name).within(&ns)));
+    let cluster = machine
+        .as_ref()
+        .map(|m| m.spec.cluster_name.clone())
+        .or_else(|| owner_name(obj, "Cluster").map(str::to_string))
+        .or_else(|| obj.labels().get(CLUSTER_NAME_LABEL).cloned())
+        .and_then(|name| caches.clusters.get(&ObjectRef::new(&name).within(&ns)));
+    (machine, cluster)
+}
+
+/// Whether the object or its Cluster is paused.
+pub(super) fn is_paused(obj: &DynamicObject, cluster: Option<&Cluster>) -> bool {
+    obj.annotations().contains_key(PAUSED_ANNOTATION)
+        || cluster.is_some_and(capw_api::cluster::is_paused)
+}
+
 pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around, DriverError> {
     let caches = &kctx.driver.caches;
     let ns = obj.namespace().unwrap_or_default();
     let machines: Api<Machine> = Api::namespaced(kctx.driver.client.clone(), &ns);
-    let machine = owner_name(obj, "Machine")
-        .filter(|_| kctx.role.machine_scoped())
-        .and_then(|name| caches.machines.get(&ObjectRef::new(name).within(&ns)))
-        .map(|m| (*m).clone());
-    let cluster_name = machine
-        .as_ref()
-        .map(|m| m.spec.cluster_name.clone())
-        .or_else(|| owner_name(obj, "Cluster").map(str::to_string))
-        .or_else(|| obj.labels().get(CLUSTER_NAME_LABEL).cloned());
-    let cluster = cluster_name
-        .as_ref()
-        .and_then(|name| caches.clusters.get(&ObjectRef::new(name).within(&ns)))
-        .map(|c| (*c).clone());
-    let paused = obj.annotations().contains_key(PAUSED_ANNOTATION)
-        || cluster.as_ref().is_some_and(capw_api::cluster::is_paused);
+    let (machine, cluster) = owners(obj, kctx);
+    let machine = machine.map(|m| (*m).clone());
+    let cluster = cluster.map(|c| (*c).clone());
+    let paused = is_paused(obj, cluster.as_ref());
     let mut context = Context {
         object: json(obj).unwrap_or_default(),
         cluster: cluster.as_ref().and_then(json),

@@ -10,11 +10,10 @@
 //! ignores that write (`relevance::metadata_for_driver`), but not the finalizer going missing
 //! later; an object being deleted or one that already has it goes to the skeleton as it is.
 
-use crate::context::owner_name;
+use crate::context::{self, owner_name};
 use crate::{DriverError, KindCtx};
-use capw_api::common::names::{CLUSTER_NAME_LABEL, PAUSED_ANNOTATION, PLUGIN_VERSION_ANNOTATION};
+use capw_api::common::names::PLUGIN_VERSION_ANNOTATION;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -44,7 +43,7 @@ pub(super) async fn first_write(
     if owner_name(&obj, owner).is_none() {
         return Ok(First::AwaitOwner);
     }
-    let version = if paused(&obj, kctx) {
+    let version = if context::is_paused(&obj, context::owners(&obj, kctx).1.as_deref()) {
         None
     } else {
         let Some(slot) = kctx.driver.registry.get(&kctx.plugin) else {
@@ -65,26 +64,6 @@ pub(super) async fn first_write(
         )
         .await?;
     Ok(First::Reconcile(Arc::new(written)))
-}
-
-/// Whether the object or its Cluster (from the cache) is paused. The Cluster is found as
-/// `context::gather` finds it: through the owning Machine for machine-scoped objects, then the
-/// owner reference or the cluster-name label.
-fn paused(obj: &DynamicObject, kctx: &KindCtx) -> bool {
-    if obj.annotations().contains_key(PAUSED_ANNOTATION) {
-        return true;
-    }
-    let ns = obj.namespace().unwrap_or_default();
-    let caches = &kctx.driver.caches;
-    let cluster = owner_name(obj, "Machine")
-        .filter(|_| kctx.role.machine_scoped())
-        .and_then(|m| caches.machines.get(&ObjectRef::new(m).within(&ns)))
-        .map(|m| m.spec.cluster_name.clone())
-        .or_else(|| owner_name(obj, "Cluster").map(str::to_string))
-        .or_else(|| obj.labels().get(CLUSTER_NAME_LABEL).cloned());
-    cluster
-        .and_then(|c| caches.clusters.get(&ObjectRef::new(&c).within(&ns)))
-        .is_some_and(|c| capw_api::cluster::is_paused(&c))
 }
 
 /// A JSON patch that adds the finalizer, as kube's helper does (its `test` fails the request
