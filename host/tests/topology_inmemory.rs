@@ -40,9 +40,13 @@ type Workers = BTreeMap<String, (String, Vec<(String, String)>)>;
 async fn workers(client: &kube::Client) -> Workers {
     let mds: Api<MachineDeployment> = Api::default_namespaced(client.clone());
     let machines: Api<Machine> = Api::default_namespaced(client.clone());
+    // MachineDeployments first: the topology controller moves the next one only after the
+    // last one's old Machines are gone, so a Machine list read after it cannot show a finished
+    // rollout's old Machine next to the rollout it let start.
+    let mds = mds.list(&selector()).await.unwrap().items;
     let machines = machines.list(&selector()).await.unwrap().items;
     let mut out = Workers::new();
-    for md in mds.list(&selector()).await.unwrap().items {
+    for md in mds {
         let name = md.metadata.name.clone().unwrap();
         let topology = md.metadata.labels.as_ref().unwrap()[TOPOLOGY_NAME].clone();
         let of: Vec<(String, String)> = machines

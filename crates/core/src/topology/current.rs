@@ -7,7 +7,10 @@ use super::TopologyError;
 use crate::context::CoreCtx;
 use capw_api::cluster::Cluster;
 use capw_api::common::ContractVersionedObjectReference;
-use capw_api::common::names::{TOPOLOGY_DEPLOYMENT_NAME_LABEL, TOPOLOGY_OWNED_LABEL};
+use capw_api::common::names::{
+    DEPLOYMENT_NAME_LABEL, TOPOLOGY_DEPLOYMENT_NAME_LABEL, TOPOLOGY_OWNED_LABEL,
+};
+use capw_api::machine::Machine;
 use capw_api::machinedeployment::MachineDeployment;
 use capw_api::machinehealthcheck::MachineHealthCheck;
 use kube::ResourceExt;
@@ -128,13 +131,7 @@ pub(super) async fn fetch(ctx: &CoreCtx, cluster: &Cluster) -> Result<Current, T
             None
         };
         let md_name = md.name_any();
-        let rolling = machines.iter().any(|m| {
-            m.labels()
-                .get(capw_api::common::names::DEPLOYMENT_NAME_LABEL)
-                .is_some_and(|d| *d == md_name)
-                && m.metadata.deletion_timestamp.is_none()
-                && m.spec.version != spec.version
-        });
+        let rolling = rolling(&md, &machines);
         current.deployments.insert(
             topology,
             CurrentDeployment {
@@ -149,6 +146,23 @@ pub(super) async fn fetch(ctx: &CoreCtx, cluster: &Cluster) -> Result<Current, T
     Ok(current)
 }
 
+/// Whether some of `md`'s Machines are not at its version, as upstream's
+/// `MachineDeploymentState.IsUpgrading`: a Machine still being deleted counts, so the next
+/// MachineDeployment starts only once the old Machines are gone, and a Machine without a
+/// version says nothing.
+fn rolling(md: &MachineDeployment, machines: &[Arc<Machine>]) -> bool {
+    let Some(version) = md.spec.template.spec.version.as_ref() else {
+        return false;
+    };
+    let name = md.name_any();
+    machines.iter().any(|m| {
+        m.labels()
+            .get(DEPLOYMENT_NAME_LABEL)
+            .is_some_and(|d| *d == name)
+            && m.spec.version.as_ref().is_some_and(|v| v != version)
+    })
+}
+
 /// The topology's MachineHealthCheck named `name` (named after what it checks).
 fn health_check(
     ctx: &CoreCtx,
@@ -159,4 +173,58 @@ fn health_check(
     ctx.machine_health_checks_of(ns, cluster)
         .into_iter()
         .find(|m| m.name_any() == name && m.labels().contains_key(TOPOLOGY_OWNED_LABEL))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn md(version: Option<&str>) -> MachineDeployment {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "MachineDeployment",
+            "metadata": {"name": "md-0", "namespace": "default"},
+            "spec": {"clusterName": "c", "template": {"spec": {
+                "clusterName": "c", "version": version,
+                "bootstrap": {}, "infrastructureRef": {"apiGroup": "x", "kind": "Y", "name": "z"},
+            }}},
+        }))
+        .unwrap()
+    }
+
+    fn machine(deployment: &str, version: Option<&str>, deleting: bool) -> Arc<Machine> {
+        let mut m = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "Machine",
+            "metadata": {"name": "m", "namespace": "default", "finalizers": ["f"],
+                         "labels": {DEPLOYMENT_NAME_LABEL: deployment}},
+            "spec": {"clusterName": "c", "version": version,
+                     "bootstrap": {}, "infrastructureRef": {"apiGroup": "x", "kind": "Y", "name": "z"}},
+        });
+        if deleting {
+            m["metadata"]["deletionTimestamp"] = json!("2026-12-05T00:00:00Z");
+        }
+        Arc::new(serde_json::from_value(m).unwrap())
+    }
+
+    #[test]
+    fn a_deleting_machine_at_the_old_version_still_rolls() {
+        let md = md(Some("v1.30.4"));
+        assert!(rolling(&md, &[machine("md-0", Some("v1.29.10"), true)]));
+        assert!(rolling(&md, &[machine("md-0", Some("v1.29.10"), false)]));
+        assert!(!rolling(&md, &[machine("md-0", Some("v1.30.4"), false)]));
+    }
+
+    #[test]
+    fn other_deployments_and_machines_without_a_version_say_nothing() {
+        let md = md(Some("v1.30.4"));
+        assert!(!rolling(&md, &[machine("md-1", Some("v1.29.10"), false)]));
+        assert!(!rolling(&md, &[machine("md-0", None, false)]));
+        assert!(!rolling(
+            &self::md(None),
+            &[machine("md-0", Some("v1.29.10"), false)]
+        ));
+    }
 }
