@@ -14,6 +14,7 @@ mod kubeadm;
 mod machines;
 mod policy;
 mod scope;
+mod wake;
 mod writeback;
 
 use capw_api::cluster::Cluster;
@@ -143,6 +144,8 @@ struct KindCtx {
     /// Consecutive failed plugin calls per object (`PluginCallSucceeded=False`), for their
     /// retry delay; a failed call is recorded as a condition, not a failed reconcile.
     failures: capw_reconcile::backoff::Failures,
+    /// Which of the kind's changes wake the driver.
+    wakes: wake::Wakes,
 }
 
 fn plural_of(crds: &[String], group: &str, kind: &str) -> Option<String> {
@@ -225,14 +228,16 @@ impl Driver {
                 plural,
             };
             tracing::info!(kind = %key, %plugin, "driving kind");
+            let skeleton = Skeleton::new(
+                ar.kind.to_lowercase(),
+                format!("{}.{}", ar.kind.to_lowercase(), ar.group),
+                self.metrics.clone(),
+            );
             let kctx = Arc::new(KindCtx {
                 driver: self.clone(),
                 plugin: plugin.clone(),
-                skeleton: Skeleton::new(
-                    ar.kind.to_lowercase(),
-                    format!("{}.{}", ar.kind.to_lowercase(), ar.group),
-                    self.metrics.clone(),
-                ),
+                wakes: wake::Wakes::new(skeleton.finalizer.clone()),
+                skeleton,
                 ar,
                 role,
                 failures: Default::default(),
@@ -321,14 +326,12 @@ async fn run_kind(kctx: Arc<KindCtx>) {
     let ar = kctx.ar.clone();
     let (reader, objects) = objects(&kctx).await;
     // The object's own status writes (the driver's) do not wake it again, nor does adding its
-    // finalizer: the reconcile that adds it goes on (`finalizer.rs`).
+    // finalizer (the reconcile that adds it goes on, `finalizer.rs`), nor the echo of its own
+    // spec write (`wake.rs`).
     let own = {
-        use kube::runtime::WatchStreamExt;
-        let finalizer = kctx.skeleton.finalizer.clone();
-        objects.predicate_filter(
-            move |o: &DynamicObject| relevance::metadata_for_driver(o, &finalizer),
-            Default::default(),
-        )
+        let kctx = kctx.clone();
+        objects
+            .filter(move |o| std::future::ready(o.as_ref().map_or(true, |o| kctx.wakes.wakes(o))))
     };
     let mut c = Controller::for_stream_with(own, reader, ar.clone()).with_config(
         // Core adopts, labels and patches provider objects in quick succession: a short debounce
@@ -344,7 +347,11 @@ async fn run_kind(kctx: Arc<KindCtx>) {
             c = c.watches_stream(
                 relevant_changes(
                     &kctx.driver.caches.machine_changes,
-                    relevance::machine_for_providers,
+                    if role == Role::InfraMachine {
+                        relevance::machine_for_infrastructure
+                    } else {
+                        relevance::machine_for_bootstrap
+                    },
                 ),
                 move |m: Machine| {
                     let r = if role == Role::InfraMachine {
@@ -601,6 +608,9 @@ async fn call<T>(
 async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, DriverError> {
     let mut scope = scope::Scope::new(&obj);
     let result = apply_phases(&obj, kctx, &mut scope).await;
+    if scope.writes_spec() {
+        kctx.wakes.expect_own_spec_write(&obj);
+    }
     let written = scope
         .close(&kctx.api(&obj.namespace().unwrap_or_default()))
         .await;

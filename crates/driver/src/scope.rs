@@ -97,6 +97,11 @@ impl Scope {
         (!object.is_empty()).then_some(Value::Object(object))
     }
 
+    /// Whether [`Scope::close`] writes the spec, which moves the generation by one.
+    pub(super) fn writes_spec(&self) -> bool {
+        self.object_patch().is_some_and(|p| p.get("spec").is_some())
+    }
+
     /// Records that the object write moved the generation from `from` to `to` with nothing
     /// else changing the spec: the status this reconcile built observed the new one.
     fn advance(&mut self, from: i64, to: i64) {

@@ -65,17 +65,36 @@ fn metadata_but<K: Resource>(o: &K, own_finalizer: Option<&str>) -> Option<u64> 
     ))
 }
 
+/// What a Machine's infrastructure machine depends on: [`machine_for_providers`] but the
+/// `providerID`, which the Machine copies from the infrastructure machine itself.
+pub fn machine_for_infrastructure(m: &Machine) -> Option<u64> {
+    machine_for_providers(m, false)
+}
+
+/// What a Machine's bootstrap config depends on: [`machine_for_providers`] but the
+/// `dataSecretName`, which the Machine copies from the bootstrap config itself, and the
+/// `providerID`: the bootstrap data is rendered before there is a machine to have one.
+pub fn machine_for_bootstrap(m: &Machine) -> Option<u64> {
+    machine_for_providers(m, true)
+}
+
 /// What provider objects of a Machine depend on: its spec, annotations, pause, deletion, and
 /// whether its Node was deleted (a bootstrap config keeps the join token alive again then, for
-/// a machine that boots anew and joins with it).
-pub fn machine_for_providers(m: &Machine) -> Option<u64> {
+/// a machine that boots anew and joins with it). The spec is hashed without the fields core
+/// copies from the providers' own answers, so the copy does not call them again.
+fn machine_for_providers(m: &Machine, bootstrap: bool) -> Option<u64> {
     use capw_api::contract::conditions::{is_true, reasons, types};
     let conditions = m.status.as_ref().map(|s| s.conditions.as_slice());
     let paused = conditions.is_some_and(|c| is_true(c, types::PAUSED));
     let node_deleted =
         conditions.is_some_and(|cs| cs.iter().any(|c| c.reason == reasons::NODE_DELETED));
+    let mut spec = m.spec.clone();
+    spec.provider_id = None;
+    if bootstrap {
+        spec.bootstrap.data_secret_name = None;
+    }
     hash_of((
-        m.metadata.generation,
+        serde_json::to_vec(&spec).ok(),
         m.annotations(),
         paused,
         node_deleted,
@@ -186,5 +205,30 @@ mod tests {
         assert_ne!(h(&taken), h(&stripped));
         assert_ne!(h(&new), h(&object(&["theirs"], false)));
         assert_ne!(metadata(&new), metadata(&paused));
+    }
+
+    #[test]
+    fn providers_are_not_woken_by_their_own_answers_copied_to_the_machine() {
+        let mut m: Machine = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "m", "namespace": "default"},
+            "spec": {"clusterName": "c", "bootstrap": {},
+                     "infrastructureRef": {"apiGroup": "x", "kind": "Y", "name": "z"}},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (infra, bootstrap) = (machine_for_infrastructure(&m), machine_for_bootstrap(&m));
+        m.spec.bootstrap.data_secret_name = Some("m-data".into());
+        assert_ne!(
+            machine_for_infrastructure(&m),
+            infra,
+            "the data to boot with"
+        );
+        assert_eq!(machine_for_bootstrap(&m), bootstrap);
+        let infra = machine_for_infrastructure(&m);
+        m.spec.provider_id = Some("in-memory://m".into());
+        assert_eq!(machine_for_infrastructure(&m), infra);
+        assert_eq!(machine_for_bootstrap(&m), bootstrap);
+        m.spec.version = Some("v1.30.4".into());
+        assert_ne!(machine_for_infrastructure(&m), infra);
+        assert_ne!(machine_for_bootstrap(&m), bootstrap);
     }
 }
