@@ -371,7 +371,11 @@ async fn run_kind(kctx: Arc<KindCtx>) {
             c = c.watches_stream(
                 relevant_changes(
                     &kctx.driver.caches.cluster_changes,
-                    relevance::cluster_for_providers,
+                    if role == Role::InfraMachine {
+                        relevance::cluster_for_infrastructure
+                    } else {
+                        relevance::cluster_for_providers
+                    },
                 ),
                 move |cl: Cluster| {
                     let ns = cl.namespace().unwrap_or_default();
@@ -399,7 +403,11 @@ async fn run_kind(kctx: Arc<KindCtx>) {
             c = c.watches_stream(
                 relevant_changes(
                     &kctx.driver.caches.cluster_changes,
-                    relevance::cluster_for_providers,
+                    if role == Role::InfraCluster {
+                        relevance::cluster_for_infrastructure
+                    } else {
+                        relevance::cluster_for_providers
+                    },
                 ),
                 move |cl: Cluster| {
                     let r = if role == Role::InfraCluster {

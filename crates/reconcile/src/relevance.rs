@@ -105,17 +105,29 @@ fn machine_for_providers(m: &Machine, bootstrap: bool) -> Option<u64> {
 /// What provider objects of a Cluster depend on: its spec, annotations, deletion, and whether
 /// its control plane is initialized (workers' bootstrap waits for that).
 pub fn cluster_for_providers(c: &Cluster) -> Option<u64> {
+    hash_of((c.metadata.generation, cluster_but_spec(c)))
+}
+
+/// What infrastructure objects of a Cluster depend on: [`cluster_for_providers`] but its
+/// `controlPlaneEndpoint`. The infrastructure cluster gave it, and the Cluster copies it;
+/// infrastructure machines do not read it (upstream's wake only on pause and provisioning).
+pub fn cluster_for_infrastructure(c: &Cluster) -> Option<u64> {
+    let mut spec = c.spec.clone();
+    spec.control_plane_endpoint = None;
+    hash_of((serde_json::to_vec(&spec).ok(), cluster_but_spec(c)))
+}
+
+fn cluster_but_spec(c: &Cluster) -> impl Hash + '_ {
     let initialized = c
         .status
         .as_ref()
         .and_then(|s| s.initialization.as_ref())
         .and_then(|i| i.control_plane_initialized);
-    hash_of((
-        c.metadata.generation,
+    (
         c.annotations(),
         c.metadata.deletion_timestamp.is_some(),
         initialized,
-    ))
+    )
 }
 
 /// What a Machine depends on of its Cluster: spec (pause) and annotations.
@@ -230,5 +242,28 @@ mod tests {
         m.spec.version = Some("v1.30.4".into());
         assert_ne!(machine_for_infrastructure(&m), infra);
         assert_ne!(machine_for_bootstrap(&m), bootstrap);
+    }
+
+    #[test]
+    fn infrastructure_is_not_woken_by_the_endpoint_it_gave_the_cluster() {
+        let mut c: Cluster = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c", "namespace": "default", "generation": 1},
+            "spec": {},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (infra, others) = (cluster_for_infrastructure(&c), cluster_for_providers(&c));
+        c.spec.control_plane_endpoint =
+            serde_json::from_value(serde_json::json!({"host": "127.0.0.1", "port": 6443}))
+                .unwrap_or_else(|e| panic!("{e}"));
+        c.metadata.generation = Some(2);
+        assert_eq!(cluster_for_infrastructure(&c), infra);
+        assert_ne!(
+            cluster_for_providers(&c),
+            others,
+            "kubeadm needs the endpoint"
+        );
+        c.spec.paused = Some(true);
+        c.metadata.generation = Some(3);
+        assert_ne!(cluster_for_infrastructure(&c), infra, "pause");
     }
 }
