@@ -88,11 +88,12 @@ impl<K: kube::Resource + 'static> Requests<K> {
 /// its status, which the Cluster controller rewrites as its Machines move.
 pub(crate) fn relevant_cluster_changes(
     feeds: &Feeds,
+    relevance: fn(&Cluster) -> Option<u64>,
 ) -> impl futures::Stream<Item = Arc<Cluster>> + Send + 'static {
     use futures::StreamExt;
     let mut seen: HashMap<(String, String), u64> = HashMap::new();
     crate::caches::watch(&feeds.clusters).filter(move |c| {
-        let relevance = capw_reconcile::relevance::cluster_for_machines(c).unwrap_or_default();
+        let relevance = relevance(c).unwrap_or_default();
         let key = (c.namespace().unwrap_or_default(), c.name_any());
         futures::future::ready(seen.insert(key, relevance) != Some(relevance))
     })
@@ -107,9 +108,27 @@ pub(crate) fn on_cluster_change<K>(
 where
     K: kube::Resource<DynamicType = ()> + 'static,
 {
+    on_cluster_change_by(
+        ctx,
+        feeds,
+        of,
+        capw_reconcile::relevance::cluster_for_machines,
+    )
+}
+
+/// [`on_cluster_change`], for the Cluster changes `relevance` names.
+pub(crate) fn on_cluster_change_by<K>(
+    ctx: &Arc<CoreCtx>,
+    feeds: &Feeds,
+    of: fn(&CoreCtx, &str, &str) -> Vec<Arc<K>>,
+    relevance: fn(&Cluster) -> Option<u64>,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + 'static,
+{
     use futures::StreamExt;
     let ctx = ctx.clone();
-    relevant_cluster_changes(feeds).flat_map(move |c| {
+    relevant_cluster_changes(feeds, relevance).flat_map(move |c| {
         let ns = c.namespace().unwrap_or_default();
         let refs: Vec<_> = of(&ctx, &ns, &c.name_any())
             .iter()

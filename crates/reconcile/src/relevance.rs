@@ -135,6 +135,19 @@ pub fn cluster_for_machines(c: &Cluster) -> Option<u64> {
     hash_of((c.metadata.generation, c.annotations()))
 }
 
+/// What a MachineSet depends on of its Cluster: [`cluster_for_machines`], and whether its
+/// control plane is initialized. Its preflight checks hold worker Machines back until the
+/// control plane has a version; upstream looks again 15 s later, and this wakes it when the
+/// control plane comes up instead.
+pub fn cluster_for_machine_sets(c: &Cluster) -> Option<u64> {
+    let initialized = c
+        .status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.control_plane_initialized);
+    hash_of((cluster_for_machines(c), initialized))
+}
+
 /// Which owners an object has, by kind: what decides whether a Cluster counts a MachineSet
 /// on its own or through its MachineDeployment.
 fn owner_kinds<K: Resource>(o: &K) -> Vec<&str> {
@@ -265,5 +278,21 @@ mod tests {
         c.spec.paused = Some(true);
         c.metadata.generation = Some(3);
         assert_ne!(cluster_for_infrastructure(&c), infra, "pause");
+    }
+
+    #[test]
+    fn a_machine_set_wakes_when_its_control_plane_comes_up() {
+        let mut c: Cluster = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c", "namespace": "default", "generation": 1},
+            "spec": {},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (sets, machines) = (cluster_for_machine_sets(&c), cluster_for_machines(&c));
+        c.status = serde_json::from_value(
+            serde_json::json!({"initialization": {"controlPlaneInitialized": true}}),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(cluster_for_machine_sets(&c), sets);
+        assert_eq!(cluster_for_machines(&c), machines);
     }
 }

@@ -1,9 +1,10 @@
 //! What wakes the MachineSet controller: its own changes; a Machine it controls, or an orphan
-//! its selector matches (which it may adopt); its MachineDeployment; and its Cluster's pause.
+//! its selector matches (which it may adopt); its MachineDeployment; and its Cluster's pause
+//! and control plane initialization (which its preflight checks wait for).
 
 use super::MachineSet;
 use crate::caches::{Feeds, mapped, watch};
-use crate::context::{Concurrency, CoreCtx, on_cluster_change};
+use crate::context::{Concurrency, CoreCtx, on_cluster_change_by};
 use crate::machinedeployment::deployment_of;
 use capw_api::machine::Machine;
 use capw_api::machinedeployment::MachineDeployment;
@@ -21,7 +22,13 @@ pub(super) fn setup(
     let triggers = futures::stream::select_all([
         mapped(ctx, &feeds.machines, sets_of_machine).boxed(),
         mapped(ctx, &feeds.machine_deployments, sets_of_deployment).boxed(),
-        on_cluster_change(ctx, feeds, CoreCtx::machine_sets_of).boxed(),
+        on_cluster_change_by(
+            ctx,
+            feeds,
+            CoreCtx::machine_sets_of,
+            capw_reconcile::relevance::cluster_for_machine_sets,
+        )
+        .boxed(),
     ]);
     Box::pin(super::run(
         ctx.clone(),
