@@ -118,16 +118,18 @@ pub fn cluster_for_infrastructure(c: &Cluster) -> Option<u64> {
 }
 
 fn cluster_but_spec(c: &Cluster) -> impl Hash + '_ {
-    let initialized = c
-        .status
-        .as_ref()
-        .and_then(|s| s.initialization.as_ref())
-        .and_then(|i| i.control_plane_initialized);
     (
         c.annotations(),
         c.metadata.deletion_timestamp.is_some(),
-        initialized,
+        control_plane_initialized(c),
     )
+}
+
+fn control_plane_initialized(c: &Cluster) -> Option<bool> {
+    c.status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.control_plane_initialized)
 }
 
 /// What a Machine depends on of its Cluster: spec (pause) and annotations.
@@ -140,12 +142,7 @@ pub fn cluster_for_machines(c: &Cluster) -> Option<u64> {
 /// control plane has a version; upstream looks again 15 s later, and this wakes it when the
 /// control plane comes up instead.
 pub fn cluster_for_machine_sets(c: &Cluster) -> Option<u64> {
-    let initialized = c
-        .status
-        .as_ref()
-        .and_then(|s| s.initialization.as_ref())
-        .and_then(|i| i.control_plane_initialized);
-    hash_of((cluster_for_machines(c), initialized))
+    hash_of((cluster_for_machines(c), control_plane_initialized(c)))
 }
 
 /// Which owners an object has, by kind: what decides whether a Cluster counts a MachineSet
