@@ -84,8 +84,9 @@ impl<K: kube::Resource + 'static> Requests<K> {
     }
 }
 
-/// The Cluster changes that matter to the objects of a cluster: its pause and annotations, not
-/// its status, which the Cluster controller rewrites as its Machines move.
+/// The Cluster changes that matter to the objects of a cluster: those `relevance` hashes
+/// (for most, pause and annotations; not the status the Cluster controller rewrites as its
+/// Machines move).
 pub(crate) fn relevant_cluster_changes(
     feeds: &Feeds,
     relevance: fn(&Cluster) -> Option<u64>,
