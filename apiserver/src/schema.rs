@@ -652,15 +652,16 @@ fn node_type(schema: &Value, field_path: &str) -> String {
         .to_string()
 }
 
-/// Evaluates the CEL rules (`x-kubernetes-validations`) of the schema; `old` enables
-/// transition rules (`oldSelf`) and ratcheting on updates.
+/// Evaluates the CEL rules (`x-kubernetes-validations`) of the schema on `obj` and `old`,
+/// both already defaulted from it (`default`); `old` enables transition rules (`oldSelf`)
+/// and ratcheting on updates.
 pub fn validate_cel(
     obj: &Value,
     schema: &Value,
     compiled: &kube_cel::CompiledSchema,
     old: Option<&Value>,
 ) -> Vec<Cause> {
-    match kube_cel::validate_compiled(compiled, obj, old) {
+    match kube_cel::validate_compiled_defaulted(compiled, obj, old) {
         Ok(()) => vec![],
         Err(errors) => errors
             .into_vec()

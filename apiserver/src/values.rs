@@ -34,6 +34,8 @@ pub fn validate(value: &Value, schema: &Value, path: &str) -> Vec<Cause> {
         return causes;
     }
     let compiled = kube_cel::compile_schema(schema);
+    // The rules see the value with its schema defaults, as kube's do.
+    schema::default(&mut body, schema);
     causes.extend(
         schema::validate_cel(&body, schema, &compiled, None)
             .into_iter()

@@ -136,7 +136,7 @@ pub use crate::validation::{
     },
     compilation::{CompilationError, CompilationResult, CompiledSchema, Rule, compile_schema},
     defaults::apply_defaults,
-    validate, validate_compiled,
+    validate, validate_compiled, validate_compiled_defaulted,
     values::SchemaFormat,
     vap::{
         AdmissionRequest, CompiledVapExpression, GroupVersionKind, GroupVersionResource, VapError,

@@ -209,6 +209,9 @@ pub struct CompiledSchema {
     pub items: Option<Box<CompiledSchema>>,
     /// Compiled additionalProperties schema.
     pub additional_properties: Option<Box<CompiledSchema>>,
+    /// Whether this node or any schema below it has a validation rule (or a compilation
+    /// error to report). The validator walks no value subtree whose schema has none.
+    pub has_rules: bool,
     /// Whether this node is a map type — its `additionalProperties` is a schema
     /// or `true` (i.e. not absent/`false`). Map keys are user-supplied data, not
     /// declared field names, so they are NOT field-name escaped during value
@@ -285,6 +288,7 @@ fn compile_schema_inner(schema: &serde_json::Value, depth: usize) -> CompiledSch
         // surface the truncation instead of dropping the deep rules.
         return CompiledSchema {
             validations: vec![Err(CompilationError::SchemaTooDeep { depth })],
+            has_rules: true,
             properties: HashMap::new(),
             items: None,
             additional_properties: None,
@@ -345,8 +349,15 @@ fn compile_schema_inner(schema: &serde_json::Value, depth: usize) -> CompiledSch
 
     let default = schema.get("default").cloned();
 
+    let has_rules = !validations.is_empty()
+        || properties.values().any(|c| c.has_rules)
+        || items.as_ref().is_some_and(|c| c.has_rules)
+        || additional_properties.as_ref().is_some_and(|c| c.has_rules)
+        || all_of.iter().chain(&one_of).chain(&any_of).any(|c| c.has_rules);
+
     CompiledSchema {
         validations,
+        has_rules,
         properties,
         items,
         additional_properties,

@@ -368,6 +368,29 @@ impl Validator {
         into_result(errors)
     }
 
+    /// Like [`validate_compiled`](Self::validate_compiled), for an object and old object
+    /// the caller has already defaulted from this schema (as an API server does before it
+    /// validates): no defaulted copy of either is made. (capw patch.)
+    pub fn validate_compiled_defaulted(
+        &self,
+        compiled: &CompiledSchema,
+        object: &serde_json::Value,
+        old_object: Option<&serde_json::Value>,
+    ) -> Result<(), ValidationErrors> {
+        let mut errors = Vec::new();
+        self.walk_compiled(
+            compiled,
+            object,
+            old_object,
+            String::new(),
+            &mut errors,
+            &self.base_ctx,
+            None,
+            0,
+        );
+        into_result(errors)
+    }
+
     /// Validate with schema defaults applied to the object first.
     ///
     /// Alias for [`validate`](Self::validate). As of 0.8, plain `validate` applies
@@ -551,22 +574,29 @@ impl Validator {
         root_ctx: Option<&RootContext>,
         depth: usize,
     ) {
+        // capw: a subtree without rules has nothing to evaluate, and a node without rules
+        // needs no CEL copy of its value (the conversion copies the whole subtree).
+        if !compiled.has_rules {
+            return;
+        }
         if depth > crate::validation::compilation::MAX_SCHEMA_DEPTH {
             errors.push(schema_too_deep_error(&path));
             return;
         }
 
-        let cel_value = json_to_cel_with_compiled(value, compiled);
-        let cel_old = old_value.map(|o| json_to_cel_with_compiled(o, compiled));
-        self.evaluate_compiled_results(
-            &compiled.validations,
-            &cel_value,
-            cel_old.as_ref(),
-            &path,
-            errors,
-            base_ctx,
-            root_ctx,
-        );
+        if !compiled.validations.is_empty() {
+            let cel_value = json_to_cel_with_compiled(value, compiled);
+            let cel_old = old_value.map(|o| json_to_cel_with_compiled(o, compiled));
+            self.evaluate_compiled_results(
+                &compiled.validations,
+                &cel_value,
+                cel_old.as_ref(),
+                &path,
+                errors,
+                base_ctx,
+                root_ctx,
+            );
+        }
 
         if let Some(obj) = value.as_object() {
             for (prop_name, child_compiled) in &compiled.properties {
@@ -878,6 +908,15 @@ pub fn validate_compiled(
     THREAD_VALIDATOR.with(|v| v.validate_compiled(compiled, object, old_object))
 }
 
+/// [`Validator::validate_compiled_defaulted`] on a thread-local [`Validator`]. (capw patch.)
+pub fn validate_compiled_defaulted(
+    compiled: &CompiledSchema,
+    object: &serde_json::Value,
+    old_object: Option<&serde_json::Value>,
+) -> Result<(), ValidationErrors> {
+    THREAD_VALIDATOR.with(|v| v.validate_compiled_defaulted(compiled, object, old_object))
+}
+
 // ── Path helpers ────────────────────────────────────────────────────
 
 #[inline]
@@ -913,6 +952,46 @@ mod tests {
     use super::*;
     use crate::validation::compilation::compile_schema;
     use serde_json::json;
+
+    // capw patch: subtrees without rules are skipped, rules below them still run.
+    #[test]
+    fn only_subtrees_with_rules_are_walked_and_their_rules_still_run() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "plain": {"type": "object", "properties": {"n": {"type": "integer"}}},
+                "spec": {"type": "object", "properties": {
+                    "inner": {"type": "object", "properties": {"n": {"type": "integer"}},
+                        "x-kubernetes-validations": [{"rule": "self.n >= 0", "message": "n must not be negative"}]}
+                }}
+            }
+        });
+        let compiled = compile_schema(&schema);
+        assert!(compiled.has_rules);
+        assert!(compiled.properties["spec"].has_rules);
+        assert!(!compiled.properties["plain"].has_rules);
+        let bad = json!({"plain": {"n": -1}, "spec": {"inner": {"n": -1}}});
+        let errs = validate_compiled(&compiled, &bad, None).unwrap_err().into_vec();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].field_path, "spec.inner");
+        let errs = validate_compiled_defaulted(&compiled, &bad, None).unwrap_err().into_vec();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(validate_compiled_defaulted(&compiled, &json!({"spec": {"inner": {"n": 1}}}), None).is_ok());
+    }
+
+    // capw patch: the defaulted entry point does not default; callers do.
+    #[test]
+    fn the_defaulted_entry_point_sees_the_object_as_given() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"n": {"type": "integer", "default": 5}},
+            "x-kubernetes-validations": [{"rule": "has(self.n)", "message": "n is required"}]
+        });
+        let compiled = compile_schema(&schema);
+        assert!(validate_compiled(&compiled, &json!({}), None).is_ok());
+        assert!(validate_compiled_defaulted(&compiled, &json!({}), None).is_err());
+        assert!(validate_compiled_defaulted(&compiled, &json!({"n": 5}), None).is_ok());
+    }
 
     fn make_schema(validations: serde_json::Value) -> serde_json::Value {
         json!({
