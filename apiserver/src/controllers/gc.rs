@@ -37,9 +37,10 @@ fn owner_alive(core: &Core, uid: &str, dep_ns: &str) -> bool {
         .is_some_and(|k| k.ns.is_empty() || k.ns == dep_ns)
 }
 
-/// Collects one dependent if its owners are gone.
+/// Collects one dependent if its owners are gone. Every write of every object comes here,
+/// so it reads only the stored object's metadata, not a decoded copy of all of it.
 async fn check_dependent(core: &Core, key: &ObjKey) {
-    let Some(obj) = core.store.get(key) else {
+    let Some(Ok(obj)) = core.store.get_raw(key).map(|raw| raw.metadata()) else {
         return;
     };
     let refs = owner_refs(&obj);
