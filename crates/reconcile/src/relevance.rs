@@ -204,6 +204,15 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
 
+    /// A Cluster at generation 1 with an empty spec and no status.
+    fn cluster() -> Cluster {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c", "namespace": "default", "generation": 1},
+            "spec": {},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn object(finalizers: &[&str], reconciled: bool) -> ConfigMap {
         let mut o = ConfigMap::default();
         o.metadata.name = Some("o".into());
@@ -256,11 +265,7 @@ mod tests {
 
     #[test]
     fn infrastructure_is_not_woken_by_the_endpoint_it_gave_the_cluster() {
-        let mut c: Cluster = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "c", "namespace": "default", "generation": 1},
-            "spec": {},
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
+        let mut c = cluster();
         let (infra, others) = (cluster_for_infrastructure(&c), cluster_for_providers(&c));
         c.spec.control_plane_endpoint =
             serde_json::from_value(serde_json::json!({"host": "127.0.0.1", "port": 6443}))
@@ -279,11 +284,7 @@ mod tests {
 
     #[test]
     fn a_machine_set_wakes_when_its_control_plane_comes_up() {
-        let mut c: Cluster = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "c", "namespace": "default", "generation": 1},
-            "spec": {},
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
+        let mut c = cluster();
         let (sets, machines) = (cluster_for_machine_sets(&c), cluster_for_machines(&c));
         c.status = serde_json::from_value(
             serde_json::json!({"initialization": {"controlPlaneInitialized": true}}),
