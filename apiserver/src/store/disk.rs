@@ -1,18 +1,33 @@
-//! The on-disk form: three redb tables (objects, the event log, the revision counter), one
-//! durable transaction per committed batch, and loading everything back at start-up.
+//! The on-disk form: three redb tables and one durable transaction per committed batch.
+//!
+//! - `events`: the log, one row per write, keyed by resourceVersion, holding the object (and its
+//!   predecessor). A commit writes only these rows.
+//! - `objects`: a checkpoint, every object as it was at the log's floor. When the log is
+//!   compacted, the rows below the new floor are folded into it, oldest first, and dropped.
+//! - `meta`: the revision counter, written at each compaction.
+//!
+//! Loading reads the checkpoint and replays the log over it. Writing each object only into the
+//! log, as etcd keeps one revision row per write, makes an ordinary commit touch one B-tree
+//! instead of two: the second tree's pages cost a third of a single-write commit on this disk
+//! (a direct redb measurement; `docs/benchmarks.md`, "One B-tree per commit"). The format is the
+//! one earlier builds wrote: their `objects` table was current, and replaying their log over it
+//! ends at the same objects.
 
 use super::{Event, EventType, IndexKeys, ObjKey, Raw, State, StoreError, txn_err};
 use bytes::Bytes;
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition, WriteTransaction,
+};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
-/// Writes a batch of events (objects, log rows, the RV high-water mark) in one durable
-/// transaction, compacting the log beyond `retention` now and then.
+/// Writes a batch of events (log rows) in one durable transaction, compacting the log beyond
+/// `retention` now and then.
 pub(super) fn commit(
     db: &Database,
     batch: &[Arc<Event>],
@@ -20,32 +35,59 @@ pub(super) fn commit(
 ) -> Result<(), StoreError> {
     let txn = db.begin_write().map_err(txn_err)?;
     {
-        let mut objects = txn.open_table(OBJECTS).map_err(txn_err)?;
         let mut events = txn.open_table(EVENTS).map_err(txn_err)?;
         for event in batch {
-            let key = event.key.db_key();
-            // The object's stored bytes are its row and part of the log row, as they are.
-            let object = event.object.json();
-            if event.kind == EventType::Deleted {
-                objects.remove(key.as_str()).map_err(txn_err)?;
-            } else {
-                objects.insert(key.as_str(), &object[..]).map_err(txn_err)?;
-            }
             let row = log_row(event).map_err(txn_err)?;
             events.insert(event.rv, row.as_slice()).map_err(txn_err)?;
         }
         let (first, last) = (batch[0].rv, batch[batch.len() - 1].rv);
         // The newest event row already records the revision, so the counter row is written only
         // when the log is compacted (when a batch crosses a 1024 boundary): most commits touch
-        // two tables, and compaction never removes the newest rows (retention >= 1).
+        // one table, and compaction never removes the newest rows (retention >= 1).
         if last / 1024 != (first - 1) / 1024 && last > retention {
-            let floor = last - retention;
-            events.retain_in(..=floor, |_, _| false).map_err(txn_err)?;
+            checkpoint(&txn, &mut events, last - retention)?;
             let mut meta = txn.open_table(META).map_err(txn_err)?;
             meta.insert("rv", last).map_err(txn_err)?;
         }
     }
     txn.commit().map_err(txn_err)
+}
+
+/// A log row as the checkpoint reads it: which object, and its bytes as stored.
+#[derive(serde::Deserialize)]
+struct Folded<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    gr: Cow<'a, str>,
+    #[serde(borrow)]
+    ns: Cow<'a, str>,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow)]
+    object: &'a serde_json::value::RawValue,
+}
+
+/// Folds the log rows at or below `floor` into the objects table, oldest first, and drops them.
+fn checkpoint(
+    txn: &WriteTransaction,
+    events: &mut Table<u64, &[u8]>,
+    floor: u64,
+) -> Result<(), StoreError> {
+    let mut objects = txn.open_table(OBJECTS).map_err(txn_err)?;
+    for row in events.range(..=floor).map_err(txn_err)? {
+        let (rv, row) = row.map_err(txn_err)?;
+        let row: Folded = serde_json::from_slice(row.value())
+            .map_err(|e| StoreError::Corrupt(format!("event {}", rv.value()), e.to_string()))?;
+        let key = ObjKey::new(&row.gr, &row.ns, &row.name).db_key();
+        if row.kind == EventType::Deleted.as_str() {
+            objects.remove(key.as_str()).map_err(txn_err)?;
+        } else {
+            let object = row.object.get().as_bytes();
+            objects.insert(key.as_str(), object).map_err(txn_err)?;
+        }
+    }
+    events.retain_in(..=floor, |_, _| false).map_err(txn_err)
 }
 
 /// A log row without its objects.
@@ -106,6 +148,7 @@ pub(super) fn load(db: &Database, st: &mut State) -> Result<(), StoreError> {
         .map_err(txn_err)?
         .map(|v| v.value())
         .unwrap_or(0);
+    // The log is replayed over the checkpoint: each row is its object's state from then on.
     let events = read.open_table(EVENTS).map_err(txn_err)?;
     let mut first = None;
     for row in events.iter().map_err(txn_err)? {
@@ -123,16 +166,11 @@ pub(super) fn load(db: &Database, st: &mut State) -> Result<(), StoreError> {
             .filter(|p| !p.is_null())
             .map(encode)
             .transpose()?;
-        let object = encode(row.get("object").unwrap_or(&Value::Null))?;
-        // An event whose object is still current shares the object map's bytes.
-        let object = match st
-            .objects
-            .get(&key.gr)
-            .and_then(|m| m.get(&(key.ns.clone(), key.name.clone())))
-        {
-            Some(e) if e.raw.json() == object.json() => e.raw.clone(),
-            _ => object,
-        };
+        let content = row.get("object").unwrap_or(&Value::Null);
+        let object = encode(content)?;
+        // The object map and the event share the bytes.
+        let current = (kind != EventType::Deleted).then(|| (&object, IndexKeys::of(content)));
+        st.index(&key, current.as_ref().map(|(raw, index)| (*raw, index)));
         st.log.push_back(Arc::new(Event {
             rv,
             kind,
@@ -160,7 +198,108 @@ pub(super) fn trim(st: &mut State, retention: usize) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{Proposed, Store, StoreConfig};
     use super::*;
+    use redb::ReadableTableMetadata;
+
+    fn obj(name: &str, v: u64) -> Value {
+        serde_json::json!({"metadata": {"name": name, "uid": format!("u-{name}")}, "spec": {"v": v}})
+    }
+
+    fn rows(dir: &std::path::Path) -> (u64, u64) {
+        let db = Database::open(dir.join("capw.redb")).unwrap();
+        let read = db.begin_read().unwrap();
+        let objects = read.open_table(OBJECTS).unwrap().len().unwrap();
+        (objects, read.open_table(EVENTS).unwrap().len().unwrap())
+    }
+
+    #[tokio::test]
+    async fn compaction_folds_the_log_into_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            retention: 10,
+            ..StoreConfig::default()
+        };
+        let s = Store::open(Some(dir.path()), config.clone()).unwrap();
+        // Creates, updates, deletes and re-creates of 50 objects, across two compactions.
+        for i in 0..2100u64 {
+            let name = format!("o{}", i % 50);
+            let key = ObjKey::new("/configmaps", "default", &name);
+            s.write::<StoreError>(&key, false, |cur| {
+                Ok(match cur {
+                    Some(_) if i % 7 == 3 => Proposed::Delete(None),
+                    _ => Proposed::Put(obj(&name, i)),
+                })
+            })
+            .await
+            .unwrap();
+        }
+        let (before, rv) = s.list("/configmaps", None);
+        s.close().await;
+        let (objects, events) = rows(dir.path());
+        assert!(objects > 0, "nothing was folded into the checkpoint");
+        assert!(events < 1024 + 10, "{events} log rows after compaction");
+        let reopened = Store::open(Some(dir.path()), config).unwrap();
+        let (after, rv_after) = reopened.list("/configmaps", None);
+        assert_eq!(rv, 2100, "every write was a change");
+        assert_eq!((after, rv_after), (before, rv));
+    }
+
+    /// Earlier builds wrote every object into the objects table on each commit: a table that is
+    /// newer than the log's oldest rows. Replaying the log over it ends at the same objects.
+    #[tokio::test]
+    async fn a_current_objects_table_with_an_older_log_loads_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let raw = |v: &Value| Raw::encode(v).unwrap();
+        let key = |n: &str| ObjKey::new("/configmaps", "default", n);
+        let stamp = |mut v: Value, rv: u64| {
+            v["metadata"]["resourceVersion"] = rv.to_string().into();
+            v
+        };
+        let (a1, a2, b3) = (
+            stamp(obj("a", 1), 1),
+            stamp(obj("a", 2), 2),
+            stamp(obj("b", 3), 3),
+        );
+        let log = [
+            (EventType::Added, "a", &a1, None),
+            (EventType::Modified, "a", &a2, Some(&a1)),
+            (EventType::Added, "b", &b3, None),
+            (EventType::Deleted, "b", &b3, Some(&b3)),
+        ];
+        {
+            let db = Database::create(dir.path().join("capw.redb")).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut objects = txn.open_table(OBJECTS).unwrap();
+                let a = serde_json::to_vec(&a2).unwrap();
+                objects
+                    .insert(key("a").db_key().as_str(), a.as_slice())
+                    .unwrap();
+                let mut events = txn.open_table(EVENTS).unwrap();
+                for (rv, (kind, name, object, prev)) in (1..).zip(log) {
+                    let event = Event {
+                        rv,
+                        kind,
+                        key: key(name),
+                        object: raw(object),
+                        prev: prev.map(raw),
+                    };
+                    events
+                        .insert(rv, log_row(&event).unwrap().as_slice())
+                        .unwrap();
+                }
+            }
+            txn.commit().unwrap();
+        }
+        let s = Store::open(Some(dir.path()), StoreConfig::default()).unwrap();
+        assert_eq!(s.current_rv(), 4);
+        assert_eq!(*s.get(&key("a")).unwrap(), a2);
+        assert!(s.get(&key("b")).is_none());
+        assert_eq!(s.by_uid("u-a"), Some(key("a")));
+        assert_eq!(s.by_uid("u-b"), None);
+        assert_eq!(s.subscribe(0).unwrap().0.len(), 4);
+    }
 
     #[test]
     fn log_row_is_the_event_as_load_reads_it() {

@@ -4,11 +4,12 @@
 //! map, the watch window, the disk rows and LIST and watch responses share one serialization.
 //! Readers that need the tree decode it.
 //!
-//! Each mutation is part of one durable redb transaction holding the object (or its removal),
-//! the event-log row and the revision counter, so an acknowledged write survives `kill -9` and
-//! a resourceVersion is never reused. Writes are staged in RV order under one lock (the single
-//! writer), then made durable by group commit: whichever writer finds no commit running takes
-//! every staged write into one transaction, as etcd batches its backend commits. Only after the
+//! Each mutation is part of one durable redb transaction holding its event-log row (the object,
+//! or its removal, as of that revision), so an acknowledged write survives `kill -9` and a
+//! resourceVersion is never reused; `disk` folds the log into a checkpoint of the objects.
+//! Writes are staged in RV order under one lock (the single writer), then made durable by group
+//! commit: whichever writer finds no commit running takes every staged write into one
+//! transaction, as etcd batches its backend commits. Only after the
 //! commit are the objects visible to readers, the events published to watchers (in commit order)
 //! and the writers answered.
 
