@@ -51,7 +51,7 @@ pub async fn read_and_adopt<K: Resource<DynamicType = ()> + Send + Sync + 'stati
             })?;
     }
     let object = ProviderObject {
-        value: serde_json::to_value(&obj).unwrap_or(Value::Null),
+        value: serde_json::to_value(&*obj).unwrap_or(Value::Null),
         contract: resolved.contract,
     };
     let (reason, message) = object.failure();

@@ -121,7 +121,7 @@ pub(super) async fn gather(obj: &DynamicObject, kctx: &KindCtx) -> Result<Around
             .filter(|r| r.is_set())
         && let Ok(Some((infra, _))) = kctx.driver.resolver.get(&ns, r).await
     {
-        context.infrastructure_cluster = json(&infra);
+        context.infrastructure_cluster = json(&*infra);
     }
     if kctx.role == Role::InfraMachine
         && let Some(secret) = machine

@@ -58,7 +58,7 @@ async fn create_owned(
 /// What a control plane's Machines are cloned from and into.
 struct Clones {
     template_ref: ContractVersionedObjectReference,
-    template: DynamicObject,
+    template: std::sync::Arc<DynamicObject>,
     infra_kind: String,
     infra: Resolved,
     boot: Resolved,

@@ -212,18 +212,19 @@ impl Resolver {
     }
 
     /// The referenced object, or `None` when it does not exist. Served from the kind's cache
-    /// once it has listed; a change the cache has not seen yet arrives as a watch event, which
-    /// reconciles the reader again.
+    /// once it has listed, as the cache's own shared copy: every caller only reads it, and a
+    /// deep copy per read was 1 % of the host's CPU at 1000 clusters. A change the cache has not
+    /// seen yet arrives as a watch event, which reconciles the reader again.
     pub async fn get(
         &self,
         ns: &str,
         reference: &ContractVersionedObjectReference,
-    ) -> Result<Option<(DynamicObject, Resolved)>, ExternalError> {
+    ) -> Result<Option<(Arc<DynamicObject>, Resolved)>, ExternalError> {
         let r = self.resolve(&reference.api_group, &reference.kind).await?;
         let (store, ready, _) = self.cache(&r);
         if ready {
             let key = ObjectRef::new_with(&reference.name, r.ar.clone()).within(ns);
-            return Ok(store.get(&key).map(|o| ((*o).clone(), r)));
+            return Ok(store.get(&key).map(|o| (o, r)));
         }
         // Read before the watch has listed: trimmed as the cache would hold it.
         Ok(self
@@ -232,7 +233,7 @@ impl Resolver {
             .await?
             .map(|mut o| {
                 crate::trim::for_cache(&mut o);
-                (o, r)
+                (Arc::new(o), r)
             }))
     }
 }

@@ -171,7 +171,7 @@ async fn provider(
     match resolver.get(ns, r).await {
         Ok(Some((o, _))) => row(
             label,
-            &serde_json::to_value(&o).unwrap_or_default(),
+            &serde_json::to_value(&*o).unwrap_or_default(),
             ready_type,
         ),
         Ok(None) => missing(label, "does not exist".into()),

@@ -49,7 +49,7 @@ async fn template(
         .await
         .map_err(|e| missing(e.to_string()))?
         .ok_or_else(|| missing("not found".to_string()))?;
-    let mut value = serde_json::to_value(&obj).map_err(|e| missing(e.to_string()))?;
+    let mut value = serde_json::to_value(&*obj).map_err(|e| missing(e.to_string()))?;
     value["apiVersion"] = Value::String(resolved.ar.api_version.clone());
     value["kind"] = Value::String(resolved.ar.kind.clone());
     Ok(value)

@@ -47,7 +47,7 @@ pub(super) async fn read(
     let Some((obj, resolved)) = ctx.resolver.get(ns, reference).await? else {
         return Ok(None);
     };
-    let mut value = serde_json::to_value(&obj)?;
+    let mut value = serde_json::to_value(&*obj)?;
     value["apiVersion"] = Value::String(resolved.ar.api_version.clone());
     value["kind"] = Value::String(resolved.ar.kind.clone());
     Ok(Some(value))

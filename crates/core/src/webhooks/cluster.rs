@@ -491,7 +491,7 @@ async fn control_plane_settled(
         );
     };
     let cp = match w.resolver.get(&ns, reference).await {
-        Ok(Some((cp, _))) => serde_json::to_value(&cp).unwrap_or_default(),
+        Ok(Some((cp, _))) => serde_json::to_value(&*cp).unwrap_or_default(),
         Ok(None) => {
             return failed(format!(
                 "failed to get control plane object: {} {} not found",
