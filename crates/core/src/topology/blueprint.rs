@@ -43,16 +43,10 @@ async fn template(
         name: reference.name.clone(),
         why,
     };
-    let (obj, resolved) = ctx
-        .resolver
-        .get(ns, &r)
+    super::current::read(ctx, ns, &r)
         .await
         .map_err(|e| missing(e.to_string()))?
-        .ok_or_else(|| missing("not found".to_string()))?;
-    let mut value = serde_json::to_value(&*obj).map_err(|e| missing(e.to_string()))?;
-    value["apiVersion"] = Value::String(resolved.ar.api_version.clone());
-    value["kind"] = Value::String(resolved.ar.kind.clone());
-    Ok(value)
+        .ok_or_else(|| missing("not found".to_string()))
 }
 
 pub(super) async fn fetch(ctx: &CoreCtx, class: ClusterClass) -> Result<Blueprint, TopologyError> {
