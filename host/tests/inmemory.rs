@@ -625,6 +625,76 @@ async fn a_paused_cluster_gets_no_plugin_calls_until_unpaused() {
     );
 }
 
+/// A host that stopped between creating a config's data Secret and recording it in the config's
+/// status left data the next host must not boot from: its join token was made in a workload
+/// cluster that went down with that host. The next host replaces the data, as CABPK's
+/// `storeBootstrapData` updates a Secret that exists, and the Machine joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_data_secret_left_unrecorded_by_a_stopped_host_is_made_again() {
+    let env = env("inmemory.wasm", MANIFEST).await;
+    env.kubectl(&["apply", "-f", "-"], Some(&variant("left", true)));
+    let configs = env.dynamic(
+        "bootstrap.cluster.x-k8s.io",
+        "KubeadmConfig",
+        "kubeadmconfigs",
+    );
+    let config = env
+        .eventually("the paused worker's KubeadmConfig", 30, || async {
+            configs.get_opt("left-worker-0").await.ok()?
+        })
+        .await;
+    // What the stopped host wrote: a Secret it controls, with data that never joins.
+    let stale =
+        "#cloud-config\n# made with a token only the stopped host's workload cluster knew\n";
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {
+            "name": "left-worker-0",
+            "labels": {"cluster.x-k8s.io/cluster-name": "left"},
+            "ownerReferences": [{
+                "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
+                "name": "left-worker-0", "uid": config.uid().expect("uid"),
+                "controller": true, "blockOwnerDeletion": true,
+            }],
+        },
+        "type": "cluster.x-k8s.io/secret",
+        "stringData": {"value": stale, "format": "cloud-config"},
+    }))
+    .expect("secret");
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "default");
+    secrets
+        .create(&Default::default(), &secret)
+        .await
+        .expect("the stale data Secret");
+    env.kubectl(
+        &[
+            "patch",
+            "cluster",
+            "left",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"paused":false}}"#,
+        ],
+        None,
+    );
+    // Booted from the stale data, the worker would never run kubeadm join nor be Running.
+    env.converged("left", 6).await;
+    let data = secrets.get("left-worker-0").await.expect("data Secret");
+    let value = data
+        .data
+        .as_ref()
+        .and_then(|d| d.get("value"))
+        .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+        .expect("value");
+    assert!(value.contains("kubeadm join"), "{value}");
+    let config = configs.get("left-worker-0").await.expect("config");
+    assert_eq!(
+        config.data.pointer("/status/dataSecretName"),
+        Some(&json!("left-worker-0")),
+        "{:?}",
+        config.data
+    );
+}
+
 /// A provider kind nobody serves in this host, patched the way an out-of-process provider
 /// would, drives the Cluster and Machines through the same phases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -8,7 +8,7 @@ use super::kubeadm;
 use super::scope::Scope;
 use super::{DriverError, KindCtx};
 use capw_api::common::names::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL};
-use capw_api::contract::conditions;
+use capw_api::contract::{conditions, fields};
 use capw_runtime::plugin::{BootstrapStatus, ClusterStatus, ControlPlaneStatus, MachineStatus};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -236,7 +236,7 @@ pub(super) async fn write(
                 // The provider ID is set once: a later, different one is ignored.
                 let current = obj
                     .data
-                    .pointer(capw_api::contract::fields::PROVIDER_ID)
+                    .pointer(fields::PROVIDER_ID)
                     .and_then(Value::as_str);
                 if current.is_none_or(str::is_empty) {
                     change.spec.provider_id = Some(pid.clone());
@@ -268,6 +268,15 @@ pub(super) async fn write(
             if let Some(data) = &r.data {
                 // The Secret is named after the config: deterministic, as `clusterctl move` needs.
                 let name = obj.name_any();
+                // As CABPK's `storeBootstrapData`, a Secret of ours that exists already is
+                // updated until the status records it: a host that stopped between the two
+                // writes left data made with a bootstrap token that only its own workload
+                // cluster knew. Once recorded, a Machine may have booted from it: it stays.
+                let recorded = obj
+                    .data
+                    .pointer(fields::DATA_SECRET_CREATED.v1beta2)
+                    .and_then(Value::as_bool)
+                    == Some(true);
                 let written = ensure_secret(
                     kctx,
                     obj,
@@ -277,7 +286,7 @@ pub(super) async fn write(
                         ("value".to_string(), data.value.clone()),
                         ("format".to_string(), data.format.as_str().to_string()),
                     ]),
-                    false,
+                    !recorded,
                 )
                 .await?;
                 match written {
