@@ -140,6 +140,32 @@ impl Host {
     }
 }
 
+/// Sends Ctrl-C (SIGINT) and waits for a clean exit, within a bound so that a host that ignored
+/// it fails the test instead of hanging it.
+async fn interrupt(mut h: Host) {
+    let pid = h.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = h.child.try_wait().expect("try_wait") {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the host ignored Ctrl-C for 30 s: {}",
+            h.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "Ctrl-C is a clean exit: {status}");
+}
+
 /// The example `CLUSTERS` times over, named `c0`..: each its own Cluster, control plane and
 /// MachineDeployment.
 fn clusters() -> String {
@@ -372,28 +398,48 @@ async fn a_leader_that_cannot_renew_exits_and_one_that_stops_hands_the_lease_ove
         || async { a.leading_as() },
     )
     .await;
-    let b = host(&server, dir.path(), "b", &fast);
-    // Ctrl-C releases the Lease: b leads at its next try, not after the lease duration.
-    let mut a = a;
-    let pid = a.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .expect("kill")
-            .success()
-    );
-    let status = a.child.wait().expect("a exits");
-    assert!(status.success(), "Ctrl-C is a clean exit: {status}");
     wait(
-        "b to lead",
+        "a's host to start",
+        30,
+        || a.log_tail(),
+        || async { a.started() },
+    )
+    .await;
+    let b = host(&server, dir.path(), "b", &fast);
+    let c = host(&server, dir.path(), "c", &fast);
+    // Ctrl-C releases the Lease: a standby leads at its next try, not after the lease duration.
+    interrupt(a).await;
+    let standbys = [b, c];
+    let next = wait(
+        "b or c to lead",
+        10,
+        || {
+            standbys
+                .iter()
+                .map(Host::log_tail)
+                .collect::<Vec<_>>()
+                .join("\n")
+        },
+        || async { standbys.iter().position(|h| h.leading_as().is_some()) },
+    )
+    .await;
+    let [b, c] = standbys;
+    let (next, other) = if next == 0 { (b, c) } else { (c, b) };
+    // Ctrl-C as soon as it leads, while it still starts its host (loads its plugins): a Ctrl-C
+    // must not fall between listening for it as a standby and as a running leader.
+    let started = next.started().is_some();
+    interrupt(next).await;
+    eprintln!("the next leader was interrupted with its host started: {started}");
+    let b = other;
+    wait(
+        "the last standby to lead",
         10,
         || b.log_tail(),
         || async { b.leading_as() },
     )
     .await;
     wait(
-        "b's host to start",
+        "its host to start",
         30,
         || b.log_tail(),
         || async { b.started() },

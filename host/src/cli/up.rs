@@ -246,13 +246,19 @@ async fn host(
         .context("serving the admission webhooks")?;
         println!("admission webhooks at https://{served}");
     }
+    // One Ctrl-C listener for the whole run. tokio's handler, once a listener installed it,
+    // replaces the default exit, and a listener sees only the signals after its first poll:
+    // a Ctrl-C between two listeners (while a new leader starts its host) would be lost, and
+    // the host would keep running and keep the Lease.
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
     let mut elector = match election {
         Some(settings) => {
             metrics.set_leader(false);
             let mut elector = Elector::new(client.clone(), settings)?;
             println!("standing by for the Lease {}", elector.describe());
             tokio::select! {
-                r = tokio::signal::ctrl_c() => return r.context("waiting for Ctrl-C"),
+                r = &mut interrupted => return r.context("waiting for Ctrl-C"),
                 () = elector.acquire() => {}
             }
             println!("leading: Lease {}", elector.describe());
@@ -261,9 +267,16 @@ async fn host(
         None => None,
     };
     metrics.set_leader(true);
-    let host = manager::start(client, config)
-        .await
-        .context("starting the host")?;
+    let host = tokio::select! {
+        r = &mut interrupted => {
+            r.context("waiting for Ctrl-C")?;
+            if let Some(e) = elector.as_mut() {
+                e.release().await;
+            }
+            return Ok(());
+        }
+        host = manager::start(client, config) => host.context("starting the host")?,
+    };
     println!(
         "watching {} for plugins (drop NAME.wasm there)",
         args.plugins.display()
@@ -286,7 +299,7 @@ async fn host(
         }
     };
     tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+        r = &mut interrupted => r.context("waiting for Ctrl-C")?,
         () = status => {}
         e = lost => {
             metrics.set_leader(false);
