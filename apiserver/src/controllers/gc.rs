@@ -37,9 +37,13 @@ fn owner_alive(core: &Core, uid: &str, dep_ns: &str) -> bool {
         .is_some_and(|k| k.ns.is_empty() || k.ns == dep_ns)
 }
 
-/// Collects one dependent if its owners are gone. Every write of every object comes here,
-/// so it reads only the stored object's metadata, not a decoded copy of all of it.
+/// Collects one dependent if its owners are gone. Every write of every object comes here:
+/// the owner index answers for the common case, a dependent whose owners all live, and only
+/// a dependent with a dead owner has its metadata decoded.
 async fn check_dependent(core: &Core, key: &ObjKey) {
+    if core.store.has_dead_owner(key) != Some(true) {
+        return;
+    }
     let Some(Ok(obj)) = core.store.get_raw(key).map(|raw| raw.metadata()) else {
         return;
     };
@@ -89,16 +93,40 @@ fn without_finalizer(
     }
 }
 
+/// What a stored object tells the collector about itself as an owner: its uid, whether it is
+/// being deleted and with which finalizers. Read with the rest of the object skipped, not
+/// decoded: every write comes here, every owner at each resync, and managedFields alone are
+/// most of an object's metadata.
+#[derive(serde::Deserialize)]
+struct Written {
+    #[serde(default)]
+    metadata: WrittenMeta,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct WrittenMeta {
+    #[serde(default)]
+    uid: String,
+    #[serde(default)]
+    deletion_timestamp: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    finalizers: Vec<String>,
+}
+
+fn written(raw: &crate::store::Raw) -> Option<Written> {
+    serde_json::from_slice(raw.json()).ok()
+}
+
 /// Works on an owner that is being deleted with the Foreground or Orphan policy.
 async fn check_owner(core: &Core, key: &ObjKey) {
-    let Some(obj) = core.store.get(key) else {
+    let Some(Written { metadata: m }) = core.store.get_raw(key).and_then(|r| written(&r)) else {
         return;
     };
-    if !meta::is_deleting(&obj) {
+    if m.deletion_timestamp.is_none() {
         return;
     }
-    let uid = meta::str_field(&obj, "uid").to_string();
-    let fins = meta::finalizers(&obj);
+    let (uid, fins) = (m.uid, m.finalizers);
     let deps = core.store.dependents_of(&uid);
     if fins.iter().any(|f| f == "orphan") {
         for d in &deps {
@@ -155,11 +183,11 @@ async fn check_owner(core: &Core, key: &ObjKey) {
 }
 
 async fn on_event(core: &Core, ev: &Event) {
-    let Ok(object) = ev.object.metadata() else {
-        return;
-    };
     match ev.kind {
         EventType::Deleted => {
+            let Ok(object) = ev.object.metadata() else {
+                return;
+            };
             if let Some(uid) = object.pointer("/metadata/uid").and_then(Value::as_str) {
                 for d in core.store.dependents_of(uid) {
                     check_dependent(core, &d).await;
@@ -174,9 +202,11 @@ async fn on_event(core: &Core, ev: &Event) {
         }
         EventType::Added | EventType::Modified => {
             check_dependent(core, &ev.key).await;
-            let fins = meta::finalizers(&object);
-            if meta::is_deleting(&object)
-                && fins
+            let Some(Written { metadata: m }) = written(&ev.object) else {
+                return;
+            };
+            if m.deletion_timestamp.is_some()
+                && m.finalizers
                     .iter()
                     .any(|f| f == "orphan" || f == "foregroundDeletion")
             {

@@ -491,6 +491,24 @@ impl Store {
         self.read().uids.get(uid).cloned()
     }
 
+    /// Whether the object at `key` names an owner that is gone or that it cannot see (one in
+    /// another namespace): the garbage collector asks on every write, and the owner index
+    /// answers without decoding the object. `None` when there is no such object. Admission
+    /// requires a uid in every owner reference, so the index holds all of them.
+    pub fn has_dead_owner(&self, key: &ObjKey) -> Option<bool> {
+        let state = self.read();
+        let entry = state
+            .objects
+            .get(&key.gr)?
+            .get(&(key.ns.clone(), key.name.clone()))?;
+        Some(entry.index.owners.iter().any(|uid| {
+            state
+                .uids
+                .get(&**uid)
+                .is_none_or(|k| !k.ns.is_empty() && k.ns != key.ns)
+        }))
+    }
+
     /// Objects whose ownerReferences name `uid`.
     pub fn dependents_of(&self, uid: &str) -> Vec<ObjKey> {
         self.read()
@@ -740,6 +758,49 @@ mod tests {
 
     fn obj(name: &str, v: i64) -> Value {
         json!({"metadata":{"name":name,"uid":format!("u-{name}")},"spec":{"v":v}})
+    }
+
+    #[tokio::test]
+    async fn the_owner_index_tells_a_dead_or_unseen_owner_from_a_live_one() {
+        let s = Store::open(None, StoreConfig::default()).unwrap();
+        let put = |key: ObjKey, o: Value| {
+            let s = &s;
+            async move {
+                s.write::<E>(&key, false, move |_| Ok(Proposed::Put(o)))
+                    .await
+                    .unwrap();
+            }
+        };
+        let owner = |ns: &str, name: &str| ObjKey::new("/configmaps", ns, name);
+        put(owner("a", "live"), obj("live", 1)).await;
+        put(owner("b", "elsewhere"), obj("elsewhere", 1)).await;
+        put(
+            ObjKey::new("/nodes", "", "cluster-wide"),
+            obj("cluster-wide", 1),
+        )
+        .await;
+        let refs = |uids: &[&str]| {
+            let list: Vec<Value> = uids.iter().map(|u| json!({"uid": u})).collect();
+            json!({"metadata": {"name": "d", "uid": "u-d", "ownerReferences": list}})
+        };
+        let cases: [(&[&str], Option<bool>); 6] = [
+            (&[], Some(false)),
+            (&["u-live"], Some(false)),
+            (&["u-live", "u-cluster-wide"], Some(false)),
+            (&["u-live", "u-gone"], Some(true)),
+            // An owner in another namespace is one the dependent cannot have.
+            (&["u-elsewhere"], Some(true)),
+            (&["u-gone"], Some(true)),
+        ];
+        let dependent = ObjKey::new("/secrets", "a", "d");
+        for (uids, want) in cases {
+            put(dependent.clone(), refs(uids)).await;
+            assert_eq!(s.has_dead_owner(&dependent), want, "{uids:?}");
+        }
+        assert_eq!(
+            s.has_dead_owner(&ObjKey::new("/secrets", "a", "none")),
+            None
+        );
     }
 
     #[tokio::test]
