@@ -208,10 +208,21 @@ impl Core {
     /// The stored object rendered for `rt`'s version: Event view conversion, `apiVersion`
     /// rewrite for multi-version CRDs, and schema defaults applied on read.
     pub fn to_view(&self, rt: &ResourceType, stored: &Value) -> Value {
-        let mut v = match rt.builtin {
-            Some(Builtin::EventV1) => builtin::event_to_v1(stored),
-            _ => stored.clone(),
-        };
+        match rt.builtin {
+            Some(Builtin::EventV1) => Self::stamp_view(rt, builtin::event_to_v1(stored)),
+            _ => Self::stamp_view(rt, stored.clone()),
+        }
+    }
+
+    /// [`Core::to_view`] of an object the caller owns (one it just decoded), without a copy.
+    pub fn into_view(&self, rt: &ResourceType, stored: Value) -> Value {
+        match rt.builtin {
+            Some(Builtin::EventV1) => Self::stamp_view(rt, builtin::event_to_v1(&stored)),
+            _ => Self::stamp_view(rt, stored),
+        }
+    }
+
+    fn stamp_view(rt: &ResourceType, mut v: Value) -> Value {
         if let Some(m) = v.as_object_mut() {
             m.insert("apiVersion".into(), json!(rt.api_version()));
             m.insert("kind".into(), json!(rt.kind));
@@ -233,7 +244,7 @@ impl Core {
     pub fn get(&self, rt: &ResourceType, ns: &str, name: &str) -> Result<Value, ApiError> {
         self.store
             .get(&Self::key(rt, ns, name))
-            .map(|o| self.to_view(rt, &o))
+            .map(|o| self.into_view(rt, Arc::unwrap_or_clone(o)))
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
     }
 

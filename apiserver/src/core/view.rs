@@ -38,7 +38,7 @@ impl Core {
         if shape.is_stored_form(raw) {
             return Some(raw.json().clone());
         }
-        let view = self.to_view(rt, &raw.value().ok()?);
+        let view = self.into_view(rt, raw.value().ok()?);
         serde_json::to_vec(&view).ok().map(Bytes::from)
     }
 }

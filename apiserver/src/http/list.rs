@@ -230,7 +230,7 @@ pub async fn list(
     let page: Vec<Value> = page
         .into_iter()
         .filter_map(|raw| raw.value().ok())
-        .map(|o| core.to_view(rt, &o))
+        .map(|o| core.into_view(rt, o))
         .collect();
     Ok(match want {
         Want::Table => respond(
