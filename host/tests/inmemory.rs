@@ -41,6 +41,15 @@ async fn env(inmemory_file: &str, inmemory_manifest: &str) -> Env {
 const MANIFEST: &str = "capabilities: [sim-cloud]\n";
 
 impl Env {
+    /// `spec.paused` of the Cluster `name`, set with kubectl.
+    fn set_paused(&self, name: &str, paused: bool) {
+        let patch = json!({"spec": {"paused": paused}}).to_string();
+        self.kubectl(
+            &["patch", "cluster", name, "--type=merge", "-p", &patch],
+            None,
+        );
+    }
+
     /// Every Cluster API object kind of the example.
     fn all_kinds(&self) -> Vec<(&'static str, Api<DynamicObject>)> {
         vec![
@@ -568,32 +577,12 @@ async fn a_paused_cluster_gets_no_plugin_calls_until_unpaused() {
         "the control plane made Machines while paused"
     );
 
-    env.kubectl(
-        &[
-            "patch",
-            "cluster",
-            "held",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"paused":false}}"#,
-        ],
-        None,
-    );
+    env.set_paused("held", false);
     env.converged("held", 6).await;
     assert!(env.calls() > 0);
 
     // Paused again while running: provider objects say so, and touching them calls nothing.
-    env.kubectl(
-        &[
-            "patch",
-            "cluster",
-            "held",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"paused":true}}"#,
-        ],
-        None,
-    );
+    env.set_paused("held", true);
     let im = env.dynamic(
         "infrastructure.cluster.x-k8s.io",
         "InMemoryMachine",
@@ -665,17 +654,7 @@ async fn a_data_secret_left_unrecorded_by_a_stopped_host_is_made_again() {
         .create(&Default::default(), &secret)
         .await
         .expect("the stale data Secret");
-    env.kubectl(
-        &[
-            "patch",
-            "cluster",
-            "left",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"paused":false}}"#,
-        ],
-        None,
-    );
+    env.set_paused("left", false);
     // Booted from the stale data, the worker would never run kubeadm join nor be Running.
     env.converged("left", 6).await;
     let data = secrets.get("left-worker-0").await.expect("data Secret");

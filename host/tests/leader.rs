@@ -151,19 +151,24 @@ async fn interrupt(mut h: Host) {
             .expect("kill")
             .success()
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
+    let status = exit(&mut h, 30, "the host ignored Ctrl-C").await;
+    assert!(status.success(), "Ctrl-C is a clean exit: {status}");
+}
+
+/// How the host exited, waiting at most `secs`: past that, the test fails with `what`.
+async fn exit(h: &mut Host, secs: u64, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
         if let Some(s) = h.child.try_wait().expect("try_wait") {
-            break s;
+            return s;
         }
         assert!(
             Instant::now() < deadline,
-            "the host ignored Ctrl-C for 30 s: {}",
+            "{what} for {secs} s: {}",
             h.log_tail()
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert!(status.success(), "Ctrl-C is a clean exit: {status}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The example `CLUSTERS` times over, named `c0`..: each its own Cluster, control plane and
@@ -449,18 +454,7 @@ async fn a_leader_that_cannot_renew_exits_and_one_that_stops_hands_the_lease_ove
     // Without its API server the leader cannot renew: it exits with the reason.
     server.kill9();
     let mut b = b;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = b.child.try_wait().expect("try_wait") {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the leader kept running without renewing: {}",
-            b.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let status = exit(&mut b, 60, "the leader kept running without renewing").await;
     assert!(!status.success(), "losing the Lease is a failure exit");
     let log = std::fs::read_to_string(&b.log).expect("log");
     assert!(
