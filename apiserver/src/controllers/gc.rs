@@ -34,7 +34,7 @@ fn owner_refs(obj: &Value) -> Vec<Value> {
 fn owner_alive(core: &Core, uid: &str, dep_ns: &str) -> bool {
     core.store
         .by_uid(uid)
-        .is_some_and(|k| k.ns.is_empty() || k.ns == dep_ns)
+        .is_some_and(|k| k.visible_from(dep_ns))
 }
 
 /// Collects one dependent if its owners are gone. Every write of every object comes here:
@@ -93,19 +93,19 @@ fn without_finalizer(
     }
 }
 
-/// What a stored object tells the collector about itself as an owner: its uid, whether it is
+/// What the collector reads of a stored object about itself: its uid, whether it is
 /// being deleted and with which finalizers. Read with the rest of the object skipped, not
 /// decoded: every write comes here, every owner at each resync, and managedFields alone are
 /// most of an object's metadata.
 #[derive(serde::Deserialize)]
-struct Written {
+struct Lifecycle {
     #[serde(default)]
-    metadata: WrittenMeta,
+    metadata: LifecycleMeta,
 }
 
 #[derive(serde::Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct WrittenMeta {
+struct LifecycleMeta {
     #[serde(default)]
     uid: String,
     #[serde(default)]
@@ -114,13 +114,14 @@ struct WrittenMeta {
     finalizers: Vec<String>,
 }
 
-fn written(raw: &crate::store::Raw) -> Option<Written> {
+fn lifecycle(raw: &crate::store::Raw) -> Option<Lifecycle> {
     serde_json::from_slice(raw.json()).ok()
 }
 
 /// Works on an owner that is being deleted with the Foreground or Orphan policy.
 async fn check_owner(core: &Core, key: &ObjKey) {
-    let Some(Written { metadata: m }) = core.store.get_raw(key).and_then(|r| written(&r)) else {
+    let Some(Lifecycle { metadata: m }) = core.store.get_raw(key).and_then(|r| lifecycle(&r))
+    else {
         return;
     };
     if m.deletion_timestamp.is_none() {
@@ -202,7 +203,7 @@ async fn on_event(core: &Core, ev: &Event) {
         }
         EventType::Added | EventType::Modified => {
             check_dependent(core, &ev.key).await;
-            let Some(Written { metadata: m }) = written(&ev.object) else {
+            let Some(Lifecycle { metadata: m }) = lifecycle(&ev.object) else {
                 return;
             };
             if m.deletion_timestamp.is_some()

@@ -98,6 +98,12 @@ impl ObjKey {
         }
     }
 
+    /// Whether the object here can own a dependent in namespace `ns`: a cluster-scoped one
+    /// can own anything, a namespaced one only what is in its namespace.
+    pub fn visible_from(&self, ns: &str) -> bool {
+        self.ns.is_empty() || self.ns == ns
+    }
+
     fn db_key(&self) -> String {
         format!("{}\u{0}{}\u{0}{}", self.gr, self.ns, self.name)
     }
@@ -502,10 +508,10 @@ impl Store {
             .get(&key.gr)?
             .get(&(key.ns.clone(), key.name.clone()))?;
         Some(entry.index.owners.iter().any(|uid| {
-            state
+            !state
                 .uids
                 .get(&**uid)
-                .is_none_or(|k| !k.ns.is_empty() && k.ns != key.ns)
+                .is_some_and(|owner| owner.visible_from(&key.ns))
         }))
     }
 

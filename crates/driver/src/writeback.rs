@@ -272,11 +272,7 @@ pub(super) async fn write(
                 // updated until the status records it: a host that stopped between the two
                 // writes left data made with a bootstrap token that only its own workload
                 // cluster knew. Once recorded, a Machine may have booted from it: it stays.
-                let recorded = obj
-                    .data
-                    .pointer(fields::DATA_SECRET_CREATED.v1beta2)
-                    .and_then(Value::as_bool)
-                    == Some(true);
+                let recorded = sticky(&old, "dataSecretCreated", false);
                 let written = ensure_secret(
                     kctx,
                     obj,
