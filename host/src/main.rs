@@ -11,6 +11,9 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// How long the runtime's tasks get to stop once the command is done.
+const SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn main() -> ExitCode {
     capw_manager::memory::no_transparent_huge_pages();
     let args = cli::Cli::parse();
@@ -23,7 +26,13 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .map_err(anyhow::Error::from)
-        .and_then(|rt| rt.block_on(cli::run(args)));
+        .and_then(|rt| {
+            let result = rt.block_on(cli::run(args));
+            // Dropping the runtime waits for every task to yield; one that never does (a watch
+            // retrying without backoff did) must not keep a host that lost its Lease running.
+            rt.shutdown_timeout(SHUTDOWN);
+            result
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -40,6 +40,20 @@ fn relevant(c: &Cluster) -> Option<u64> {
     Some(h.finish())
 }
 
+/// The ClusterClasses as they are applied, kept in `writer`'s store. Errors are dropped here,
+/// so the watcher must back off: without it, an unreachable API server made this stream retry
+/// in a loop that never yielded once the runtime's other tasks were gone, and a host that had
+/// lost its Lease could not exit.
+fn classes_seen(
+    api: Api<ClusterClass>,
+    writer: reflector::store::Writer<ClusterClass>,
+) -> impl futures::Stream<Item = ClusterClass> + Send {
+    reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff()
+        .applied_objects()
+        .filter_map(|c| ready(c.ok()))
+}
+
 fn setup(ctx: &Arc<CoreCtx>, feeds: &Feeds, concurrency: &Concurrency) -> BoxFuture<'static, ()> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let tracker = Tracker::new(
@@ -57,16 +71,7 @@ fn setup(ctx: &Arc<CoreCtx>, feeds: &Feeds, concurrency: &Concurrency) -> BoxFut
     );
     let (classes, writer) = reflector::store::<ClusterClass>();
     let clusters = ctx.clusters.clone();
-    let class_changes = reflector::reflector(
-        writer,
-        watcher(
-            Api::<ClusterClass>::all(ctx.client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .applied_objects()
-    .filter_map(|c| ready(c.ok()))
-    .flat_map(move |class| {
+    let class_changes = classes_seen(Api::all(ctx.client.clone()), writer).flat_map(move |class| {
         let ns = class.namespace().unwrap_or_default();
         let users: Vec<ObjectRef<Cluster>> = clusters
             .state()
@@ -128,3 +133,32 @@ fn setup(ctx: &Arc<CoreCtx>, feeds: &Feeds, concurrency: &Concurrency) -> BoxFut
 /// The topology controller, as the manager starts it. It owns no kind of its own: it
 /// reconciles Clusters that have a `spec.topology`.
 pub const CONTROLLER: Registration = Registration { owns: None, setup };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// An API server that takes connections and drops them: each watch attempt fails at once.
+    #[tokio::test]
+    async fn the_class_watch_backs_off_while_the_api_server_is_unreachable() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let counted = attempts.clone();
+        tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::Relaxed);
+                drop(conn);
+            }
+        });
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let (_, writer) = reflector::store::<ClusterClass>();
+        let stream = classes_seen(Api::all(client), writer);
+        let drained = tokio::time::timeout(Duration::from_secs(2), stream.for_each(|_| ready(())));
+        assert!(drained.await.is_err(), "the class watch ended");
+        let n = attempts.load(Ordering::Relaxed);
+        // The default backoff starts at 0.8 s: about three attempts in 2 s. Without it, hundreds.
+        assert!((1..=10).contains(&n), "{n} watch attempts in 2 s");
+    }
+}
