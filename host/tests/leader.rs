@@ -2,6 +2,7 @@
 //! Only the host holding the Lease reconciles (each host's own `/metrics` says so); when it is
 //! killed with SIGKILL in the middle of provisioning, the other takes over within the lease's
 //! bound and finishes every cluster, with no Machine made twice and no VM without a Machine.
+//! A leader whose API server restarts within the renew deadline keeps leading and carries on.
 
 // Test code: a failed step fails the test where it happened (workspace lints deny these elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -462,4 +463,107 @@ async fn a_leader_that_cannot_renew_exits_and_one_that_stops_hands_the_lease_ove
         "{}",
         b.log_tail()
     );
+}
+
+/// The CPU seconds `pid` has used (user and system), from `/proc/PID/stat`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    // USER_HZ is 100 on Linux.
+    ticks as f64 / 100.0
+}
+
+/// A management cluster's API server restarts (an upgrade, a crash) for less than the renew
+/// deadline: the leader keeps the Lease, waits for it without spinning, and its watches pick
+/// up where they were, so a scale made after the restart is carried out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_rides_out_an_api_server_restart_shorter_than_its_renew_deadline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("api");
+    let mut server = ApiServer::start(&data);
+    let client = kube_client(&server.kubeconfig).await;
+    let a = host(&server, dir.path(), "a", &[]);
+    wait(
+        "a to lead and start",
+        60,
+        || a.log_tail(),
+        || async { a.leading_as().and(a.started()) },
+    )
+    .await;
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let example =
+        std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
+            .expect("example");
+    wait(
+        "kubectl apply of the example",
+        60,
+        || a.log_tail(),
+        || async {
+            let (ok, _) = support::kubectl(
+                &server.kubeconfig,
+                &home,
+                &["apply", "-f", "-"],
+                Some(&example),
+            );
+            ok.then_some(())
+        },
+    )
+    .await;
+    let all_running = |n: usize| {
+        let client = client.clone();
+        async move {
+            let ms = machines(&client).await;
+            let ms = ms.get("demo")?;
+            (ms.len() == n && ms.iter().all(running)).then_some(())
+        }
+    };
+    wait(
+        "the example's Machines Running",
+        240,
+        || a.log_tail(),
+        || all_running(MACHINES),
+    )
+    .await;
+
+    server.kill9();
+    let pid = a.child.id();
+    let before = cpu_seconds(pid);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let spent = cpu_seconds(pid) - before;
+    server.restart(&data);
+    eprintln!("the host spent {spent:.2} s of CPU in the 4 s without its API server");
+    // A resource bound, not a speed: a watch that retried without backoff spent a whole core
+    // here (about 4 s); waiting on backoff costs a small fraction of that.
+    assert!(
+        spent < 1.5,
+        "the host spent {spent:.2} s of CPU in 4 s without its API server: {}",
+        a.log_tail()
+    );
+
+    let (ok, out) = support::kubectl(
+        &server.kubeconfig,
+        &home,
+        &["scale", "machinedeployment", "demo-md-0", "--replicas=4"],
+        None,
+    );
+    assert!(ok, "kubectl scale: {out}");
+    wait(
+        "the scaled-up worker Running after the restart",
+        180,
+        || a.log_tail(),
+        || all_running(MACHINES + 1),
+    )
+    .await;
+    assert_eq!(
+        a.metric("capw_leader"),
+        1.0,
+        "a lost the Lease over a restart"
+    );
+    let mut a = a;
+    assert!(a.child.try_wait().expect("try_wait").is_none(), "a exited");
 }

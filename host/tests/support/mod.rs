@@ -64,8 +64,19 @@ impl ApiServer {
 
     /// As [`ApiServer::start`], with extra `capw apiserver` flags.
     pub fn start_with(data_dir: &Path, extra: &[&str]) -> ApiServer {
+        Self::spawn(data_dir, "127.0.0.1:0", extra)
+    }
+
+    /// Starts it again on its data and its port, after [`ApiServer::kill9`]: its clients'
+    /// kubeconfigs still reach it, as after a management cluster's API server restarts.
+    pub fn restart(&mut self, data_dir: &Path) {
+        let port = self.url.rsplit(':').next().expect("port").to_string();
+        *self = Self::spawn(data_dir, &format!("127.0.0.1:{port}"), &[]);
+    }
+
+    fn spawn(data_dir: &Path, listen: &str, extra: &[&str]) -> ApiServer {
         let mut child = Command::new(env!("CARGO_BIN_EXE_capw"))
-            .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args(["apiserver", "--listen", listen, "--data-dir"])
             .arg(data_dir)
             .args(extra)
             .env("RUST_LOG", "warn")
