@@ -396,7 +396,13 @@ async fn create(
 async fn delete_at_source(source: &Client, ns: &str, n: &Node) -> anyhow::Result<()> {
     let api: Api<DynamicObject> = Api::namespaced_with(source.clone(), ns, &n.ar);
     let name = n.obj.name_any();
-    if !n.obj.finalizers().is_empty() {
+    // Its finalizers as they are now, not as listed: the listing is from before the pause, and
+    // a finalizer added since (a driver's, on a new provider object) would leave the object
+    // Terminating at the source. Paused, no controller adds another before the delete.
+    let Some(current) = api.get_opt(&name).await? else {
+        return Ok(());
+    };
+    if !current.finalizers().is_empty() {
         match api
             .patch(
                 &name,
@@ -414,5 +420,43 @@ async fn delete_at_source(source: &Client, ns: &str, n: &Node) -> anyhow::Result
     match api.delete(&name, &DeleteParams::background()).await {
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         r => r.map(|_| ()).map_err(Into::into),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_finalizer_added_after_the_listing_is_not_left_at_the_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = capw_apiserver::Server::start(capw_apiserver::Config::ephemeral(
+            dir.path().join("api"),
+        ))
+        .await
+        .unwrap();
+        let client = super::super::up::client_from(Some(server.kubeconfig_path()))
+            .await
+            .unwrap();
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+        let mut obj = DynamicObject::new("moved", &ar);
+        obj.metadata.namespace = Some("default".into());
+        let listed = api.create(&PostParams::default(), &obj).await.unwrap();
+        api.patch(
+            "moved",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/late"]}})),
+        )
+        .await
+        .unwrap();
+        let node = Node {
+            ar,
+            status: false,
+            obj: listed,
+        };
+        delete_at_source(&client, "default", &node).await.unwrap();
+        let left = api.get_opt("moved").await.unwrap();
+        assert!(left.is_none(), "left at the source: {left:?}");
     }
 }
