@@ -141,19 +141,19 @@ impl Host {
     }
 }
 
-/// Sends Ctrl-C (SIGINT) and waits for a clean exit, within a bound so that a host that ignored
-/// it fails the test instead of hanging it.
-async fn interrupt(mut h: Host) {
+/// Sends `signal` (`INT`, Ctrl-C, or `TERM`, Kubernetes stopping a Pod) and waits for a clean
+/// exit, within a bound so that a host that ignored it fails the test instead of hanging it.
+async fn stop(mut h: Host, signal: &str) {
     let pid = h.child.id().to_string();
     assert!(
         Command::new("kill")
-            .args(["-INT", &pid])
+            .args([&format!("-{signal}"), &pid])
             .status()
             .expect("kill")
             .success()
     );
-    let status = exit(&mut h, 30, "the host ignored Ctrl-C").await;
-    assert!(status.success(), "Ctrl-C is a clean exit: {status}");
+    let status = exit(&mut h, 30, &format!("the host ignored SIG{signal}")).await;
+    assert!(status.success(), "SIG{signal} is a clean exit: {status}");
 }
 
 /// How the host exited, waiting at most `secs`: past that, the test fails with `what`.
@@ -413,8 +413,9 @@ async fn a_leader_that_cannot_renew_exits_and_one_that_stops_hands_the_lease_ove
     .await;
     let b = host(&server, dir.path(), "b", &fast);
     let c = host(&server, dir.path(), "c", &fast);
-    // Ctrl-C releases the Lease: a standby leads at its next try, not after the lease duration.
-    interrupt(a).await;
+    // SIGTERM (a Pod stopped by a rolling update) releases the Lease, as Ctrl-C does: a standby
+    // leads at its next try, not after the lease duration.
+    stop(a, "TERM").await;
     let standbys = [b, c];
     let next = wait(
         "b or c to lead",
@@ -434,7 +435,7 @@ async fn a_leader_that_cannot_renew_exits_and_one_that_stops_hands_the_lease_ove
     // Ctrl-C as soon as it leads, while it still starts its host (loads its plugins): a Ctrl-C
     // must not fall between listening for it as a standby and as a running leader.
     let started = next.started().is_some();
-    interrupt(next).await;
+    stop(next, "INT").await;
     eprintln!("the next leader was interrupted with its host started: {started}");
     let b = other;
     wait(

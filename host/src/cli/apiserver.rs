@@ -102,6 +102,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     config.token_auth_file = args.token_auth_file;
     config.min_token_expiration = args.service_account_min_token_expiration;
     config.sans = args.sans;
+    let mut stop = super::signals::Stop::listen()?;
     let server = Server::start(config).await.with_context(|| {
         format!(
             "starting the API server with data in {}",
@@ -114,9 +115,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "try: KUBECONFIG={} kubectl get namespaces",
         server.kubeconfig_path().display()
     );
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    stop.recv().await;
     server.shutdown().await;
     Ok(())
 }

@@ -10,6 +10,7 @@ mod manifests;
 mod move_clusters;
 mod node_agent;
 mod plugin;
+mod signals;
 mod sim;
 mod up;
 

@@ -302,8 +302,9 @@ async fn ec2(args: Ec2Args) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(args.interval_ms)).await;
         }
     };
+    let mut stop = super::signals::Stop::listen()?;
     tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+        _ = stop.recv() => {}
         _ = tick => {}
     }
     Ok(())

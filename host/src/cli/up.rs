@@ -205,8 +205,9 @@ fn in_cluster() -> anyhow::Result<Option<kube::config::Kubeconfig>> {
     ))
 }
 
-/// Runs the host until Ctrl-C, printing a one-line status whenever it changes. With an
-/// election, the host first waits for the Lease, and exits with an error once it loses it.
+/// Runs the host until Ctrl-C or SIGTERM, printing a one-line status whenever it changes.
+/// With an election, the host first waits for the Lease, and exits with an error once it
+/// loses it.
 async fn host(
     client: kube::Client,
     args: HostArgs,
@@ -214,6 +215,9 @@ async fn host(
     election: Option<LeaderElection>,
     identities: Option<Identities>,
 ) -> anyhow::Result<()> {
+    // One listener for the whole run (see `signals`): a Ctrl-C or SIGTERM while a new leader
+    // starts its host would otherwise be lost, and the host would keep running and the Lease.
+    let mut stop = super::signals::Stop::listen()?;
     let mut config = HostConfig::new(args.plugins.clone(), cache_dir);
     config.identities = identities;
     if let Some(path) = &args.connect_to {
@@ -246,19 +250,13 @@ async fn host(
         .context("serving the admission webhooks")?;
         println!("admission webhooks at https://{served}");
     }
-    // One Ctrl-C listener for the whole run. tokio's handler, once a listener installed it,
-    // replaces the default exit, and a listener sees only the signals after its first poll:
-    // a Ctrl-C between two listeners (while a new leader starts its host) would be lost, and
-    // the host would keep running and keep the Lease.
-    let interrupted = tokio::signal::ctrl_c();
-    tokio::pin!(interrupted);
     let mut elector = match election {
         Some(settings) => {
             metrics.set_leader(false);
             let mut elector = Elector::new(client.clone(), settings)?;
             println!("standing by for the Lease {}", elector.describe());
             tokio::select! {
-                r = &mut interrupted => return r.context("waiting for Ctrl-C"),
+                _ = stop.recv() => return Ok(()),
                 () = elector.acquire() => {}
             }
             println!("leading: Lease {}", elector.describe());
@@ -268,8 +266,7 @@ async fn host(
     };
     metrics.set_leader(true);
     let host = tokio::select! {
-        r = &mut interrupted => {
-            r.context("waiting for Ctrl-C")?;
+        _ = stop.recv() => {
             if let Some(e) = elector.as_mut() {
                 e.release().await;
             }
@@ -299,7 +296,7 @@ async fn host(
         }
     };
     tokio::select! {
-        r = &mut interrupted => r.context("waiting for Ctrl-C")?,
+        _ = stop.recv() => {}
         () = status => {}
         e = lost => {
             metrics.set_leader(false);
