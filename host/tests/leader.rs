@@ -172,16 +172,43 @@ async fn exit(h: &mut Host, secs: u64, what: &str) -> std::process::ExitStatus {
     }
 }
 
+/// The in-memory example: one Cluster `demo`, its control plane and a MachineDeployment.
+fn example() -> String {
+    std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
+        .expect("example")
+}
+
 /// The example `CLUSTERS` times over, named `c0`..: each its own Cluster, control plane and
 /// MachineDeployment.
 fn clusters() -> String {
-    let example =
-        std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
-            .expect("example");
+    let example = example();
     (0..CLUSTERS)
         .map(|i| example.replace("demo", &format!("c{i}")))
         .collect::<Vec<_>>()
         .join("\n---\n")
+}
+
+/// `kubectl apply` of `manifests`, again until kubectl knows every kind: the providers' CRDs
+/// come as the leader `h` loads them. Returns kubectl's home under `dir`.
+async fn apply(server: &ApiServer, dir: &Path, h: &Host, manifests: &str) -> PathBuf {
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    wait(
+        "kubectl apply",
+        60,
+        || h.log_tail(),
+        || async {
+            let (ok, _) = support::kubectl(
+                &server.kubeconfig,
+                &home,
+                &["apply", "-f", "-"],
+                Some(manifests),
+            );
+            ok.then_some(())
+        },
+    )
+    .await;
+    home
 }
 
 async fn wait<T, F, Fut>(what: &str, secs: u64, state: impl Fn() -> String, f: F) -> T
@@ -250,25 +277,7 @@ async fn only_the_lease_holder_reconciles_and_a_standby_finishes_what_a_killed_l
     .await;
     let standby = host(&server, dir.path(), "b", &[]);
     assert_eq!(standby.metric("capw_leader"), 0.0, "b found the Lease free");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).expect("home");
-    // Applied until kubectl knows every kind: the providers' CRDs come as the leader loads them.
-    let manifests = clusters();
-    wait(
-        "kubectl apply of the clusters",
-        60,
-        || leader.log_tail(),
-        || async {
-            let (ok, _) = support::kubectl(
-                &server.kubeconfig,
-                &home,
-                &["apply", "-f", "-"],
-                Some(&manifests),
-            );
-            ok.then_some(())
-        },
-    )
-    .await;
+    apply(&server, dir.path(), &leader, &clusters()).await;
 
     // Mid-provisioning: some Machines run, most do not yet.
     let total = CLUSTERS * MACHINES;
@@ -495,26 +504,7 @@ async fn a_leader_rides_out_an_api_server_restart_shorter_than_its_renew_deadlin
         || async { a.leading_as().and(a.started()) },
     )
     .await;
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).expect("home");
-    let example =
-        std::fs::read_to_string(support::repo_root().join("examples/inmemory-cluster.yaml"))
-            .expect("example");
-    wait(
-        "kubectl apply of the example",
-        60,
-        || a.log_tail(),
-        || async {
-            let (ok, _) = support::kubectl(
-                &server.kubeconfig,
-                &home,
-                &["apply", "-f", "-"],
-                Some(&example),
-            );
-            ok.then_some(())
-        },
-    )
-    .await;
+    let home = apply(&server, dir.path(), &a, &example()).await;
     let all_running = |n: usize| {
         let client = client.clone();
         async move {
