@@ -22,11 +22,13 @@ impl Stop {
         })
     }
 
-    /// The next SIGINT or SIGTERM, by name. Cancel-safe: a `select!` may drop it and call again.
-    pub async fn recv(&mut self) -> &'static str {
-        tokio::select! {
+    /// The next SIGINT or SIGTERM, logged by name (a Pod's log then says why it stopped).
+    /// Cancel-safe: a `select!` may drop it and call again.
+    pub async fn recv(&mut self) {
+        let signal = tokio::select! {
             _ = self.interrupt.recv() => "SIGINT",
             _ = self.terminate.recv() => "SIGTERM",
-        }
+        };
+        tracing::info!(signal, "stopping");
     }
 }

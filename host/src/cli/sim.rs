@@ -304,7 +304,7 @@ async fn ec2(args: Ec2Args) -> anyhow::Result<()> {
     };
     let mut stop = super::signals::Stop::listen()?;
     tokio::select! {
-        _ = stop.recv() => {}
+        () = stop.recv() => {}
         _ = tick => {}
     }
     Ok(())

@@ -216,7 +216,8 @@ async fn host(
     identities: Option<Identities>,
 ) -> anyhow::Result<()> {
     // One listener for the whole run (see `signals`): a Ctrl-C or SIGTERM while a new leader
-    // starts its host would otherwise be lost, and the host would keep running and the Lease.
+    // starts its host would otherwise be lost, and the host would keep running and keep the
+    // Lease.
     let mut stop = super::signals::Stop::listen()?;
     let mut config = HostConfig::new(args.plugins.clone(), cache_dir);
     config.identities = identities;
@@ -256,7 +257,7 @@ async fn host(
             let mut elector = Elector::new(client.clone(), settings)?;
             println!("standing by for the Lease {}", elector.describe());
             tokio::select! {
-                _ = stop.recv() => return Ok(()),
+                () = stop.recv() => return Ok(()),
                 () = elector.acquire() => {}
             }
             println!("leading: Lease {}", elector.describe());
@@ -266,7 +267,7 @@ async fn host(
     };
     metrics.set_leader(true);
     let host = tokio::select! {
-        _ = stop.recv() => {
+        () = stop.recv() => {
             if let Some(e) = elector.as_mut() {
                 e.release().await;
             }
@@ -296,7 +297,7 @@ async fn host(
         }
     };
     tokio::select! {
-        _ = stop.recv() => {}
+        () = stop.recv() => {}
         () = status => {}
         e = lost => {
             metrics.set_leader(false);

@@ -42,8 +42,8 @@ fn relevant(c: &Cluster) -> Option<u64> {
 
 /// The ClusterClasses as they are applied, kept in `writer`'s store. Errors are dropped here,
 /// so the watcher must back off: without it, an unreachable API server made this stream retry
-/// in a loop that never yielded once the runtime's other tasks were gone, and a host that had
-/// lost its Lease could not exit.
+/// at once, spending a core, and in a loop that never yielded once the runtime's other tasks
+/// were gone, so a host that had lost its Lease could not exit.
 fn classes_seen(
     api: Api<ClusterClass>,
     writer: reflector::store::Writer<ClusterClass>,
@@ -158,7 +158,7 @@ mod tests {
         let drained = tokio::time::timeout(Duration::from_secs(2), stream.for_each(|_| ready(())));
         assert!(drained.await.is_err(), "the class watch ended");
         let n = attempts.load(Ordering::Relaxed);
-        // The default backoff starts at 0.8 s: about three attempts in 2 s. Without it, hundreds.
+        // The default backoff starts at 0.8 s: about three attempts in 2 s. Without it, thousands.
         assert!((1..=10).contains(&n), "{n} watch attempts in 2 s");
     }
 }
