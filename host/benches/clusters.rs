@@ -28,6 +28,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+#[path = "../tests/support/process.rs"]
+mod process;
 
 use capw_manager::{self as manager, HostConfig};
 use capw_runtime::Limits;
@@ -218,22 +220,6 @@ fn peak_rss_mib() -> f64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
-}
-
-/// CPU seconds (user and system) a process has used, from `/proc/PID/stat`. Wall time on this
-/// shared 2-core machine varies run to run by up to a quarter; CPU time shows whether a change
-/// did less work whatever the machine was doing. The kernel reports it in USER_HZ, 100 on Linux.
-fn cpu_seconds(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    // Fields 14 and 15 (utime, stime); `after_name` starts at field 3.
-    let ticks: u64 = after_name
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|t| t.parse::<u64>().ok())
-        .sum();
-    ticks as f64 / 100.0
 }
 
 /// Requests the API server served so far, by method.
@@ -746,7 +732,10 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
     }
     let before = requests(&client).await;
     let apiserver_pid = child.id().to_string();
-    let cpu_before = (cpu_seconds("self"), cpu_seconds(&apiserver_pid));
+    let cpu_before = (
+        process::cpu_seconds("self"),
+        process::cpu_seconds(&apiserver_pid),
+    );
     let start = Instant::now();
     let creating = {
         let client = client.clone();
@@ -783,8 +772,8 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
     .await;
     let wall = start.elapsed();
     let cpu = (
-        cpu_seconds("self") - cpu_before.0,
-        cpu_seconds(&apiserver_pid) - cpu_before.1,
+        process::cpu_seconds("self") - cpu_before.0,
+        process::cpu_seconds(&apiserver_pid) - cpu_before.1,
     );
     creating.await.expect("creation");
     let created_requests = requests(&client).await - before;

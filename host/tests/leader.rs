@@ -475,18 +475,6 @@ async fn a_leader_that_cannot_renew_exits_and_one_that_stops_hands_the_lease_ove
     );
 }
 
-/// The CPU seconds `pid` has used (user and system), from `/proc/PID/stat`.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks: u64 =
-        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-    // USER_HZ is 100 on Linux.
-    ticks as f64 / 100.0
-}
-
 /// A management cluster's API server restarts (an upgrade, a crash) for less than the renew
 /// deadline: the leader keeps the Lease, waits for it without spinning, and its watches pick
 /// up where they were, so a scale made after the restart is carried out.
@@ -522,10 +510,10 @@ async fn a_leader_rides_out_an_api_server_restart_shorter_than_its_renew_deadlin
     .await;
 
     server.kill9();
-    let pid = a.child.id();
-    let before = cpu_seconds(pid);
+    let pid = a.child.id().to_string();
+    let before = support::process::cpu_seconds(&pid);
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let spent = cpu_seconds(pid) - before;
+    let spent = support::process::cpu_seconds(&pid) - before;
     server.restart(&data);
     eprintln!("the host spent {spent:.2} s of CPU in the 4 s without its API server");
     // A resource bound, not a speed: a watch that retried without backoff spent a whole core

@@ -6,6 +6,7 @@
 
 pub mod host;
 pub mod moto;
+pub mod process;
 pub mod up;
 
 /// The `capw` binary's allocator, so a host started in a test (built for the static musl target
