@@ -258,6 +258,60 @@ async fn the_example_runs_and_is_deleted_in_contract_order() {
     }
     let cp = env.kubectl(&["get", "kubeadmcontrolplanes"], None);
     assert!(cp.contains("true") && cp.contains("demo"), "{cp}");
+
+    // Each control-plane Machine created has its own Event, naming it: the same reason with
+    // another Machine is not a repeat of the first.
+    let described = env.kubectl(
+        &["describe", "kubeadmcontrolplane", "demo-control-plane"],
+        None,
+    );
+    let cp_machines = env.kubectl(
+        &[
+            "get",
+            "machines",
+            "-l",
+            "cluster.x-k8s.io/control-plane",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
+        None,
+    );
+    let cp_machines: Vec<&str> = cp_machines.split_whitespace().collect();
+    assert_eq!(cp_machines.len(), 3, "{cp_machines:?}");
+    for m in &cp_machines {
+        assert!(
+            described.contains(&format!("Created control-plane Machine {m}")),
+            "no Event names the creation of {m}:\n{described}"
+        );
+    }
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), "default");
+    let created: Vec<_> = events
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("SuccessfulCreate"))
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("KubeadmControlPlane")
+        })
+        .collect();
+    let mut related: Vec<_> = created
+        .iter()
+        .filter_map(|e| e.related.as_ref()?.name.as_deref())
+        .collect();
+    related.sort();
+    let mut want = cp_machines.clone();
+    want.sort();
+    assert_eq!(
+        related, want,
+        "each creation's Event names its Machine as related"
+    );
+    assert!(
+        created.iter().all(|e| e.series.is_none()),
+        "no creation counts as a repeat of another: {created:?}"
+    );
     let im = env.kubectl(&["get", "inmemorymachines"], None);
     assert!(
         im.contains("demo-worker-0") && im.contains(" demo "),

@@ -247,7 +247,20 @@ impl CoreCtx {
         reason: &str,
         note: String,
     ) {
-        publish(&self.recorder, obj, warning, reason, note).await
+        publish(&self.recorder, obj, None, warning, reason, note).await
+    }
+
+    /// An Event about `obj` and a second object, `related`: the one it created, adopted or
+    /// deleted. Each related object gets its own Event (see [`publish`]).
+    pub async fn event_about(
+        &self,
+        obj: &k8s_openapi::api::core::v1::ObjectReference,
+        related: k8s_openapi::api::core::v1::ObjectReference,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        publish(&self.recorder, obj, Some(related), warning, reason, note).await
     }
 
     /// The Machines of a cluster, from the cache.

@@ -508,10 +508,19 @@ impl KindCtx {
         format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
     }
 
-    async fn event(&self, obj: &DynamicObject, warning: bool, reason: &str, note: String) {
+    /// `related`: the second object the Event is about, as the Machine a control plane created.
+    async fn event(
+        &self,
+        obj: &DynamicObject,
+        related: Option<k8s_openapi::api::core::v1::ObjectReference>,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
         capw_reconcile::events::publish(
             &self.driver.recorder,
             &obj.object_ref(&self.ar),
+            related,
             warning,
             reason,
             note,
@@ -541,7 +550,7 @@ impl KindCtx {
             obj.metadata.generation,
         );
         if n == 1 || n.is_power_of_two() {
-            self.event(obj, true, reason, message).await;
+            self.event(obj, None, true, reason, message).await;
         }
         after
     }

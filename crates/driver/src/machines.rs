@@ -269,12 +269,13 @@ pub(super) async fn create(
         let machine: Machine =
             serde_json::from_value(machine).map_err(|e| DriverError::Invalid(e.to_string()))?;
         match machines.create(&PostParams::default(), &machine).await {
-            Ok(_) => {
+            Ok(created) => {
                 kctx.driver
                     .expectations
                     .created(&expectation_key(cp), std::slice::from_ref(&req.name));
                 kctx.event(
                     cp,
+                    Some(created.object_ref(&())),
                     false,
                     "SuccessfulCreate",
                     format!("Created control-plane Machine {}", req.name),
@@ -321,6 +322,7 @@ pub(super) async fn delete(
                 };
                 kctx.event(
                     cp,
+                    Some(m.object_ref(&())),
                     false,
                     "SuccessfulDelete",
                     format!("Deleted control-plane Machine {}{why}", m.name_any()),

@@ -301,8 +301,14 @@ pub(super) async fn write(
                         );
                         change.status.data_secret_name = Field::Remove;
                         change.status.initialization.data_secret_created = Some(false);
-                        kctx.event(obj, true, conditions::reasons::DATA_SECRET_NOT_OWNED, why)
-                            .await;
+                        kctx.event(
+                            obj,
+                            None,
+                            true,
+                            conditions::reasons::DATA_SECRET_NOT_OWNED,
+                            why,
+                        )
+                        .await;
                     }
                 }
             }

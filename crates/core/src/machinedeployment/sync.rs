@@ -17,9 +17,9 @@ use capw_api::contract::conditions::types;
 use capw_api::machine::Machine;
 use capw_api::machinedeployment::MachineDeployment;
 use capw_api::machineset::{MachineSet, MachineTemplateSpec};
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -74,8 +74,9 @@ pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reconc
             serde_json::Map::from_iter([(DEPLOYMENT_NAME_LABEL.to_string(), json!(scope.name()))]);
         if let Some(updated) = adopt::claim(&api, &*ms, controller, labels).await? {
             if orphan {
-                ctx.event(
+                ctx.event_about(
                     &scope.object_ref(),
+                    ms.object_ref(&()),
                     false,
                     "SuccessfulAdopt",
                     format!("Adopted MachineSet {}", ms.name_any()),
@@ -190,8 +191,9 @@ async fn create_set(
         serde_json::from_value(ms).map_err(|e| ReconcileError::Invalid(e.to_string()))?;
     let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &ns);
     let created = api.create(&PostParams::default(), &ms).await?;
-    ctx.event(
+    ctx.event_about(
         &scope.object_ref(),
+        created.object_ref(&()),
         false,
         "SuccessfulCreate",
         format!("Created MachineSet {ns}/{name} with {replicas} replicas"),
@@ -311,8 +313,9 @@ async fn scale(
         .await
     {
         Ok(_) => {
-            ctx.event(
+            ctx.event_about(
                 &scope.object_ref(),
+                ms.object_ref(&()),
                 false,
                 "SuccessfulScale",
                 format!(
@@ -325,8 +328,9 @@ async fn scale(
             Ok(())
         }
         Err(e) => {
-            ctx.event(
+            ctx.event_about(
                 &scope.object_ref(),
+                ms.object_ref(&()),
                 true,
                 "FailedScale",
                 format!(
@@ -459,8 +463,11 @@ pub(super) async fn rollout(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reco
     for name in &plan.delete {
         match api.delete(name, &DeleteParams::background()).await {
             Ok(_) => {
-                ctx.event(
+                ctx.event_about(
                     &scope.object_ref(),
+                    ObjectRef::<MachineSet>::new(name)
+                        .within(&scope.ns())
+                        .into(),
                     false,
                     "SuccessfulDelete",
                     format!("Deleted MachineSet {}/{name}", scope.ns()),

@@ -228,8 +228,14 @@ async fn apply(mhc: Arc<MachineHealthCheck>, ctx: &CoreCtx) -> Result<Action, Re
                         "Machine {} has been marked as unhealthy by {name}: {message}",
                         m.name_any()
                     );
-                    ctx.event(&mhc.object_ref(&()), false, "MachineMarkedUnhealthy", note)
-                        .await;
+                    ctx.event_about(
+                        &mhc.object_ref(&()),
+                        m.object_ref(&()),
+                        false,
+                        "MachineMarkedUnhealthy",
+                        note,
+                    )
+                    .await;
                 }
             }
             Verdict::Pending(after) => {

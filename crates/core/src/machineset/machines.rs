@@ -21,9 +21,9 @@ use capw_api::contract::conditions::{self, types};
 use capw_api::contract::fields;
 use capw_api::machine::Machine;
 use capw_api::machineset::MachineSet;
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -84,8 +84,9 @@ pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reconc
         let controller = adopt::owner_ref("MachineSet", &scope.name(), &uid, true);
         match adopt::claim(&api, &*m, Some(controller), Default::default()).await {
             Ok(Some(adopted)) => {
-                ctx.event(
+                ctx.event_about(
                     &scope.object_ref(),
+                    m.object_ref(&()),
                     false,
                     "SuccessfulAdopt",
                     format!("Adopted Machine {}", m.name_any()),
@@ -96,8 +97,9 @@ pub(super) async fn adopt(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Reconc
             // Someone else changed it first: the change wakes this set again.
             Ok(None) => {}
             Err(e) => {
-                ctx.event(
+                ctx.event_about(
                     &scope.object_ref(),
+                    m.object_ref(&()),
                     true,
                     "FailedAdopt",
                     format!("Failed to adopt Machine {}: {e}", m.name_any()),
@@ -402,8 +404,9 @@ pub(super) async fn sync_replicas(scope: &mut Scope, ctx: &CoreCtx) -> Result<()
         for _ in 0..desired - current {
             match create_one(scope, ctx).await {
                 Ok(name) => {
-                    ctx.event(
+                    ctx.event_about(
                         &scope.object_ref(),
+                        ObjectRef::<Machine>::new(&name).within(&ns).into(),
                         false,
                         "SuccessfulCreate",
                         format!("Created Machine {name}"),
@@ -447,8 +450,9 @@ pub(super) async fn sync_replicas(scope: &mut Scope, ctx: &CoreCtx) -> Result<()
         for name in &victims {
             match api.delete(name, &DeleteParams::background()).await {
                 Ok(_) => {
-                    ctx.event(
+                    ctx.event_about(
                         &scope.object_ref(),
+                        ObjectRef::<Machine>::new(name).within(&ns).into(),
                         false,
                         "SuccessfulDelete",
                         format!("Deleted Machine {name}"),

@@ -13,8 +13,8 @@ use crate::machine_conditions;
 use capw_api::common::names::REMEDIATE_MACHINE_ANNOTATION;
 use capw_api::contract::conditions::{reasons, types};
 use capw_api::machine::Machine;
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
+use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 
 fn condition<'a>(m: &'a Machine, type_: &str) -> Option<&'a capw_api::common::Condition> {
@@ -149,8 +149,9 @@ pub(super) async fn reconcile(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), Re
         .await?;
         match api.delete(&m.name_any(), &DeleteParams::background()).await {
             Ok(_) => {
-                ctx.event(
+                ctx.event_about(
                     &scope.object_ref(),
+                    m.object_ref(&()),
                     false,
                     "MachineRemediated",
                     format!("Deleted unhealthy Machine {} to replace it", m.name_any()),
