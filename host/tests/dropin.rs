@@ -250,6 +250,19 @@ fn dropping_a_wasm_file_installs_the_provider() {
         "jsonpath={.status.previousDigests}",
     ]);
     assert!(!prev.is_empty() && prev != "[]", "{prev}");
+    // Each version activated has its own Event: the second is not a repeat of the first.
+    // (The conditions above the Events name the active version too.)
+    let events = |o: &str| o.split_once("Events:").map(|(_, e)| e.to_string());
+    let described = host.eventually(
+        "an Event for version 2.0.0",
+        &["describe", "wasmprovider", "echo"],
+        |o| events(o).is_some_and(|e| e.contains("version 2.0.0 serves")),
+    );
+    let described = events(&described).unwrap_or_default();
+    assert!(
+        described.contains("version 1.0.0 serves"),
+        "the first version's Event is gone:\n{described}"
+    );
 
     // Removing the file keeps the active version and says so.
     std::fs::remove_file(plugins.join("echo.wasm")).expect("remove echo");

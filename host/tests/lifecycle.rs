@@ -257,6 +257,14 @@ async fn a_machine_deployment_scales_rolls_out_and_goes_with_its_cluster() {
     );
     env.kubectl(&["scale", "md", "demo-md-0", "--replicas=2"], None);
     env.settled("demo-md-0", 2).await;
+    // Each scale has its own Event, saying what it did.
+    let described = env.kubectl(&["describe", "md", "demo-md-0"], None);
+    for step in ["-> 5", "5 -> 2"] {
+        assert!(
+            described.contains("SuccessfulScale") && described.contains(step),
+            "no Event for the scale {step}:\n{described}"
+        );
+    }
 
     // A renamed template rolls out: never more than replicas + maxSurge (1) Machines, never
     // fewer than replicas − maxUnavailable (0) available.

@@ -34,7 +34,7 @@ use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -519,7 +519,7 @@ impl KindCtx {
     ) {
         capw_reconcile::events::publish(
             &self.driver.recorder,
-            &obj.object_ref(&self.ar),
+            &capw_reconcile::events::reference(obj, &self.ar),
             related,
             warning,
             reason,

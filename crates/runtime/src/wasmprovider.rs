@@ -15,7 +15,7 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams}
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -341,7 +341,7 @@ async fn refuse_version(
                 action: action.into(),
                 secondary: None,
             },
-            &wp.object_ref(&()),
+            &capw_reconcile::events::reference(wp, &()),
         )
         .await;
     set_status(api, wp, status).await?;
@@ -361,7 +361,7 @@ async fn apply(wp: Arc<WasmProvider>, ctx: &Ctx) -> Result<Action, Error> {
     status.granted_capabilities = granted.iter().map(|c| c.name().to_string()).collect();
     let (limits, wrong_grant) = limits(&wp);
     crate::capabilities::show(&granted, &limits.grants, &mut status);
-    let reference = wp.object_ref(&());
+    let reference = capw_reconcile::events::reference(&*wp, &());
     let path = match module_path(&ctx.plugins_dir, &wp.spec.module) {
         Ok(p) => p,
         Err(msg) => {

@@ -13,10 +13,10 @@ use capw_api::cluster::{Cluster, ClusterStatus};
 use capw_api::common::names::CLUSTER_FINALIZER;
 use capw_api::contract::conditions::{self, set_paused};
 use capw_reconcile::skeleton::{Phases, write_status_at};
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -163,5 +163,5 @@ async fn run(
 
 /// The reference an Event about `c` is attached to.
 pub(crate) fn object_ref(c: &Cluster) -> k8s_openapi::api::core::v1::ObjectReference {
-    c.object_ref(&())
+    capw_reconcile::events::reference(c, &())
 }

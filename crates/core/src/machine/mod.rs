@@ -17,10 +17,10 @@ use capw_api::common::names::{MACHINE_FINALIZER, PAUSED_ANNOTATION};
 use capw_api::contract::conditions::{self, set_paused};
 use capw_api::machine::{Machine, MachineStatus};
 use capw_reconcile::skeleton::{Phases, write_status_at};
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -229,7 +229,7 @@ async fn run(
 }
 
 pub(crate) fn object_ref(m: &Machine) -> k8s_openapi::api::core::v1::ObjectReference {
-    m.object_ref(&())
+    capw_reconcile::events::reference(m, &())
 }
 
 #[cfg(test)]

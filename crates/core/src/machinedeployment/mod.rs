@@ -27,10 +27,10 @@ use capw_api::machinedeployment::{
 };
 use capw_api::machineset::MachineSet;
 use capw_reconcile::skeleton::{Phases, write_status};
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,7 +73,7 @@ impl Scope {
     }
 
     pub fn object_ref(&self) -> k8s_openapi::api::core::v1::ObjectReference {
-        self.md.object_ref(&())
+        capw_reconcile::events::reference(&*self.md, &())
     }
 
     /// Adds `patch` (RFC 7386) to what [`write_back`] writes to the deployment.

@@ -229,7 +229,7 @@ async fn apply(mhc: Arc<MachineHealthCheck>, ctx: &CoreCtx) -> Result<Action, Re
                         m.name_any()
                     );
                     ctx.event_about(
-                        &mhc.object_ref(&()),
+                        &capw_reconcile::events::reference(&*mhc, &()),
                         m.object_ref(&()),
                         false,
                         "MachineMarkedUnhealthy",
@@ -268,7 +268,7 @@ async fn apply(mhc: Arc<MachineHealthCheck>, ctx: &CoreCtx) -> Result<Action, Re
                 .any(|c| c.type_ == types::REMEDIATION_ALLOWED && c.status == "False")
         }) {
             ctx.event(
-                &mhc.object_ref(&()),
+                &capw_reconcile::events::reference(&*mhc, &()),
                 true,
                 "RemediationRestricted",
                 short_message.clone(),

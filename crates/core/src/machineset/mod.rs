@@ -22,10 +22,10 @@ use capw_api::machine::Machine;
 use capw_api::machinedeployment::MachineDeployment;
 use capw_api::machineset::{MachineSet, MachineSetSpec, MachineSetStatus};
 use capw_reconcile::skeleton::{Phases, write_status};
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,7 +85,7 @@ impl Scope {
     }
 
     pub fn object_ref(&self) -> k8s_openapi::api::core::v1::ObjectReference {
-        self.ms.object_ref(&())
+        capw_reconcile::events::reference(&*self.ms, &())
     }
 }
 
