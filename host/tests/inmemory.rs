@@ -259,6 +259,21 @@ async fn the_example_runs_and_is_deleted_in_contract_order() {
     let cp = env.kubectl(&["get", "kubeadmcontrolplanes"], None);
     assert!(cp.contains("true") && cp.contains("demo"), "{cp}");
 
+    // The plugins loaded at once on a fresh data directory, and none of them was refused.
+    let warnings = env.kubectl(
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "type=Warning,involvedObject.kind=WasmProvider",
+        ],
+        None,
+    );
+    assert!(
+        !warnings.contains("WasmProvider") && !warnings.contains("wasmprovider/"),
+        "{warnings}"
+    );
+
     // Each control-plane Machine created has its own Event, naming it: the same reason with
     // another Machine is not a repeat of the first.
     let described = env.kubectl(

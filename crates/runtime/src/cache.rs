@@ -40,7 +40,13 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 pub struct ArtifactCache {
     root: PathBuf,
     dir: PathBuf,
+    /// The MAC key once read or made. Plugins load concurrently at start: each making its own
+    /// key on a fresh data directory left all but the last one's artifacts unverifiable.
+    key: std::sync::Mutex<Option<Vec<u8>>>,
 }
+
+/// Numbers each temporary file of the process, so concurrent writes never share one.
+static TMP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 const KEY_FILE: &str = "artifact-key";
 
@@ -62,6 +68,7 @@ impl ArtifactCache {
         ArtifactCache {
             root: root.to_path_buf(),
             dir,
+            key: Default::default(),
         }
     }
 
@@ -86,18 +93,27 @@ impl ArtifactCache {
         }
     }
 
-    /// The host's MAC key, made on first use.
+    /// The host's MAC key, made on first use, once for the process.
     fn key(&self) -> Result<Vec<u8>, CacheError> {
-        let path = self.root.join(KEY_FILE);
-        if let Ok(k) = std::fs::read(&path)
-            && k.len() == 32
-        {
-            return Ok(k);
+        let mut slot = self
+            .key
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(k) = slot.as_ref() {
+            return Ok(k.clone());
         }
-        self.private_dir(&self.root)?;
-        let key: [u8; 32] = rand::random();
-        self.store(&path, &key)?;
-        Ok(key.to_vec())
+        let path = self.root.join(KEY_FILE);
+        let key = match std::fs::read(&path) {
+            Ok(k) if k.len() == 32 => k,
+            _ => {
+                self.private_dir(&self.root)?;
+                let key: [u8; 32] = rand::random();
+                self.store(&path, &key)?;
+                key.to_vec()
+            }
+        };
+        *slot = Some(key.clone());
+        Ok(key)
     }
 
     fn mac(key: &[u8], digest: &str, artifact: &[u8]) -> Result<Hmac<Sha256>, CacheError> {
@@ -164,7 +180,8 @@ impl ArtifactCache {
             path: path.display().to_string(),
             source,
         };
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let seq = TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("tmp{}.{seq}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -192,4 +209,45 @@ fn compiler(engine: &Engine) -> Option<Engine> {
 fn wasmtime_version() -> &'static str {
     // The crate version is part of the key so artifacts of another wasmtime are never tried.
     "48"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An empty component with a custom section named `name`, so each has its own digest.
+    fn component(name: &str) -> Vec<u8> {
+        let mut c = b"\0asm\x0d\x00\x01\x00".to_vec();
+        c.extend([0, name.len() as u8 + 1, name.len() as u8]);
+        c.extend(name.as_bytes());
+        c
+    }
+
+    #[test]
+    fn plugins_loading_at_once_on_a_fresh_directory_share_one_key_and_all_load() {
+        let engine = Engine::default();
+        // The first start of a host loads every plugin at once; a few rounds, as it is a race.
+        for round in 0..4 {
+            let dir = tempfile::tempdir().unwrap();
+            let cache = ArtifactCache::new(dir.path(), &engine);
+            let components: Vec<Vec<u8>> = (0..6).map(|i| component(&format!("c{i}"))).collect();
+            let barrier = std::sync::Barrier::new(components.len());
+            std::thread::scope(|s| {
+                for c in &components {
+                    let (cache, engine, barrier) = (&cache, &engine, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        let loaded = cache.load(engine, &sha256_hex(c), c);
+                        assert!(loaded.is_ok(), "round {round}: {:?}", loaded.err());
+                    });
+                }
+            });
+            // A later start (a cache of its own) verifies every artifact under the one key.
+            let again = ArtifactCache::new(dir.path(), &engine);
+            for c in &components {
+                let (_, source) = again.load(&engine, &sha256_hex(c), c).unwrap();
+                assert_eq!(source, Source::Cached, "round {round}: recompiled");
+            }
+        }
+    }
 }
