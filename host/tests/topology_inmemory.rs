@@ -223,6 +223,27 @@ async fn three_deployment_topologies_upgrade_two_at_a_time_hold_scale_add_and_re
             .filter(|c| c.0 == "True")
     })
     .await;
+    // The topology applies a MachineDeployment when it changes, not at every reconcile: with
+    // the MachineDeployment controller's own writes (finalizer, revision), 4 each were
+    // measured; an apply at every status change of its Machines made it 10 or more.
+    let text = env
+        .client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    let patches: u64 = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                "capw_apiserver_resource_requests_total{verb=\"patch\",resource=\"cluster.x-k8s.io/machinedeployments\"} ",
+            )
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_default();
+    assert!(
+        (3..=15).contains(&patches),
+        "{patches} PATCHes of the three MachineDeployments"
+    );
     let mhcs: Api<MachineHealthCheck> = Api::default_namespaced(env.client.clone());
     assert_eq!(
         mhcs.list(&selector()).await.unwrap().items.len(),
@@ -330,6 +351,45 @@ async fn three_deployment_topologies_upgrade_two_at_a_time_hold_scale_add_and_re
         },
     )
     .await;
+
+    // What the topology wrote is in the Cluster's Events, with upstream's reasons and notes.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::default_namespaced(env.client.clone());
+    let notes: Vec<(String, String)> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(CLUSTER))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect();
+    let has = |reason: &str, start: &str, end: &str| {
+        notes
+            .iter()
+            .any(|(r, n)| r == reason && n.starts_with(start) && n.ends_with(end))
+    };
+    let md3 = format!("Created \"MachineDeployment default/{CLUSTER}-md-3-");
+    let upgraded = format!(" with version change from {V1} to {V2}");
+    for (reason, start, end) in [
+        ("TopologyCreate", md3.as_str(), "\""),
+        (
+            "TopologyUpdate",
+            "Updated \"KubeadmControlPlane default/",
+            &upgraded,
+        ),
+        (
+            "TopologyUpdate",
+            "Updated \"MachineDeployment default/",
+            &upgraded,
+        ),
+        ("TopologyDelete", &md3.replace("Created", "Deleted"), "\""),
+    ] {
+        assert!(
+            has(reason, start, end),
+            "no {reason} Event `{start}…{end}`: {notes:#?}"
+        );
+    }
 
     // Deleting the Cluster leaves nothing of it.
     clusters

@@ -710,10 +710,13 @@ pub(super) fn generate(
 /// adds (defaults) does not count as a difference, so a template is rotated only when the
 /// topology really changed it.
 pub(super) fn contained(desired: &Value, current: &Value) -> bool {
+    // An empty map adds nothing, and the server leaves it out: a MachineDeployment's template
+    // with `annotations: {}` was applied again at every reconcile.
+    let nothing = |v: &Value| v.is_null() || v.as_object().is_some_and(|m| m.is_empty());
     match (desired, current) {
         (Value::Object(d), Value::Object(c)) => d
             .iter()
-            .all(|(k, v)| c.get(k).is_some_and(|cv| contained(v, cv)) || v.is_null()),
+            .all(|(k, v)| c.get(k).is_some_and(|cv| contained(v, cv)) || nothing(v)),
         (Value::Array(d), Value::Array(c)) => {
             d.len() == c.len() && d.iter().zip(c).all(|(d, c)| contained(d, c))
         }
@@ -735,6 +738,10 @@ mod tests {
         assert!(!contained(&json!({"a": 2}), &current));
         assert!(!contained(&json!({"b": {"c": [1]}}), &current));
         assert!(!contained(&json!({"g": 1}), &current));
+        // An empty map the server left out is there; an empty list is not.
+        assert!(contained(&json!({"b": {"m": {}}}), &current));
+        assert!(!contained(&json!({"b": {"m": []}}), &current));
+        assert!(!contained(&json!({"b": {"m": {"k": "v"}}}), &current));
     }
 
     #[test]

@@ -27,7 +27,8 @@ pub use state::FIELD_MANAGER;
 
 /// Deletes `name` in the background; one that is already gone counts as deleted, since
 /// the topology deletes what it no longer wants and may race the garbage collector.
-async fn delete_if_present<K>(api: &kube::Api<K>, name: &str) -> Result<(), kube::Error>
+/// Whether it was there to delete.
+async fn delete_if_present<K>(api: &kube::Api<K>, name: &str) -> Result<bool, kube::Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -35,8 +36,8 @@ where
         .delete(name, &kube::api::DeleteParams::background())
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
         Err(e) => Err(e),
     }
 }

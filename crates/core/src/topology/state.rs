@@ -8,6 +8,10 @@
 //! stands in for upstream's dry-run apply and costs no request. A template whose spec changed
 //! is never edited: a copy under a new name replaces it (rotation), so a Machine rolls to it
 //! and the old one stays until nothing uses it.
+//!
+//! Each create, update and delete is an Event on the Cluster, with upstream's reasons and
+//! notes (`TopologyCreate`, `Created "MachineDeployment default/x"`), naming the object as
+//! related.
 
 use super::TopologyError;
 use super::current::{CONTROL_PLANE_MACHINE_REF, Current, group_kind};
@@ -18,7 +22,7 @@ use capw_api::cluster::Cluster;
 use capw_api::common::names::{CLUSTER_NAME_LABEL, TOPOLOGY_OWNED_LABEL};
 use capw_api::machinedeployment::MachineDeployment;
 use capw_api::machinehealthcheck::MachineHealthCheck;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -38,6 +42,52 @@ fn name(obj: &Value) -> String {
         .to_string()
 }
 
+/// Upstream's Event reasons for what the topology writes.
+const CREATED: &str = "TopologyCreate";
+const UPDATED: &str = "TopologyUpdate";
+const DELETED: &str = "TopologyDelete";
+
+/// An Event on the Cluster about `obj` (as written, or as it was): upstream's note,
+/// `Created "Kind namespace/name"`, and `obj` as the related object.
+async fn record(ctx: &CoreCtx, cluster: &Cluster, reason: &str, obj: &Value, suffix: &str) {
+    let s = |v: &Value| v.as_str().map(str::to_string);
+    let meta = &obj["metadata"];
+    let ns = cluster.namespace().unwrap_or_default();
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    let verb = match reason {
+        CREATED => "Created",
+        DELETED => "Deleted",
+        _ => "Updated",
+    };
+    let related = ObjectReference {
+        api_version: s(&obj["apiVersion"]),
+        kind: Some(kind.to_string()),
+        name: Some(name(obj)),
+        namespace: Some(ns.clone()),
+        uid: s(&meta["uid"]),
+        resource_version: s(&meta["resourceVersion"]),
+        field_path: None,
+    };
+    let note = format!("{verb} \"{kind} {ns}/{}\"{suffix}", name(obj));
+    let regarding = capw_reconcile::events::reference(cluster, &());
+    ctx.event_about(&regarding, related, false, reason, note)
+        .await;
+}
+
+/// Upstream's suffix for a control plane or MachineDeployment whose version changes.
+fn version_change(current: &Value, desired: &Value) -> String {
+    let version = |o: &Value| {
+        o["spec"]["version"]
+            .as_str()
+            .or(o["spec"]["template"]["spec"]["version"].as_str())
+            .map(str::to_string)
+    };
+    match (version(current), version(desired)) {
+        (Some(from), Some(to)) if from != to => format!(" with version change from {from} to {to}"),
+        _ => String::new(),
+    }
+}
+
 /// Server-side applies a provider object or template; returns it as written.
 async fn apply(ctx: &CoreCtx, ns: &str, obj: &Value) -> Result<Value, TopologyError> {
     let (group, kind) = group_kind(obj);
@@ -50,10 +100,40 @@ async fn apply(ctx: &CoreCtx, ns: &str, obj: &Value) -> Result<Value, TopologyEr
     Ok(serde_json::to_value(written)?)
 }
 
-async fn delete(ctx: &CoreCtx, ns: &str, obj: &Value) -> Result<(), TopologyError> {
+/// [`apply`], and the Event saying so (`current`: what it replaces, for an update).
+async fn write(
+    ctx: &CoreCtx,
+    cluster: &Cluster,
+    obj: &Value,
+    current: Option<&Value>,
+) -> Result<Value, TopologyError> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let written = apply(ctx, &ns, obj).await?;
+    match current {
+        None => record(ctx, cluster, CREATED, &written, "").await,
+        Some(c) if rewritten(c, &written) => {
+            record(ctx, cluster, UPDATED, &written, &version_change(c, obj)).await
+        }
+        Some(_) => {}
+    }
+    Ok(written)
+}
+
+/// Whether a write changed the object: an apply that changes nothing keeps its
+/// resourceVersion, and is no update to report.
+fn rewritten(before: &Value, after: &Value) -> bool {
+    let rv = |o: &Value| o["metadata"]["resourceVersion"].clone();
+    rv(before) != rv(after)
+}
+
+async fn delete(ctx: &CoreCtx, cluster: &Cluster, obj: &Value) -> Result<(), TopologyError> {
+    let ns = cluster.namespace().unwrap_or_default();
     let (group, kind) = group_kind(obj);
     let r = ctx.resolver.resolve(&group, &kind).await?;
-    Ok(super::delete_if_present(&ctx.resolver.api(ns, &r), &name(obj)).await?)
+    if super::delete_if_present(&ctx.resolver.api(&ns, &r), &name(obj)).await? {
+        record(ctx, cluster, DELETED, obj, "").await;
+    }
+    Ok(())
 }
 
 /// What the desired object sets, compared with what exists: spec, labels, annotations.
@@ -126,20 +206,20 @@ async fn shim(
 /// one gets the shim as its owner.
 async fn reconcile_object(
     ctx: &CoreCtx,
-    ns: &str,
+    cluster: &Cluster,
     desired: &Value,
     current: Option<&Value>,
     shim: Option<&Value>,
 ) -> Result<(), TopologyError> {
     match current {
         Some(c) if !changed(desired, c) => Ok(()),
-        Some(_) => apply(ctx, ns, desired).await.map(drop),
+        Some(c) => write(ctx, cluster, desired, Some(c)).await.map(drop),
         None => {
             let mut obj = desired.clone();
             if let Some(s) = shim {
                 obj["metadata"]["ownerReferences"] = json!([s]);
             }
-            apply(ctx, ns, &obj).await.map(drop)
+            write(ctx, cluster, &obj, None).await.map(drop)
         }
     }
 }
@@ -148,25 +228,25 @@ async fn reconcile_object(
 /// reference, and the replaced template, if any.
 async fn reconcile_template(
     ctx: &CoreCtx,
-    ns: &str,
+    cluster: &Cluster,
     desired: &mut Value,
     current: Option<&Value>,
     fresh_name: impl FnOnce() -> String,
 ) -> Result<Option<Value>, TopologyError> {
     match current {
         None => {
-            apply(ctx, ns, desired).await?;
+            write(ctx, cluster, desired, None).await?;
             Ok(None)
         }
         Some(c) if contained(&desired["spec"], &c["spec"]) => {
             if changed(desired, c) {
-                apply(ctx, ns, desired).await?;
+                write(ctx, cluster, desired, Some(c)).await?;
             }
             Ok(None)
         }
         Some(c) => {
             desired["metadata"]["name"] = json!(fresh_name());
-            apply(ctx, ns, desired).await?;
+            write(ctx, cluster, desired, None).await?;
             Ok(Some(c.clone()))
         }
     }
@@ -174,22 +254,43 @@ async fn reconcile_template(
 
 async fn reconcile_health_check(
     ctx: &CoreCtx,
-    ns: &str,
+    cluster: &Cluster,
     desired: Option<&Value>,
     current: Option<&MachineHealthCheck>,
 ) -> Result<(), TopologyError> {
-    let api: Api<MachineHealthCheck> = Api::namespaced(ctx.client.clone(), ns);
+    let ns = cluster.namespace().unwrap_or_default();
+    let api: Api<MachineHealthCheck> = Api::namespaced(ctx.client.clone(), &ns);
     match (desired, current) {
         (None, None) => Ok(()),
-        (None, Some(c)) => Ok(super::delete_if_present(&api, &c.name_any()).await?),
+        (None, Some(c)) => {
+            if super::delete_if_present(&api, &c.name_any()).await? {
+                let mut gone = serde_json::to_value(c)?;
+                gone["apiVersion"] = json!("cluster.x-k8s.io/v1beta2");
+                gone["kind"] = json!("MachineHealthCheck");
+                record(ctx, cluster, DELETED, &gone, "").await;
+            }
+            Ok(())
+        }
         (Some(d), c) => {
-            if let Some(c) = c
-                && !changed(d, &serde_json::to_value(c)?)
+            let c = c.map(serde_json::to_value).transpose()?;
+            if let Some(c) = &c
+                && !changed(d, c)
             {
                 return Ok(());
             }
-            api.patch(&name(d), &apply_params(), &Patch::Apply(d))
+            let written = api
+                .patch(&name(d), &apply_params(), &Patch::Apply(d))
                 .await?;
+            let mut written = serde_json::to_value(written)?;
+            written["apiVersion"] = d["apiVersion"].clone();
+            written["kind"] = d["kind"].clone();
+            match &c {
+                None => record(ctx, cluster, CREATED, &written, "").await,
+                Some(c) if rewritten(c, &written) => {
+                    record(ctx, cluster, UPDATED, &written, "").await
+                }
+                Some(_) => {}
+            }
             Ok(())
         }
     }
@@ -214,7 +315,7 @@ pub(super) async fn reconcile(
 
     reconcile_object(
         ctx,
-        &ns,
+        cluster,
         &desired.infrastructure,
         current.infrastructure.as_ref(),
         shim.as_ref(),
@@ -225,7 +326,7 @@ pub(super) async fn reconcile(
     // make this a second rollout) its machine template and itself.
     reconcile_health_check(
         ctx,
-        &ns,
+        cluster,
         desired.control_plane_health_check.as_ref(),
         current.control_plane_health_check.as_deref(),
     )
@@ -236,7 +337,7 @@ pub(super) async fn reconcile(
         if let Some(template) = desired.control_plane_machine.as_mut() {
             replaced = reconcile_template(
                 ctx,
-                &ns,
+                cluster,
                 template,
                 current.control_plane_machine.as_ref(),
                 || naming::control_plane_machine_template(&cluster_name),
@@ -247,14 +348,14 @@ pub(super) async fn reconcile(
         }
         reconcile_object(
             ctx,
-            &ns,
+            cluster,
             &desired.control_plane,
             current.control_plane.as_ref(),
             shim.as_ref(),
         )
         .await?;
         if let Some(old) = replaced {
-            delete(ctx, &ns, &old).await?;
+            delete(ctx, cluster, &old).await?;
         }
     }
 
@@ -274,39 +375,52 @@ pub(super) async fn reconcile(
             "metadata": {"labels": {CLUSTER_NAME_LABEL: cluster_name, TOPOLOGY_OWNED_LABEL: ""}},
             "spec": {"infrastructureRef": want_infra, "controlPlaneRef": want_cp},
         });
-        Api::<Cluster>::namespaced(ctx.client.clone(), &ns)
+        let written = Api::<Cluster>::namespaced(ctx.client.clone(), &ns)
             .patch(
                 &cluster_name,
                 &PatchParams::default(),
                 &Patch::Merge(&patch),
             )
             .await?;
+        let mut written = serde_json::to_value(written)?;
+        written["apiVersion"] = json!("cluster.x-k8s.io/v1beta2");
+        written["kind"] = json!("Cluster");
+        record(ctx, cluster, UPDATED, &written, "").await;
     }
 
-    reconcile_deployments(ctx, &ns, &cluster_name, current, desired).await
+    reconcile_deployments(ctx, cluster, current, desired).await
 }
 
 async fn reconcile_deployments(
     ctx: &CoreCtx,
-    ns: &str,
-    cluster_name: &str,
+    cluster: &Cluster,
     current: &Current,
     desired: &mut Desired,
 ) -> Result<(), TopologyError> {
+    let ns = &cluster.namespace().unwrap_or_default();
+    let cluster_name = &cluster.name_any();
     let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), ns);
     for d in desired.deployments.iter_mut() {
         let Some(c) = current.deployments.get(&d.topology) else {
             if desired.workers.pending_create.contains(&d.topology) {
                 continue;
             }
-            apply(ctx, ns, &d.infrastructure).await?;
-            apply(ctx, ns, &d.bootstrap).await?;
-            api.patch(&name(&d.object), &apply_params(), &Patch::Apply(&d.object))
+            write(ctx, cluster, &d.infrastructure, None).await?;
+            write(ctx, cluster, &d.bootstrap, None).await?;
+            let written = api
+                .patch(&name(&d.object), &apply_params(), &Patch::Apply(&d.object))
                 .await?;
-            reconcile_health_check(ctx, ns, d.health_check.as_ref(), None).await?;
+            record(ctx, cluster, CREATED, &deployment(&written)?, "").await;
+            reconcile_health_check(ctx, cluster, d.health_check.as_ref(), None).await?;
             continue;
         };
-        reconcile_health_check(ctx, ns, d.health_check.as_ref(), c.health_check.as_deref()).await?;
+        reconcile_health_check(
+            ctx,
+            cluster,
+            d.health_check.as_ref(),
+            c.health_check.as_deref(),
+        )
+        .await?;
         if c.object.metadata.deletion_timestamp.is_some()
             || desired.workers.pending_upgrade.contains(&d.topology)
         {
@@ -316,19 +430,26 @@ async fn reconcile_deployments(
         let fresh = || naming::machine_deployment_template(cluster_name, &topology);
         reconcile_template(
             ctx,
-            ns,
+            cluster,
             &mut d.infrastructure,
             c.infrastructure.as_ref(),
             fresh,
         )
         .await?;
-        reconcile_template(ctx, ns, &mut d.bootstrap, c.bootstrap.as_ref(), fresh).await?;
+        reconcile_template(ctx, cluster, &mut d.bootstrap, c.bootstrap.as_ref(), fresh).await?;
         let spec = &mut d.object["spec"]["template"]["spec"];
         spec["infrastructureRef"]["name"] = d.infrastructure["metadata"]["name"].clone();
         spec["bootstrap"]["configRef"]["name"] = d.bootstrap["metadata"]["name"].clone();
-        if changed(&d.object, &serde_json::to_value(&*c.object)?) {
-            api.patch(&name(&d.object), &apply_params(), &Patch::Apply(&d.object))
+        let was = serde_json::to_value(&*c.object)?;
+        if changed(&d.object, &was) {
+            let written = api
+                .patch(&name(&d.object), &apply_params(), &Patch::Apply(&d.object))
                 .await?;
+            let written = deployment(&written)?;
+            if rewritten(&was, &written) {
+                let change = version_change(&was, &d.object);
+                record(ctx, cluster, UPDATED, &written, &change).await;
+            }
         }
     }
     // MachineDeployment topologies that were removed: the health check, then the deployment;
@@ -339,8 +460,18 @@ async fn reconcile_deployments(
         {
             continue;
         }
-        reconcile_health_check(ctx, ns, None, c.health_check.as_deref()).await?;
-        super::delete_if_present(&api, &c.object.name_any()).await?;
+        reconcile_health_check(ctx, cluster, None, c.health_check.as_deref()).await?;
+        if super::delete_if_present(&api, &c.object.name_any()).await? {
+            record(ctx, cluster, DELETED, &deployment(&c.object)?, "").await;
+        }
     }
     Ok(())
+}
+
+/// A MachineDeployment as JSON with its kind, for [`record`].
+fn deployment(md: &MachineDeployment) -> Result<Value, TopologyError> {
+    let mut v = serde_json::to_value(md)?;
+    v["apiVersion"] = json!("cluster.x-k8s.io/v1beta2");
+    v["kind"] = json!("MachineDeployment");
+    Ok(v)
 }
