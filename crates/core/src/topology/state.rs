@@ -109,21 +109,38 @@ async fn write(
 ) -> Result<Value, TopologyError> {
     let ns = cluster.namespace().unwrap_or_default();
     let written = apply(ctx, &ns, obj).await?;
-    match current {
-        None => record(ctx, cluster, CREATED, &written, "").await,
-        Some(c) if rewritten(c, &written) => {
-            record(ctx, cluster, UPDATED, &written, &version_change(c, obj)).await
-        }
-        Some(_) => {}
-    }
+    report(ctx, cluster, obj, &written, current).await;
     Ok(written)
 }
 
-/// Whether a write changed the object: an apply that changes nothing keeps its
-/// resourceVersion, and is no update to report.
-fn rewritten(before: &Value, after: &Value) -> bool {
+/// The Event for a write of `desired`: created where nothing was, updated where the write
+/// moved the resourceVersion (an apply that changes nothing keeps it, and is no update).
+async fn report(
+    ctx: &CoreCtx,
+    cluster: &Cluster,
+    desired: &Value,
+    written: &Value,
+    current: Option<&Value>,
+) {
     let rv = |o: &Value| o["metadata"]["resourceVersion"].clone();
-    rv(before) != rv(after)
+    match current {
+        None => record(ctx, cluster, CREATED, written, "").await,
+        Some(c) if rv(c) != rv(written) => {
+            record(ctx, cluster, UPDATED, written, &version_change(c, desired)).await
+        }
+        Some(_) => {}
+    }
+}
+
+/// A typed object as JSON with its apiVersion and kind, which [`record`] names it by.
+fn typed<K>(obj: &K) -> Result<Value, TopologyError>
+where
+    K: kube::Resource<DynamicType = ()> + serde::Serialize,
+{
+    let mut v = serde_json::to_value(obj)?;
+    v["apiVersion"] = json!(K::api_version(&()));
+    v["kind"] = json!(K::kind(&()));
+    Ok(v)
 }
 
 async fn delete(ctx: &CoreCtx, cluster: &Cluster, obj: &Value) -> Result<(), TopologyError> {
@@ -264,10 +281,7 @@ async fn reconcile_health_check(
         (None, None) => Ok(()),
         (None, Some(c)) => {
             if super::delete_if_present(&api, &c.name_any()).await? {
-                let mut gone = serde_json::to_value(c)?;
-                gone["apiVersion"] = json!("cluster.x-k8s.io/v1beta2");
-                gone["kind"] = json!("MachineHealthCheck");
-                record(ctx, cluster, DELETED, &gone, "").await;
+                record(ctx, cluster, DELETED, &typed(c)?, "").await;
             }
             Ok(())
         }
@@ -281,16 +295,7 @@ async fn reconcile_health_check(
             let written = api
                 .patch(&name(d), &apply_params(), &Patch::Apply(d))
                 .await?;
-            let mut written = serde_json::to_value(written)?;
-            written["apiVersion"] = d["apiVersion"].clone();
-            written["kind"] = d["kind"].clone();
-            match &c {
-                None => record(ctx, cluster, CREATED, &written, "").await,
-                Some(c) if rewritten(c, &written) => {
-                    record(ctx, cluster, UPDATED, &written, "").await
-                }
-                Some(_) => {}
-            }
+            report(ctx, cluster, d, &typed(&written)?, c.as_ref()).await;
             Ok(())
         }
     }
@@ -382,10 +387,7 @@ pub(super) async fn reconcile(
                 &Patch::Merge(&patch),
             )
             .await?;
-        let mut written = serde_json::to_value(written)?;
-        written["apiVersion"] = json!("cluster.x-k8s.io/v1beta2");
-        written["kind"] = json!("Cluster");
-        record(ctx, cluster, UPDATED, &written, "").await;
+        record(ctx, cluster, UPDATED, &typed(&written)?, "").await;
     }
 
     reconcile_deployments(ctx, cluster, current, desired).await
@@ -410,7 +412,7 @@ async fn reconcile_deployments(
             let written = api
                 .patch(&name(&d.object), &apply_params(), &Patch::Apply(&d.object))
                 .await?;
-            record(ctx, cluster, CREATED, &deployment(&written)?, "").await;
+            report(ctx, cluster, &d.object, &typed(&written)?, None).await;
             reconcile_health_check(ctx, cluster, d.health_check.as_ref(), None).await?;
             continue;
         };
@@ -445,11 +447,7 @@ async fn reconcile_deployments(
             let written = api
                 .patch(&name(&d.object), &apply_params(), &Patch::Apply(&d.object))
                 .await?;
-            let written = deployment(&written)?;
-            if rewritten(&was, &written) {
-                let change = version_change(&was, &d.object);
-                record(ctx, cluster, UPDATED, &written, &change).await;
-            }
+            report(ctx, cluster, &d.object, &typed(&written)?, Some(&was)).await;
         }
     }
     // MachineDeployment topologies that were removed: the health check, then the deployment;
@@ -462,16 +460,8 @@ async fn reconcile_deployments(
         }
         reconcile_health_check(ctx, cluster, None, c.health_check.as_deref()).await?;
         if super::delete_if_present(&api, &c.object.name_any()).await? {
-            record(ctx, cluster, DELETED, &deployment(&c.object)?, "").await;
+            record(ctx, cluster, DELETED, &typed(&*c.object)?, "").await;
         }
     }
     Ok(())
-}
-
-/// A MachineDeployment as JSON with its kind, for [`record`].
-fn deployment(md: &MachineDeployment) -> Result<Value, TopologyError> {
-    let mut v = serde_json::to_value(md)?;
-    v["apiVersion"] = json!("cluster.x-k8s.io/v1beta2");
-    v["kind"] = json!("MachineDeployment");
-    Ok(v)
 }
