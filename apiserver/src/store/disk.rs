@@ -102,7 +102,7 @@ struct Head<'a> {
 
 /// The log row of `event`, `{"type", "gr", "ns", "name", "prev", "object"}`, around the
 /// stored bytes of the object and its predecessor.
-fn log_row(event: &Event) -> Result<Vec<u8>, serde_json::Error> {
+pub(super) fn log_row(event: &Event) -> Result<Vec<u8>, serde_json::Error> {
     let mut row = serde_json::to_vec(&Head {
         kind: event.kind.as_str(),
         gr: &event.key.gr,
@@ -119,6 +119,37 @@ fn log_row(event: &Event) -> Result<Vec<u8>, serde_json::Error> {
     row.extend_from_slice(event.object.json());
     row.push(b'}');
     Ok(row)
+}
+
+/// Applies the log row of revision `rv` to `st`: the object's state from then on, and the
+/// event in the retained log.
+pub(super) fn replay(st: &mut State, rv: u64, row: &[u8]) -> Result<Arc<Event>, StoreError> {
+    let corrupt = |e: String| StoreError::Corrupt(format!("event {rv}"), e);
+    let row: Value = serde_json::from_slice(row).map_err(|e| corrupt(e.to_string()))?;
+    let s = |f: &str| row.get(f).and_then(Value::as_str).unwrap_or_default();
+    let kind = EventType::parse(s("type")).ok_or_else(|| corrupt("bad type".into()))?;
+    let key = ObjKey::new(s("gr"), s("ns"), s("name"));
+    let encode = |v: &Value| Raw::encode(v).map_err(|e| corrupt(e.to_string()));
+    let prev = row
+        .get("prev")
+        .filter(|p| !p.is_null())
+        .map(encode)
+        .transpose()?;
+    let content = row.get("object").unwrap_or(&Value::Null);
+    let object = encode(content)?;
+    // The object map and the event share the bytes.
+    let current = (kind != EventType::Deleted).then(|| (&object, IndexKeys::of(content)));
+    st.index(&key, current.as_ref().map(|(raw, index)| (*raw, index)));
+    let event = Arc::new(Event {
+        rv,
+        kind,
+        key,
+        object,
+        prev,
+    });
+    st.log.push_back(event.clone());
+    st.rv = st.rv.max(rv);
+    Ok(event)
 }
 
 pub(super) fn load(db: &Database, st: &mut State) -> Result<(), StoreError> {
@@ -153,34 +184,8 @@ pub(super) fn load(db: &Database, st: &mut State) -> Result<(), StoreError> {
     let mut first = None;
     for row in events.iter().map_err(txn_err)? {
         let (k, v) = row.map_err(txn_err)?;
-        let rv = k.value();
-        first.get_or_insert(rv);
-        let corrupt = |e: String| StoreError::Corrupt(format!("event {rv}"), e);
-        let row: Value = serde_json::from_slice(v.value()).map_err(|e| corrupt(e.to_string()))?;
-        let s = |f: &str| row.get(f).and_then(Value::as_str).unwrap_or_default();
-        let kind = EventType::parse(s("type")).ok_or_else(|| corrupt("bad type".into()))?;
-        let key = ObjKey::new(s("gr"), s("ns"), s("name"));
-        let encode = |v: &Value| Raw::encode(v).map_err(|e| corrupt(e.to_string()));
-        let prev = row
-            .get("prev")
-            .filter(|p| !p.is_null())
-            .map(encode)
-            .transpose()?;
-        let content = row.get("object").unwrap_or(&Value::Null);
-        let object = encode(content)?;
-        // The object map and the event share the bytes.
-        let current = (kind != EventType::Deleted).then(|| (&object, IndexKeys::of(content)));
-        st.index(&key, current.as_ref().map(|(raw, index)| (*raw, index)));
-        st.log.push_back(Arc::new(Event {
-            rv,
-            kind,
-            key,
-            object,
-            prev,
-        }));
-    }
-    if let Some(newest) = st.log.back() {
-        st.rv = st.rv.max(newest.rv);
+        first.get_or_insert(k.value());
+        replay(st, k.value(), v.value())?;
     }
     st.compacted = first.map(|f| f.saturating_sub(1)).unwrap_or(st.rv);
     Ok(())

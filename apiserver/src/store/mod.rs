@@ -4,9 +4,10 @@
 //! map, the watch window, the disk rows and LIST and watch responses share one serialization.
 //! Readers that need the tree decode it.
 //!
-//! Each mutation is part of one durable redb transaction holding its event-log row (the object,
-//! or its removal, as of that revision), so an acknowledged write survives `kill -9` and a
-//! resourceVersion is never reused; `disk` folds the log into a checkpoint of the objects.
+//! Each mutation is one record of the write-ahead journal, written and `fdatasync`ed before the
+//! writer is answered (the object, or its removal, as of that revision), so an acknowledged write
+//! survives `kill -9` and a resourceVersion is never reused. `journal` moves its records into
+//! redb's event log in batches, and `disk` folds that log into a checkpoint of the objects.
 //! Writes are staged in RV order under one lock (the single writer), then made durable by group
 //! commit: whichever writer finds no commit running takes every staged write into one
 //! transaction, as etcd batches its backend commits. Only after the
@@ -14,12 +15,12 @@
 //! and the writers answered.
 
 mod disk;
+mod journal;
 mod raw;
 
 pub use raw::{Raw, form};
 
 use raw::IndexKeys;
-use redb::Database;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::Path;
@@ -283,18 +284,23 @@ fn decode(key: &ObjKey, raw: &Raw) -> Result<Value, StoreError> {
     })
 }
 
+/// The files: the journal makes each batch durable, redb holds the checkpoint and the log.
+struct Disk {
+    db: redb::Database,
+    /// Held through each commit: a commit left running by a dropped writer and the next
+    /// committer's commit of the same batch then run one after the other, and neither writes
+    /// a revision the journal already has.
+    journal: std::sync::Mutex<journal::Journal>,
+}
+
 /// The object store. Cheap to share behind an `Arc`.
 pub struct Store {
-    db: RwLock<Option<Arc<Database>>>,
+    disk: RwLock<Option<Arc<Disk>>>,
     state: RwLock<State>,
     staging: std::sync::Mutex<Staging>,
     /// Held by the one writer that is committing a batch.
     committer: Mutex<()>,
     durable: std::sync::Mutex<Durable>,
-    /// The newest RV on disk, held through each disk commit: a commit left running by a
-    /// dropped writer and the next committer's commit of the same batch then run one after
-    /// the other, and neither writes a row older than what the disk already has.
-    on_disk: Arc<std::sync::Mutex<u64>>,
     events: broadcast::Sender<Arc<Event>>,
     rv_tx: watch::Sender<u64>,
     config: StoreConfig,
@@ -338,7 +344,7 @@ impl Store {
         config.retention = config.retention.max(1);
         let (events, _) = broadcast::channel(config.watch_queue);
         let mut state = State::default();
-        let db = match dir {
+        let disk = match dir {
             None => None,
             Some(dir) => {
                 let path = dir.join("capw.redb");
@@ -353,12 +359,21 @@ impl Store {
                     .create(&path)
                     .map_err(|e| open_err(e.into()))?;
                 disk::load(&db, &mut state)?;
+                let journal = journal::Journal::open(
+                    dir.join("capw.journal"),
+                    &db,
+                    &mut state,
+                    config.retention as u64,
+                )?;
                 disk::trim(&mut state, config.retention);
-                Some(Arc::new(db))
+                Some(Arc::new(Disk {
+                    db,
+                    journal: std::sync::Mutex::new(journal),
+                }))
             }
         };
         let (rv_tx, _) = watch::channel(state.rv);
-        let persistent = db.is_some();
+        let persistent = disk.is_some();
         let staging = Staging {
             last_rv: state.rv,
             ..Default::default()
@@ -369,29 +384,41 @@ impl Store {
         };
         Ok(Store {
             persistent,
-            db: RwLock::new(db),
+            disk: RwLock::new(disk),
             state: RwLock::new(state),
             staging: std::sync::Mutex::new(staging),
             committer: Mutex::new(()),
             durable: std::sync::Mutex::new(durable),
-            on_disk: Arc::new(std::sync::Mutex::new(durable.rv)),
             events,
             rv_tx,
             config,
         })
     }
 
-    /// Closes the database file: later writes fail with a storage error. Waits (briefly) until
-    /// no commit still holds it, so the same file can be opened again in this process.
+    /// Closes the database files, checkpointing the journal: later writes fail with a storage
+    /// error. Waits (briefly) until no commit still holds them, so they can be opened again in
+    /// this process.
     pub async fn close(&self) {
         let _guard = self.committer.lock().await;
-        let db = self.db.write().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(db) = db {
+        let disk = self.disk.write().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(disk) = disk {
             for _ in 0..200 {
-                if Arc::strong_count(&db) == 1 {
+                if Arc::strong_count(&disk) == 1 {
                     break;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            let retention = self.config.retention as u64;
+            let closed = tokio::task::spawn_blocking(move || {
+                let mut journal = disk.journal.lock().unwrap_or_else(|p| p.into_inner());
+                journal.close(&disk.db, retention)
+            })
+            .await;
+            // The journal still holds every write: the next start replays it.
+            match closed {
+                Ok(Err(e)) => tracing::warn!("closing the store: {e}"),
+                Err(e) => tracing::warn!("closing the store: {e}"),
+                Ok(Ok(())) => {}
             }
         }
     }
@@ -721,8 +748,8 @@ impl Store {
     }
 
     async fn persist(&self, batch: &[Staged]) -> Result<(), StoreError> {
-        let db = self.db.read().unwrap_or_else(|p| p.into_inner()).clone();
-        let Some(db) = db else {
+        let disk = self.disk.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(disk) = disk else {
             return if self.persistent {
                 Err(StoreError::Txn(
                     "the store is closed (server shutting down)".into(),
@@ -733,15 +760,16 @@ impl Store {
         };
         let batch: Vec<Arc<Event>> = batch.iter().map(|s| s.event.clone()).collect();
         let retention = self.config.retention as u64;
-        let on_disk = self.on_disk.clone();
         tokio::task::spawn_blocking(move || {
-            let mut on_disk = on_disk.lock().unwrap_or_else(|p| p.into_inner());
-            let new = batch.partition_point(|e| e.rv <= *on_disk);
-            let Some(last) = batch.last().filter(|_| new < batch.len()) else {
-                return Ok(());
-            };
-            disk::commit(&db, &batch[new..], retention)?;
-            *on_disk = last.rv;
+            let mut journal = disk.journal.lock().unwrap_or_else(|p| p.into_inner());
+            let new = batch.partition_point(|e| e.rv <= journal.durable_rv());
+            if new < batch.len() && journal.append(&batch[new..])? {
+                // The batch is durable in the journal whatever redb says: a checkpoint that
+                // fails is tried again after the next commit, and the journal keeps growing.
+                if let Err(e) = journal.checkpoint(&disk.db, retention) {
+                    tracing::warn!("checkpoint of the journal into the database: {e}");
+                }
+            }
             Ok(())
         })
         .await
@@ -837,6 +865,50 @@ mod tests {
             vec![EventType::Added, EventType::Modified]
         );
         assert_eq!(s.by_uid("u-a"), Some(key));
+    }
+
+    /// A store that is not closed (a crash) has writes only in the journal; across laps of the
+    /// journal over checkpoints, reopening replays exactly those past the last checkpoint.
+    #[tokio::test]
+    async fn an_unclosed_store_replays_its_journal_across_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join("capw.journal");
+        let (memory, rv) = {
+            let s = Store::open(Some(dir.path()), StoreConfig::default()).unwrap();
+            for i in 0..2600u64 {
+                let key = ObjKey::new("/configmaps", "default", &format!("o{}", i % 700));
+                s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("o", i as i64))))
+                    .await
+                    .unwrap();
+            }
+            (s.list("/configmaps", None).0, s.current_rv())
+        };
+        assert!(
+            std::fs::metadata(&journal).unwrap().len() > 0,
+            "the last writes are only in the journal"
+        );
+        let s = Store::open(Some(dir.path()), StoreConfig::default()).unwrap();
+        assert_eq!(s.current_rv(), rv);
+        assert_eq!(s.list("/configmaps", None).0, memory);
+        let (backlog, _, _) = s.subscribe(rv - 600).unwrap();
+        assert_eq!(
+            backlog.len(),
+            600,
+            "the replayed writes are in the watch window"
+        );
+        // A write after the replay continues the revisions, and a clean close empties the file.
+        let key = ObjKey::new("/configmaps", "default", "after");
+        s.write::<E>(&key, false, |_| Ok(Proposed::Put(obj("after", 1))))
+            .await
+            .unwrap();
+        s.close().await;
+        assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+        let s = Store::open(Some(dir.path()), StoreConfig::default()).unwrap();
+        assert_eq!(s.current_rv(), rv + 1);
+        assert_eq!(
+            s.get(&key).unwrap()["metadata"]["resourceVersion"],
+            (rv + 1).to_string()
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
