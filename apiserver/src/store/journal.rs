@@ -17,7 +17,7 @@
 use super::{Event, StoreError, disk};
 use redb::Database;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -94,6 +94,8 @@ impl Journal {
             .write(true)
             .create(true)
             .truncate(false)
+            // It holds every Secret written since the last checkpoint.
+            .mode(0o600)
             .open(&path)
             .map_err(|e| io_err(&path, "open", e))?;
         let bytes = std::fs::read(&path).map_err(|e| io_err(&path, "read", e))?;
@@ -116,6 +118,12 @@ impl Journal {
         }
         if !replayed.is_empty() {
             disk::commit(db, &replayed, retention)?;
+        }
+        // Left empty, the file is what an older capw (which reads only redb) expects to find.
+        if !bytes.is_empty() {
+            file.set_len(0)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| io_err(&path, "truncate", e))?;
         }
         Ok(Journal {
             file,
