@@ -9,10 +9,10 @@
 //! survives `kill -9` and a resourceVersion is never reused. `journal` moves its records into
 //! redb's event log in batches, and `disk` folds that log into a checkpoint of the objects.
 //! Writes are staged in RV order under one lock (the single writer), then made durable by group
-//! commit: whichever writer finds no commit running takes every staged write into one
-//! transaction, as etcd batches its backend commits. Only after the
-//! commit are the objects visible to readers, the events published to watchers (in commit order)
-//! and the writers answered.
+//! commit: whichever writer finds no commit running takes every staged write into one journal
+//! write and `fdatasync`, as etcd batches its WAL entries. Only after the commit are the objects
+//! visible to readers, the events published to watchers (in commit order) and the writers
+//! answered.
 
 mod disk;
 mod journal;
