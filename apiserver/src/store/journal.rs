@@ -17,6 +17,7 @@
 use super::{Event, StoreError, disk};
 use redb::Database;
 use std::fs::File;
+use std::io::Read;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -55,20 +56,17 @@ fn crc(rv: u64, row: &[u8]) -> u32 {
 fn records(bytes: &[u8], after: u64) -> Vec<(u64, &[u8])> {
     let mut out = Vec::new();
     let (mut at, mut last) = (0usize, None::<u64>);
-    while let Some(header) = bytes.get(at..at + HEADER) {
-        let word = |i: usize| header.get(i..i + 4).and_then(|b| b.try_into().ok());
-        let (Some(len), Some(sum)) = (word(0).map(u32::from_le_bytes), word(4)) else {
-            break;
-        };
-        let Some(rv) = header.get(8..16).and_then(|b| b.try_into().ok()) else {
-            break;
-        };
-        let rv = u64::from_le_bytes(rv);
+    while let Some(&h) = bytes
+        .get(at..at + HEADER)
+        .and_then(|b| <&[u8; HEADER]>::try_from(b).ok())
+    {
+        let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+        let sum = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+        let rv = u64::from_le_bytes([h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15]]);
         let Some(row) = bytes.get(at + HEADER..at + HEADER + len as usize) else {
             break;
         };
-        if len == 0 || crc(rv, row) != u32::from_le_bytes(sum) || last.is_some_and(|l| rv != l + 1)
-        {
+        if len == 0 || crc(rv, row) != sum || last.is_some_and(|l| rv != l + 1) {
             break;
         }
         last = Some(rv);
@@ -89,7 +87,7 @@ impl Journal {
         st: &mut super::State,
         retention: u64,
     ) -> Result<Self, StoreError> {
-        let file = File::options()
+        let mut file = File::options()
             .read(true)
             .write(true)
             .create(true)
@@ -98,7 +96,9 @@ impl Journal {
             .mode(0o600)
             .open(&path)
             .map_err(|e| io_err(&path, "open", e))?;
-        let bytes = std::fs::read(&path).map_err(|e| io_err(&path, "read", e))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| io_err(&path, "read", e))?;
         let found = records(&bytes, st.rv);
         if let Some((first, _)) = found.first()
             && *first != st.rv + 1
@@ -119,19 +119,26 @@ impl Journal {
         if !replayed.is_empty() {
             disk::commit(db, &replayed, retention)?;
         }
-        // Left empty, the file is what an older capw (which reads only redb) expects to find.
-        if !bytes.is_empty() {
-            file.set_len(0)
-                .and_then(|()| file.sync_all())
-                .map_err(|e| io_err(&path, "truncate", e))?;
-        }
-        Ok(Journal {
+        let journal = Journal {
             file,
             path,
             tail: 0,
             pending: Vec::new(),
             durable_rv: st.rv,
-        })
+        };
+        if !bytes.is_empty() {
+            journal.empty()?;
+        }
+        Ok(journal)
+    }
+
+    /// Truncates the file, all of it being in redb: an empty journal is what an older capw,
+    /// which reads only redb, expects to find.
+    fn empty(&self) -> Result<(), StoreError> {
+        self.file
+            .set_len(0)
+            .and_then(|()| self.file.sync_all())
+            .map_err(|e| io_err(&self.path, "truncate", e))
     }
 
     pub(super) fn durable_rv(&self) -> u64 {
@@ -176,14 +183,10 @@ impl Journal {
         Ok(())
     }
 
-    /// Checkpoints and empties the file, for a clean shutdown: an empty journal is what an
-    /// older capw, which reads only redb, expects to find.
+    /// Checkpoints and empties the file, for a clean shutdown.
     pub(super) fn close(&mut self, db: &Database, retention: u64) -> Result<(), StoreError> {
         self.checkpoint(db, retention)?;
-        self.file
-            .set_len(0)
-            .and_then(|()| self.file.sync_all())
-            .map_err(|e| io_err(&self.path, "truncate", e))
+        self.empty()
     }
 }
 

@@ -413,12 +413,12 @@ impl Store {
                 let mut journal = disk.journal.lock().unwrap_or_else(|p| p.into_inner());
                 journal.close(&disk.db, retention)
             })
-            .await;
+            .await
+            .map_err(txn_err)
+            .and_then(|closed| closed);
             // The journal still holds every write: the next start replays it.
-            match closed {
-                Ok(Err(e)) => tracing::warn!("closing the store: {e}"),
-                Err(e) => tracing::warn!("closing the store: {e}"),
-                Ok(Ok(())) => {}
+            if let Err(e) = closed {
+                tracing::warn!("closing the store: {e}");
             }
         }
     }
