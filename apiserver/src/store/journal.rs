@@ -6,13 +6,18 @@
 //! allocation, copy-on-write of the B-tree path, checksums) on top of its `fdatasync`; the
 //! journal's append is the `fdatasync` and a memcpy (`docs/benchmarks.md`, "The journal").
 //!
+//! The journal is two files that take turns, so that a checkpoint runs on its own thread while
+//! writes go on: when one file has had its share, writes move to the other, and the events of
+//! the full one go to redb in the background. A file is written over only once redb has its
+//! events; a write that needs it sooner waits for that checkpoint.
+//!
 //! A record is `len: u32 LE, crc32: u32 LE, rv: u64 LE, row: len bytes`, the CRC over the
-//! revision and the row, the row being `disk`'s log row. After each checkpoint the next record
-//! is written at offset 0 again, over the previous lap. Replay reads from offset 0 while the
-//! records are whole, their CRCs match and their revisions follow one another: a torn record
-//! fails its CRC, and a stale record of an earlier lap has a revision at or below the
-//! checkpoint's, so it ends the run. Hand-written because no well-kept crate offers a
-//! single-file, checkpointed WAL of this shape.
+//! revision and the row, the row being `disk`'s log row. Each lap of a file starts at offset 0,
+//! over the previous lap. Replay reads each file from offset 0 while the records are whole,
+//! their CRCs match and their revisions follow one another: a torn record fails its CRC, and a
+//! stale record of an earlier lap has an older revision, so it ends the run. The two runs, past
+//! redb's newest revision, must then continue each other. Hand-written because no well-kept
+//! crate offers a checkpointed WAL of this shape.
 
 use super::{Event, StoreError, disk};
 use redb::Database;
@@ -21,21 +26,41 @@ use std::io::Read;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
-/// Events kept only in the journal before a checkpoint moves them to redb.
+/// The two files, in the data directory.
+const FILES: [&str; 2] = ["capw.journal", "capw.journal.1"];
+/// Events a file takes before writes move to the other one and its events go to redb.
 const CHECKPOINT_EVENTS: usize = 1024;
-/// Journal bytes before a checkpoint, whatever the count: large objects checkpoint sooner.
+/// Bytes a file takes before the same, whatever the count: large objects checkpoint sooner.
 const CHECKPOINT_BYTES: u64 = 8 << 20;
 const HEADER: usize = 16;
 
-/// The journal file and the events it holds that redb does not have yet.
-pub(super) struct Journal {
+struct Segment {
     file: File,
     path: PathBuf,
-    /// Where the next record goes.
+}
+
+/// The events of the file writes just left, on their way to redb.
+struct Flush {
+    events: Arc<Vec<Arc<Event>>>,
+    /// The checkpoint's thread; `None` when it could not start or failed, so the next turn
+    /// commits the events itself.
+    thread: Option<JoinHandle<Result<(), StoreError>>>,
+}
+
+/// The journal's files and the events they hold that redb does not have yet.
+pub(super) struct Journal {
+    db: Arc<Database>,
+    retention: u64,
+    segments: [Segment; 2],
+    /// The file being written, and where its next record goes.
+    active: usize,
     tail: u64,
-    /// Durable in the journal, not yet checkpointed into redb (in revision order).
+    /// Durable in the active file, not yet in redb (in revision order).
     pending: Vec<Arc<Event>>,
+    /// The other file's events, while redb does not have them for sure.
+    flushing: Option<Flush>,
     /// The newest revision that is durable, in the journal or in redb.
     durable_rv: u64,
 }
@@ -78,15 +103,40 @@ fn records(bytes: &[u8], after: u64) -> Vec<(u64, &[u8])> {
     out
 }
 
-impl Journal {
-    /// Opens the journal at `path`, applies what it holds past the checkpoint (`st.rv`) to `st`
-    /// and checkpoints it into `db`, so the journal starts empty.
-    pub(super) fn open(
-        path: PathBuf,
-        db: &Database,
-        st: &mut super::State,
-        retention: u64,
-    ) -> Result<Self, StoreError> {
+/// The records of both files past revision `after`, in revision order. They must continue
+/// `after` without a gap: a gap means the files are from different times, and the writes past
+/// it cannot be applied.
+fn chain(files: &[Vec<u8>], after: u64) -> Result<Vec<(u64, &[u8])>, String> {
+    let mut runs: Vec<_> = files
+        .iter()
+        .map(|b| records(b, after))
+        .filter(|r| !r.is_empty())
+        .collect();
+    runs.sort_by_key(|r| r[0].0);
+    let found: Vec<_> = runs.into_iter().flatten().collect();
+    for (expect, &(rv, _)) in (after + 1..).zip(&found) {
+        if rv == expect {
+            continue;
+        }
+        return Err(if expect == after + 1 {
+            format!(
+                "the journal continues at revision {rv} but the database ends at {after}: the \
+                 database file is older than the journal (restore the data directory's files \
+                 together)"
+            )
+        } else {
+            format!(
+                "the journal's files skip from revision {} to {rv}: one file is older than the \
+                 other (restore the data directory's files together)",
+                expect - 1
+            )
+        });
+    }
+    Ok(found)
+}
+
+impl Segment {
+    fn open(path: PathBuf) -> Result<(Self, Vec<u8>), StoreError> {
         let mut file = File::options()
             .read(true)
             .write(true)
@@ -99,37 +149,7 @@ impl Journal {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| io_err(&path, "read", e))?;
-        let found = records(&bytes, st.rv);
-        if let Some((first, _)) = found.first()
-            && *first != st.rv + 1
-        {
-            return Err(StoreError::Corrupt(
-                path.display().to_string(),
-                format!(
-                    "the journal continues at revision {first} but the database ends at {}: \
-                     the database file is older than the journal (restore both together)",
-                    st.rv
-                ),
-            ));
-        }
-        let mut replayed = Vec::with_capacity(found.len());
-        for (rv, row) in found {
-            replayed.push(disk::replay(st, rv, row)?);
-        }
-        if !replayed.is_empty() {
-            disk::commit(db, &replayed, retention)?;
-        }
-        let journal = Journal {
-            file,
-            path,
-            tail: 0,
-            pending: Vec::new(),
-            durable_rv: st.rv,
-        };
-        if !bytes.is_empty() {
-            journal.empty()?;
-        }
-        Ok(journal)
+        Ok((Segment { file, path }, bytes))
     }
 
     /// Truncates the file, all of it being in redb: an empty journal is what an older capw,
@@ -140,13 +160,54 @@ impl Journal {
             .and_then(|()| self.file.sync_all())
             .map_err(|e| io_err(&self.path, "truncate", e))
     }
+}
+
+impl Journal {
+    /// Opens the journal's files in `dir`, applies what they hold past the checkpoint (`st.rv`)
+    /// to `st` and checkpoints it into `db`, so the journal starts empty.
+    pub(super) fn open(
+        dir: &Path,
+        db: Database,
+        st: &mut super::State,
+        retention: u64,
+    ) -> Result<Self, StoreError> {
+        let (first, a) = Segment::open(dir.join(FILES[0]))?;
+        let (second, b) = Segment::open(dir.join(FILES[1]))?;
+        let files = [a, b];
+        let found =
+            chain(&files, st.rv).map_err(|e| StoreError::Corrupt(dir.display().to_string(), e))?;
+        let mut replayed = Vec::with_capacity(found.len());
+        for (rv, row) in found {
+            replayed.push(disk::replay(st, rv, row)?);
+        }
+        if !replayed.is_empty() {
+            disk::commit(&db, &replayed, retention)?;
+        }
+        let segments = [first, second];
+        for (segment, bytes) in segments.iter().zip(&files) {
+            if !bytes.is_empty() {
+                segment.empty()?;
+            }
+        }
+        Ok(Journal {
+            db: Arc::new(db),
+            retention,
+            segments,
+            active: 0,
+            tail: 0,
+            pending: Vec::new(),
+            flushing: None,
+            durable_rv: st.rv,
+        })
+    }
 
     pub(super) fn durable_rv(&self) -> u64 {
         self.durable_rv
     }
 
-    /// Makes `batch` durable: one write and one `fdatasync`. Returns whether a checkpoint is due.
-    pub(super) fn append(&mut self, batch: &[Arc<Event>]) -> Result<bool, StoreError> {
+    /// Makes `batch` durable: one write and one `fdatasync`. When the file has had its share,
+    /// the next batch goes to the other file.
+    pub(super) fn append(&mut self, batch: &[Arc<Event>]) -> Result<(), StoreError> {
         let mut buf = Vec::new();
         for event in batch {
             let row = disk::log_row(event).map_err(super::txn_err)?;
@@ -158,35 +219,90 @@ impl Journal {
             buf.extend_from_slice(&event.rv.to_le_bytes());
             buf.extend_from_slice(&row);
         }
-        self.file
+        let segment = &self.segments[self.active];
+        segment
+            .file
             .write_all_at(&buf, self.tail)
-            .map_err(|e| io_err(&self.path, "write", e))?;
-        self.file
+            .map_err(|e| io_err(&segment.path, "write", e))?;
+        segment
+            .file
             .sync_data()
-            .map_err(|e| io_err(&self.path, "fdatasync", e))?;
+            .map_err(|e| io_err(&segment.path, "fdatasync", e))?;
         self.tail += buf.len() as u64;
         self.pending.extend(batch.iter().cloned());
         if let Some(last) = batch.last() {
             self.durable_rv = last.rv;
         }
-        Ok(self.pending.len() >= CHECKPOINT_EVENTS || self.tail >= CHECKPOINT_BYTES)
+        if self.pending.len() >= CHECKPOINT_EVENTS || self.tail >= CHECKPOINT_BYTES {
+            // The batch is durable whatever redb says: a turn that cannot happen yet is tried
+            // again after the next batch, and the active file keeps growing meanwhile.
+            if let Err(e) = self.turn() {
+                tracing::warn!("checkpoint of the journal into the database: {e}");
+            }
+        }
+        Ok(())
     }
 
-    /// Moves the pending events into redb in one durable transaction; the next record then
-    /// goes to offset 0. Until redb's commit returns, the journal still holds them all.
-    pub(super) fn checkpoint(&mut self, db: &Database, retention: u64) -> Result<(), StoreError> {
-        if !self.pending.is_empty() {
-            disk::commit(db, &self.pending, retention)?;
-            self.pending.clear();
-        }
+    /// Moves writes to the other file and sends the active file's events to redb on a thread
+    /// of their own. The other file is written over only once redb has its events, so this
+    /// first waits for that checkpoint.
+    fn turn(&mut self) -> Result<(), StoreError> {
+        self.finish()?;
+        let events = Arc::new(std::mem::take(&mut self.pending));
+        let (db, retention, batch) = (self.db.clone(), self.retention, events.clone());
+        let thread = std::thread::Builder::new()
+            .name("capw-checkpoint".into())
+            .spawn(move || disk::commit(&db, &batch, retention))
+            .inspect_err(|e| {
+                tracing::warn!("starting a checkpoint thread: {e}; the next turn commits it")
+            })
+            .ok();
+        self.flushing = Some(Flush { events, thread });
+        self.active ^= 1;
         self.tail = 0;
         Ok(())
     }
 
-    /// Checkpoints and empties the file, for a clean shutdown.
-    pub(super) fn close(&mut self, db: &Database, retention: u64) -> Result<(), StoreError> {
-        self.checkpoint(db, retention)?;
-        self.empty()
+    /// Waits until redb has the other file's events, committing them here if their thread
+    /// failed. On failure they stay, to be tried again.
+    fn finish(&mut self) -> Result<(), StoreError> {
+        let Some(mut flush) = self.flushing.take() else {
+            return Ok(());
+        };
+        let done = match flush.thread.take().map(JoinHandle::join) {
+            Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => {
+                tracing::warn!("checkpoint of the journal into the database: {e}; trying again");
+                disk::commit(&self.db, &flush.events, self.retention)
+            }
+            Some(Err(_)) | None => disk::commit(&self.db, &flush.events, self.retention),
+        };
+        if done.is_err() {
+            self.flushing = Some(flush);
+        }
+        done
+    }
+
+    /// Checkpoints everything and empties both files, for a clean shutdown.
+    pub(super) fn close(&mut self) -> Result<(), StoreError> {
+        self.finish()?;
+        if !self.pending.is_empty() {
+            disk::commit(&self.db, &self.pending, self.retention)?;
+            self.pending.clear();
+        }
+        self.tail = 0;
+        self.segments.iter().try_for_each(Segment::empty)
+    }
+}
+
+impl Drop for Journal {
+    /// A store dropped without `close` (a test's crash) still lets its checkpoint finish, so
+    /// that redb's file is free to open again in this process. Its outcome does not matter:
+    /// the journal's files hold the events either way.
+    fn drop(&mut self) {
+        if let Some(thread) = self.flushing.take().and_then(|f| f.thread) {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -228,5 +344,26 @@ mod tests {
         let mut long = record(1, b"x");
         long[0] = 200;
         assert!(records(&long, 0).is_empty());
+    }
+
+    /// Writes have moved on to the second file while the first one's checkpoint had not landed:
+    /// both files replay, in revision order, each past its own stale lap.
+    #[test]
+    fn the_two_files_replay_as_one_chain_and_a_gap_is_an_error() {
+        let first = [record(7, b"g"), record(8, b"h"), record(3, b"stale")].concat();
+        let second = [record(5, b"e"), record(6, b"f"), record(1, b"stale")].concat();
+        let files = [first, second];
+        let rvs = |after| chain(&files, after).map(|c| c.iter().map(|r| r.0).collect::<Vec<_>>());
+        assert_eq!(rvs(4), Ok(vec![5, 6, 7, 8]));
+        assert_eq!(rvs(6), Ok(vec![7, 8]), "the second file is in redb already");
+        assert_eq!(rvs(8), Ok(vec![]));
+        let older = rvs(3).unwrap_err();
+        assert!(older.contains("database ends at 3"), "{older}");
+        let gap = [
+            files[0].clone(),
+            [record(4, b"d"), record(5, b"e")].concat(),
+        ];
+        let skip = chain(&gap, 3).unwrap_err();
+        assert!(skip.contains("skip from revision 5 to 7"), "{skip}");
     }
 }
