@@ -8,10 +8,10 @@ impl Core {
         if !rt.namespaced {
             return Ok(());
         }
-        let Some(nsobj) = self.store.get(&ObjKey::new("/namespaces", "", ns)) else {
+        let Some(nsobj) = self.store.get_raw(&ObjKey::new("/namespaces", "", ns)) else {
             return Err(ApiError::not_found("", "namespaces", ns));
         };
-        if meta::is_deleting(&nsobj) {
+        if nsobj.is_deleting() {
             return Err(ApiError::forbidden(format!(
                 "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
                 rt.plural

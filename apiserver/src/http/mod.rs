@@ -773,15 +773,17 @@ fn requester(identity: &Identity) -> crate::core::Requester {
 }
 
 fn written(code: u16, w: &crate::core::Written, want: Want) -> Response {
+    let partial;
     let body = if want == Want::PartialMetadata {
-        crate::table::partial_metadata(&w.view)
+        partial = crate::table::partial_metadata(&w.view);
+        &partial
     } else {
-        w.view.clone()
+        &w.view
     };
     with_warnings(
         respond(
             code,
-            &body,
+            body,
             if want == Want::Table {
                 Want::Json
             } else {

@@ -75,6 +75,25 @@ impl Raw {
         Ok(Value::Object(out))
     }
 
+    /// Whether `metadata.deletionTimestamp` is set, the rest of the object parsed past: every
+    /// namespaced create asks it of its namespace, and decoding the namespace whole took about
+    /// 7 % of the API server's CPU for a create.
+    pub fn is_deleting(&self) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Object {
+            #[serde(default)]
+            metadata: Meta,
+        }
+        #[derive(serde::Deserialize, Default)]
+        #[serde(rename_all = "camelCase")]
+        struct Meta {
+            #[serde(default)]
+            deletion_timestamp: Option<serde::de::IgnoredAny>,
+        }
+        serde_json::from_slice::<Object>(&self.json)
+            .is_ok_and(|o| o.metadata.deletion_timestamp.is_some())
+    }
+
     /// Whether the object was stored with this `form(apiVersion, kind)`.
     pub fn is_form(&self, form: u64) -> bool {
         self.form == form
@@ -130,6 +149,13 @@ mod tests {
         assert!(!raw.is_form(form("events.k8s.io/v1", "ConfigMap")));
         assert!(raw.same_write(&raw.clone()));
         assert!(!raw.same_write(&Raw::encode(&o).unwrap()));
+        assert!(!raw.is_deleting());
+        let null = json!({"metadata": {"name": "a", "deletionTimestamp": null}});
+        assert!(!Raw::encode(&null).unwrap().is_deleting());
+        let gone = json!({"spec": {"deletionTimestamp": "x"}, "metadata": {"name": "a",
+            "deletionTimestamp": "2026-12-06T00:00:00Z", "finalizers": ["kubernetes"]}});
+        assert!(Raw::encode(&gone).unwrap().is_deleting());
+        assert!(!Raw::encode(&json!({"spec": {}})).unwrap().is_deleting());
     }
 
     #[test]
