@@ -93,38 +93,12 @@ fn without_finalizer(
     }
 }
 
-/// What the collector reads of a stored object about itself: its uid, whether it is
-/// being deleted and with which finalizers. Read with the rest of the object skipped, not
-/// decoded: every write comes here, every owner at each resync, and managedFields alone are
-/// most of an object's metadata.
-#[derive(serde::Deserialize)]
-struct Lifecycle {
-    #[serde(default)]
-    metadata: LifecycleMeta,
-}
-
-#[derive(serde::Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct LifecycleMeta {
-    #[serde(default)]
-    uid: String,
-    #[serde(default)]
-    deletion_timestamp: Option<serde::de::IgnoredAny>,
-    #[serde(default)]
-    finalizers: Vec<String>,
-}
-
-fn lifecycle(raw: &crate::store::Raw) -> Option<Lifecycle> {
-    serde_json::from_slice(raw.json()).ok()
-}
-
 /// Works on an owner that is being deleted with the Foreground or Orphan policy.
 async fn check_owner(core: &Core, key: &ObjKey) {
-    let Some(Lifecycle { metadata: m }) = core.store.get_raw(key).and_then(|r| lifecycle(&r))
-    else {
+    let Some(m) = core.store.get_raw(key).and_then(|r| r.lifecycle()) else {
         return;
     };
-    if m.deletion_timestamp.is_none() {
+    if !m.is_deleting() {
         return;
     }
     let (uid, fins) = (m.uid, m.finalizers);
@@ -203,10 +177,10 @@ async fn on_event(core: &Core, ev: &Event) {
         }
         EventType::Added | EventType::Modified => {
             check_dependent(core, &ev.key).await;
-            let Some(Lifecycle { metadata: m }) = lifecycle(&ev.object) else {
+            let Some(m) = ev.object.lifecycle() else {
                 return;
             };
-            if m.deletion_timestamp.is_some()
+            if m.is_deleting()
                 && m.finalizers
                     .iter()
                     .any(|f| f == "orphan" || f == "foregroundDeletion")

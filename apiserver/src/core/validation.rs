@@ -11,7 +11,7 @@ impl Core {
         let Some(nsobj) = self.store.get_raw(&ObjKey::new("/namespaces", "", ns)) else {
             return Err(ApiError::not_found("", "namespaces", ns));
         };
-        if nsobj.is_deleting() {
+        if nsobj.lifecycle().is_some_and(|l| l.is_deleting()) {
             return Err(ApiError::forbidden(format!(
                 "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
                 rt.plural

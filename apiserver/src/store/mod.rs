@@ -18,7 +18,7 @@ mod disk;
 mod journal;
 mod raw;
 
-pub use raw::{Raw, form};
+pub use raw::{Lifecycle, Raw, form};
 
 use raw::IndexKeys;
 use serde_json::Value;
@@ -284,18 +284,13 @@ fn decode(key: &ObjKey, raw: &Raw) -> Result<Value, StoreError> {
     })
 }
 
-/// The files: the journal makes each batch durable, and owns redb, which holds the checkpoint
-/// and the log.
-struct Disk {
-    /// Held through each commit: a commit left running by a dropped writer and the next
-    /// committer's commit of the same batch then run one after the other, and neither writes
-    /// a revision the journal already has.
-    journal: std::sync::Mutex<journal::Journal>,
-}
-
 /// The object store. Cheap to share behind an `Arc`.
 pub struct Store {
-    disk: RwLock<Option<Arc<Disk>>>,
+    /// The files: the journal makes each batch durable, and owns redb, which holds the
+    /// checkpoint and the log. Held through each commit: a commit left running by a dropped
+    /// writer and the next committer's commit of the same batch then run one after the other,
+    /// and neither writes a revision the journal already has.
+    disk: RwLock<Option<Arc<std::sync::Mutex<journal::Journal>>>>,
     state: RwLock<State>,
     staging: std::sync::Mutex<Staging>,
     /// Held by the one writer that is committing a batch.
@@ -361,9 +356,7 @@ impl Store {
                 disk::load(&db, &mut state)?;
                 let journal = journal::Journal::open(dir, db, &mut state, config.retention as u64)?;
                 disk::trim(&mut state, config.retention);
-                Some(Arc::new(Disk {
-                    journal: std::sync::Mutex::new(journal),
-                }))
+                Some(Arc::new(std::sync::Mutex::new(journal)))
             }
         };
         let (rv_tx, _) = watch::channel(state.rv);
@@ -403,7 +396,7 @@ impl Store {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             let closed = tokio::task::spawn_blocking(move || {
-                let mut journal = disk.journal.lock().unwrap_or_else(|p| p.into_inner());
+                let mut journal = disk.lock().unwrap_or_else(|p| p.into_inner());
                 journal.close()
             })
             .await
@@ -753,7 +746,7 @@ impl Store {
         };
         let batch: Vec<Arc<Event>> = batch.iter().map(|s| s.event.clone()).collect();
         tokio::task::spawn_blocking(move || {
-            let mut journal = disk.journal.lock().unwrap_or_else(|p| p.into_inner());
+            let mut journal = disk.lock().unwrap_or_else(|p| p.into_inner());
             let new = batch.partition_point(|e| e.rv <= journal.durable_rv());
             if new < batch.len() {
                 journal.append(&batch[new..])?;
