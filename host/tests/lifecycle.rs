@@ -22,6 +22,46 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::host::Env;
 
+/// Each KubeadmConfig's and InMemoryMachine's controller as first seen (`Kind/name` to
+/// `Kind/name`), from watches started before anything is applied: the version they were
+/// created as.
+fn born_owners(env: &Env) -> Arc<Mutex<std::collections::BTreeMap<String, String>>> {
+    let born = Arc::new(Mutex::new(std::collections::BTreeMap::new()));
+    for api in [
+        env.dynamic(
+            "bootstrap.cluster.x-k8s.io",
+            "KubeadmConfig",
+            "kubeadmconfigs",
+        ),
+        env.dynamic(
+            "infrastructure.cluster.x-k8s.io",
+            "InMemoryMachine",
+            "inmemorymachines",
+        ),
+    ] {
+        let born = born.clone();
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
+            while let Some(Ok(e)) = events.next().await {
+                let (watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = e else {
+                    continue;
+                };
+                let kind = o.types.as_ref().map_or("", |t| t.kind.as_str()).to_string();
+                let controller = o
+                    .owner_references()
+                    .iter()
+                    .find(|r| r.controller == Some(true))
+                    .map_or(String::new(), |r| format!("{}/{}", r.kind, r.name));
+                born.lock()
+                    .unwrap()
+                    .entry(format!("{kind}/{}", o.name_any()))
+                    .or_insert(controller);
+            }
+        });
+    }
+    born
+}
+
 /// The bundled in-memory stack, with the worker kinds printed on a time-out.
 async fn env() -> Env {
     let mut env =
@@ -132,12 +172,29 @@ fn sample_bounds(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_machine_deployment_scales_rolls_out_and_goes_with_its_cluster() {
     let env = env().await;
+    let born = born_owners(&env);
     let out = env.kubectl(&["apply", "-f", "-"], Some(&manifest()));
     assert!(
         out.contains("machinedeployment.cluster.x-k8s.io/demo-md-0 created"),
         "{out}"
     );
     env.settled("demo-md-0", 3).await;
+
+    // Every clone, the control plane's and the MachineSet's, is created already controlled by
+    // the Machine of its name: no second write hands it over.
+    let born = born.lock().unwrap().clone();
+    assert!(
+        born.len() >= 8,
+        "the 3 workers' and at least 1 control-plane Machine's clones: {born:?}"
+    );
+    for (clone, controller) in &born {
+        let name = clone.rsplit('/').next().unwrap();
+        assert_eq!(
+            controller,
+            &format!("Machine/{name}"),
+            "{clone} at its creation"
+        );
+    }
 
     // Upstream's defaults and labels, and kubectl reads like Cluster API.
     let md: Api<MachineDeployment> = Api::namespaced(env.client.clone(), "default");

@@ -1,7 +1,8 @@
 //! Control-plane Machines: the host creates each Machine a control plane asks for, with an
 //! infrastructure machine cloned from `spec.machineTemplate.spec.infrastructureRef` and the
-//! bootstrap config its role declares (kind, and the spec field its spec is copied from), all
-//! owned by the control plane (the Machine controller then takes over the clones). The kind a
+//! bootstrap config its role declares (kind, and the spec field its spec is copied from). The
+//! Machine, owned by the control plane, is written first, so that its clones are born owned by
+//! it. The kind a
 //! template stamps out is the one its plugin declares, never derived from the template's name.
 //! On deletion it deletes them before the control plane goes.
 
@@ -10,7 +11,7 @@ use super::{DriverError, KindCtx};
 use capw_api::common::ContractVersionedObjectReference;
 use capw_api::common::names::{
     API_VERSION, CLONED_FROM_GROUPKIND_ANNOTATION, CLONED_FROM_NAME_ANNOTATION, CLUSTER_NAME_LABEL,
-    CONTROL_PLANE_LABEL, CONTROL_PLANE_NAME_LABEL,
+    CONTROL_PLANE_LABEL, CONTROL_PLANE_NAME_LABEL, MACHINE_FINALIZER,
 };
 use capw_api::contract::fields;
 use capw_api::machine::Machine;
@@ -20,13 +21,15 @@ use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
-/// Why an object of `name` that exists must not be taken for this control plane's: it is
-/// neither the control plane's (a retry after a partial create) nor adopted by the Machine of
-/// the same name. A Machine made to reference it would hand someone else's object over.
-fn foreign(existing: &DynamicObject, name: &str, cp_uid: &str) -> Option<String> {
-    let ours = existing.owner_references().iter().any(|o| {
-        o.uid == cp_uid || (o.kind == "Machine" && o.api_version == API_VERSION && o.name == name)
-    });
+/// Why an object of `name` that exists must not be taken for this control plane's: neither the
+/// control plane (a clone an older host made before its Machine) nor the control plane's own
+/// Machine of that name (`owners`, by UID) owns it. A Machine made to reference it would hand
+/// someone else's object over.
+fn foreign(existing: &DynamicObject, name: &str, owners: &[&str]) -> Option<String> {
+    let ours = existing
+        .owner_references()
+        .iter()
+        .any(|o| owners.contains(&o.uid.as_str()));
     (!ours).then(|| {
         format!(
             "machines-to-create: {} {name} exists and does not belong to this control plane; the host makes no Machine that would take over another's object: ask for another name",
@@ -35,11 +38,11 @@ fn foreign(existing: &DynamicObject, name: &str, cp_uid: &str) -> Option<String>
     })
 }
 
-/// Creates `obj`, unless one of its name exists that is not this control plane's.
+/// Creates `obj`, unless one of its name exists that `owners` do not own.
 async fn create_owned(
     api: &Api<DynamicObject>,
     obj: Value,
-    cp_uid: &str,
+    owners: &[&str],
 ) -> Result<(), DriverError> {
     let obj: DynamicObject =
         serde_json::from_value(obj).map_err(|e| DriverError::Invalid(e.to_string()))?;
@@ -47,7 +50,7 @@ async fn create_owned(
     match api.create(&PostParams::default(), &obj).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&name).await? {
-            Some(existing) => foreign(&existing, &name, cp_uid)
+            Some(existing) => foreign(&existing, &name, owners)
                 .map_or(Ok(()), |why| Err(DriverError::Invalid(why))),
             None => Ok(()),
         },
@@ -140,20 +143,22 @@ pub(super) async fn check_names(
     let resolver = &kctx.driver.resolver;
     let machines: Api<Machine> = Api::namespaced(kctx.driver.client.clone(), &ns);
     for req in requests {
-        match machines.get_opt(&req.name).await {
-            // This control plane's own Machine: a request repeated before the cache saw it.
-            Ok(Some(m)) if m.owner_references().iter().any(|o| o.uid == cp_uid) => continue,
+        let machine_uid = match machines.get_opt(&req.name).await {
+            // This control plane's own Machine: a request repeated before the cache saw it,
+            // or a create whose clones failed; they may be its Machine's.
+            Ok(Some(m)) if m.owner_references().iter().any(|o| o.uid == cp_uid) => m.uid(),
             Ok(Some(_)) => {
                 return Err(format!(
                     "machines-to-create: Machine {} exists and does not belong to this control plane; ask for another name",
                     req.name
                 ));
             }
-            Ok(None) | Err(_) => {}
-        }
+            Ok(None) | Err(_) => None,
+        };
+        let owners = [cp_uid.as_str(), machine_uid.as_deref().unwrap_or(&cp_uid)];
         for kind in [&c.infra, &c.boot] {
             if let Ok(Some(existing)) = resolver.api(&ns, kind).get_opt(&req.name).await
-                && let Some(why) = foreign(&existing, &req.name, &cp_uid)
+                && let Some(why) = foreign(&existing, &req.name, &owners)
             {
                 return Err(why);
             }
@@ -229,35 +234,14 @@ pub(super) async fn create(
     let annotations = Value::Object(annotations);
     let machines: Api<Machine> = Api::namespaced(kctx.driver.client.clone(), &ns);
     for req in requests {
-        create_owned(
-            &resolver.api(&ns, &infra),
-            json!({
-                "apiVersion": infra.ar.api_version, "kind": infra.ar.kind,
-                "metadata": {"name": req.name, "namespace": ns, "labels": labels, "ownerReferences": owner,
-                    "annotations": cloned_from},
-                "spec": template.data.pointer(fields::TEMPLATE_SPEC).cloned().unwrap_or(json!({})),
-            }),
-            &cp_uid,
-        )
-        .await?;
-        create_owned(
-            &resolver.api(&ns, &boot),
-            json!({
-                "apiVersion": boot.ar.api_version, "kind": boot.ar.kind,
-                "metadata": {"name": req.name, "namespace": ns, "labels": labels, "ownerReferences": owner,
-                    "annotations": annotations},
-                "spec": cp.data.pointer(&spec_field).cloned().unwrap_or(json!({})),
-            }),
-            &cp_uid,
-        )
-        .await?;
         // The template it was cloned from, on the Machine too: the control-plane component sees
         // the Machines, not their infrastructure objects, and compares this with its spec to
-        // find the Machines a template change has outdated.
+        // find the Machines a template change has outdated. Born with the Machine controller's
+        // finalizer, as a MachineSet's Machines are, so that it is not a second write.
         let machine = json!({
             "apiVersion": API_VERSION, "kind": "Machine",
             "metadata": {"name": req.name, "namespace": ns, "labels": labels, "ownerReferences": owner,
-                "annotations": cloned_from},
+                "annotations": cloned_from, "finalizers": [MACHINE_FINALIZER]},
             "spec": {
                 "clusterName": cluster_name,
                 "version": req.version,
@@ -268,22 +252,75 @@ pub(super) async fn create(
         });
         let machine: Machine =
             serde_json::from_value(machine).map_err(|e| DriverError::Invalid(e.to_string()))?;
-        match machines.create(&PostParams::default(), &machine).await {
-            Ok(created) => {
-                kctx.driver
-                    .expectations
-                    .created(&expectation_key(cp), std::slice::from_ref(&req.name));
-                kctx.event(
-                    cp,
-                    Some(created.object_ref(&())),
-                    false,
-                    "SuccessfulCreate",
-                    format!("Created control-plane Machine {}", req.name),
-                )
-                .await
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
+        let (machine, new) = match machines.create(&PostParams::default(), &machine).await {
+            Ok(created) => (created, true),
+            Err(kube::Error::Api(e)) if e.code == 409 => match machines.get_opt(&req.name).await? {
+                Some(m) if m.owner_references().iter().any(|o| o.uid == cp_uid) => (m, false),
+                Some(_) => {
+                    return Err(DriverError::Invalid(format!(
+                        "machines-to-create: Machine {} exists and does not belong to this control plane; ask for another name",
+                        req.name
+                    )));
+                }
+                // Deleted since: the control plane asks again.
+                None => continue,
+            },
             Err(e) => return Err(e.into()),
+        };
+        // The clones are born owned by their Machine, as the Machine controller would make
+        // them, instead of by the control plane and adopted by a second write each.
+        let machine_uid = machine.uid().unwrap_or_default();
+        let owners = [cp_uid.as_str(), machine_uid.as_str()];
+        let machine_owner = json!([{
+            "apiVersion": API_VERSION, "kind": "Machine", "name": req.name,
+            "uid": machine_uid, "controller": true, "blockOwnerDeletion": true,
+        }]);
+        let clones = async {
+            create_owned(
+                &resolver.api(&ns, &infra),
+                json!({
+                    "apiVersion": infra.ar.api_version, "kind": infra.ar.kind,
+                    "metadata": {"name": req.name, "namespace": ns, "labels": labels,
+                        "ownerReferences": machine_owner, "annotations": cloned_from},
+                    "spec": template.data.pointer(fields::TEMPLATE_SPEC).cloned().unwrap_or(json!({})),
+                }),
+                &owners,
+            )
+            .await?;
+            create_owned(
+                &resolver.api(&ns, &boot),
+                json!({
+                    "apiVersion": boot.ar.api_version, "kind": boot.ar.kind,
+                    "metadata": {"name": req.name, "namespace": ns, "labels": labels,
+                        "ownerReferences": machine_owner, "annotations": annotations},
+                    "spec": cp.data.pointer(&spec_field).cloned().unwrap_or(json!({})),
+                }),
+                &owners,
+            )
+            .await
+        };
+        if let Err(e) = clones.await {
+            // A Machine without its clones would never come up, and the control plane, seeing
+            // it, would not ask again: it goes, and its deletion takes any clone made with it.
+            if new {
+                let _ = machines
+                    .delete(&req.name, &DeleteParams::background())
+                    .await;
+            }
+            return Err(e);
+        }
+        if new {
+            kctx.driver
+                .expectations
+                .created(&expectation_key(cp), std::slice::from_ref(&req.name));
+            kctx.event(
+                cp,
+                Some(machine.object_ref(&())),
+                false,
+                "SuccessfulCreate",
+                format!("Created control-plane Machine {}", req.name),
+            )
+            .await
         }
     }
     Ok(())

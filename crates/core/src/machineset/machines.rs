@@ -137,7 +137,16 @@ fn machine_labels(scope: &Scope) -> BTreeMap<String, String> {
     labels
 }
 
-/// Clones `template` for the Machine `name` (upstream's `CreateFromTemplate`).
+/// A clone of a template for one Machine, built but not yet written (upstream's
+/// `CreateFromTemplate`).
+struct TemplateClone {
+    reference: ContractVersionedObjectReference,
+    target: capw_reconcile::external::Resolved,
+    object: Value,
+}
+
+/// Builds the clone of `template` for the Machine `name`: it fails, naming `field`, before
+/// anything is written when the template is missing or is not a template.
 async fn clone_template(
     scope: &Scope,
     ctx: &CoreCtx,
@@ -146,7 +155,7 @@ async fn clone_template(
     name: &str,
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
-) -> Result<ContractVersionedObjectReference, ReconcileError> {
+) -> Result<TemplateClone, ReconcileError> {
     let ns = scope.ns();
     let Some(kind) = template
         .kind
@@ -186,32 +195,51 @@ async fn clone_template(
         CLONED_FROM_GROUPKIND_ANNOTATION.into(),
         format!("{}.{}", template.kind, template.api_group),
     );
-    let obj = json!({
+    let object = json!({
         "apiVersion": target.ar.api_version, "kind": kind,
-        "metadata": {
-            "name": name, "namespace": ns, "labels": all_labels, "annotations": all_annotations,
-            "ownerReferences": [adopt::owner_ref("MachineSet", &scope.name(), &scope.ms.uid().unwrap_or_default(), false)],
-        },
+        "metadata": {"name": name, "namespace": ns, "labels": all_labels, "annotations": all_annotations},
         "spec": source.data.pointer(fields::TEMPLATE_SPEC).cloned().unwrap_or(json!({})),
     });
+    Ok(TemplateClone {
+        reference: ContractVersionedObjectReference {
+            api_group: template.api_group.clone(),
+            kind: kind.to_string(),
+            name: name.to_string(),
+        },
+        target,
+        object,
+    })
+}
+
+/// Writes `clone` with `machine` as its controller, as the Machine controller would make it:
+/// born adopted, it needs no second write for the owner reference.
+async fn create_clone(
+    ctx: &CoreCtx,
+    ns: &str,
+    clone: &TemplateClone,
+    machine: &Machine,
+) -> Result<(), ReconcileError> {
+    let mut object = clone.object.clone();
+    object["metadata"]["ownerReferences"] = json!([adopt::owner_ref(
+        "Machine",
+        &machine.name_any(),
+        &machine.uid().unwrap_or_default(),
+        true
+    )]);
     let obj: DynamicObject =
-        serde_json::from_value(obj).map_err(|e| ReconcileError::Invalid(e.to_string()))?;
+        serde_json::from_value(object).map_err(|e| ReconcileError::Invalid(e.to_string()))?;
     match ctx
         .resolver
-        .api(&ns, &target)
+        .api(ns, &clone.target)
         .create(&PostParams::default(), &obj)
         .await
     {
-        Ok(_) => {}
-        // Left by an earlier attempt that failed after it: reuse it.
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(e.into()),
+        Ok(_) => Ok(()),
+        // Left by an earlier attempt that failed after it: reuse it. The Machine controller
+        // adopts it only if nothing else controls it.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
     }
-    Ok(ContractVersionedObjectReference {
-        api_group: template.api_group.clone(),
-        kind: kind.to_string(),
-        name: name.to_string(),
-    })
 }
 
 async fn delete_clone(ctx: &CoreCtx, ns: &str, r: &ContractVersionedObjectReference) {
@@ -248,7 +276,14 @@ fn machine_name(scope: &Scope) -> Result<String, ReconcileError> {
     }
 }
 
-/// Creates one Machine with its clones; on failure nothing it made is left behind.
+/// Creates one Machine, then its clones owned by it; on failure nothing it made is left behind.
+///
+/// Upstream writes the clones first, owned by the set, and the Machine controller then makes
+/// the Machine their controller: two more writes per Machine, and two more wake-ups of their
+/// providers. The Machine first lets the clones be born with their final owner. Both templates
+/// are read before anything is written, so a missing one still leaves nothing behind; the
+/// Machine's references are briefly dangling, which the Machine controller reports as its
+/// objects not existing yet.
 async fn create_one(scope: &Scope, ctx: &CoreCtx) -> Result<String, ReconcileError> {
     let ns = scope.ns();
     let name = machine_name(scope)?;
@@ -256,9 +291,9 @@ async fn create_one(scope: &Scope, ctx: &CoreCtx) -> Result<String, ReconcileErr
     let annotations = scope.spec.template.annotations();
     let mut spec = scope.spec.template.spec.clone();
     spec.cluster_name = scope.spec.cluster_name.clone();
-    let mut made = vec![];
+    let mut clones = vec![];
     if let Some(config) = spec.bootstrap.config_ref.clone() {
-        let r = clone_template(
+        let c = clone_template(
             scope,
             ctx,
             "spec.template.spec.bootstrap.configRef",
@@ -268,10 +303,10 @@ async fn create_one(scope: &Scope, ctx: &CoreCtx) -> Result<String, ReconcileErr
             &annotations,
         )
         .await?;
-        made.push(r.clone());
-        spec.bootstrap.config_ref = Some(r);
+        spec.bootstrap.config_ref = Some(c.reference.clone());
+        clones.push(c);
     }
-    let infra = match clone_template(
+    let infra = clone_template(
         scope,
         ctx,
         "spec.template.spec.infrastructureRef",
@@ -280,18 +315,9 @@ async fn create_one(scope: &Scope, ctx: &CoreCtx) -> Result<String, ReconcileErr
         &labels,
         &annotations,
     )
-    .await
-    {
-        Ok(r) => r,
-        Err(e) => {
-            for r in &made {
-                delete_clone(ctx, &ns, r).await;
-            }
-            return Err(e);
-        }
-    };
-    made.push(infra.clone());
-    spec.infrastructure_ref = infra;
+    .await?;
+    spec.infrastructure_ref = infra.reference.clone();
+    clones.push(infra);
     let machine = json!({
         "apiVersion": API_VERSION, "kind": "Machine",
         "metadata": {
@@ -304,11 +330,16 @@ async fn create_one(scope: &Scope, ctx: &CoreCtx) -> Result<String, ReconcileErr
     let machine: Machine =
         serde_json::from_value(machine).map_err(|e| ReconcileError::Invalid(e.to_string()))?;
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
-    if let Err(e) = api.create(&PostParams::default(), &machine).await {
-        for r in &made {
-            delete_clone(ctx, &ns, r).await;
+    let machine = api.create(&PostParams::default(), &machine).await?;
+    for (i, clone) in clones.iter().enumerate() {
+        if let Err(e) = create_clone(ctx, &ns, clone, &machine).await {
+            for made in &clones[..i] {
+                delete_clone(ctx, &ns, &made.reference).await;
+            }
+            // Its finalizer lets the Machine controller finish the deletion.
+            let _ = api.delete(&name, &DeleteParams::background()).await;
+            return Err(e);
         }
-        return Err(e.into());
     }
     Ok(name)
 }
