@@ -530,6 +530,65 @@ impl Env {
     }
 }
 
+/// A new Machine is written before its clones, so a clone the API server refuses must take
+/// the Machine (and the other clone) with it, and say why; once the template is mended, the
+/// set scales up as if nothing had happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_clone_the_api_server_refuses_takes_its_machine_with_it() {
+    let env = env().await;
+    // Labels on the clone that the template's schema takes as plain strings, but that object
+    // metadata refuses: the Machine and the KubeadmConfig are created, the InMemoryMachine not.
+    let worker_template = "name: demo-md-0\n  namespace: default\nspec:\n  template:\n    spec: {}";
+    let manifest = manifest();
+    assert!(manifest.contains(worker_template), "the example changed");
+    let refused = manifest.replace(
+        worker_template,
+        "name: demo-md-0\n  namespace: default\nspec:\n  template:\n    metadata:\n      labels: {tier: \"not a label value!\"}\n    spec: {}",
+    );
+    env.kubectl(&["apply", "-f", "-"], Some(&refused));
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), "default");
+    let why = env
+        .eventually("the MachineSet to report a refused create", 120, || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("FailedCreate"))
+                .find_map(|e| e.note)
+        })
+        .await;
+    assert!(
+        why.contains("metadata.labels") && why.contains("not a label value!"),
+        "{why}"
+    );
+    // Nothing of an attempt outlives it: its Machine goes (through the Machine controller,
+    // which its finalizer calls) and so does its KubeadmConfig.
+    let configs = env.dynamic(
+        "bootstrap.cluster.x-k8s.io",
+        "KubeadmConfig",
+        "kubeadmconfigs",
+    );
+    let infra = env.dynamic(
+        "infrastructure.cluster.x-k8s.io",
+        "InMemoryMachine",
+        "inmemorymachines",
+    );
+    let workers = ListParams::default().labels("cluster.x-k8s.io/deployment-name=demo-md-0");
+    env.eventually("the refused attempts to leave nothing", 60, || async {
+        let machines = env.workers("demo-md-0").await;
+        let configs = configs.list(&workers).await.ok()?.items;
+        let infra = infra.list(&workers).await.ok()?.items;
+        (machines.is_empty() && configs.is_empty() && infra.is_empty()).then_some(())
+    })
+    .await;
+    // Mended, the template's next clone is made, and the set comes up.
+    env.kubectl(&["apply", "-f", "-"], Some(&manifest));
+    env.settled("demo-md-0", 3).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_health_check_replaces_an_unhealthy_machine_and_short_circuits_when_too_many_are() {
     use capw_api::machinehealthcheck::MachineHealthCheck;
