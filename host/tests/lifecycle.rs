@@ -589,6 +589,92 @@ async fn a_clone_the_api_server_refuses_takes_its_machine_with_it() {
     env.settled("demo-md-0", 3).await;
 }
 
+/// A creator that stops between writing a Machine and its clones (a crash, a lost Lease)
+/// leaves a Machine whose objects never come. The Machine controller deletes it once it is a
+/// minute old, with a Warning Event, so that its creator makes another; a stand-alone Machine
+/// waiting for objects its user has not made yet is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_machine_its_creator_left_without_clones_is_deleted() {
+    let env = env().await;
+    env.kubectl(&["apply", "-f", "-"], Some(&manifest()));
+    env.settled("demo-md-0", 3).await;
+    let sets: Api<MachineSet> = Api::namespaced(env.client.clone(), "default");
+    let set = sets
+        .list(&ListParams::default().labels("cluster.x-k8s.io/deployment-name=demo-md-0"))
+        .await
+        .expect("sets")
+        .items
+        .remove(0);
+    // Paused, the set neither scales the extra Machine away nor replaces it: only the
+    // Machine controller acts on it.
+    env.kubectl(
+        &[
+            "annotate",
+            "machineset",
+            &set.name_any(),
+            "cluster.x-k8s.io/paused=",
+        ],
+        None,
+    );
+    let machine = |name: &str, owner: serde_json::Value, labels: serde_json::Value| {
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "namespace": "default", "ownerReferences": owner, "labels": labels},
+            "spec": {"clusterName": "demo", "version": "v1.33.0",
+                "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": name}},
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryMachine", "name": name}}})
+        .to_string()
+    };
+    let owner = json!([{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+        "name": set.name_any(), "uid": set.uid(), "controller": true, "blockOwnerDeletion": true}]);
+    let labels = json!({"cluster.x-k8s.io/set-name": set.name_any(),
+        "cluster.x-k8s.io/deployment-name": "demo-md-0"});
+    env.kubectl(
+        &["apply", "-f", "-"],
+        Some(&machine("demo-md-0-abandoned", owner, labels)),
+    );
+    env.kubectl(
+        &["apply", "-f", "-"],
+        Some(&machine("standalone-waiting", json!([]), json!({}))),
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), "default");
+    let why = env
+        .eventually("the abandoned Machine to be deleted", 150, || async {
+            let note = events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("AbandonedByCreator"))
+                .find_map(|e| e.note)?;
+            let machines: Api<Machine> = Api::namespaced(env.client.clone(), "default");
+            machines
+                .get_opt("demo-md-0-abandoned")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(note)
+        })
+        .await;
+    assert!(
+        why.contains("demo-md-0-abandoned")
+            && why.contains(&format!("MachineSet {}", set.name_any())),
+        "{why}"
+    );
+    let machines: Api<Machine> = Api::namespaced(env.client.clone(), "default");
+    let waiting = machines
+        .get("standalone-waiting")
+        .await
+        .expect("the stand-alone Machine stays");
+    assert!(waiting.metadata.deletion_timestamp.is_none());
+    assert_eq!(
+        env.workers("demo-md-0").await.len(),
+        3,
+        "the set's own Machines stay"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_health_check_replaces_an_unhealthy_machine_and_short_circuits_when_too_many_are() {
     use capw_api::machinehealthcheck::MachineHealthCheck;

@@ -1,8 +1,10 @@
 //! The Machine controller (`capi-contract.md` §4): finalizer, pause, owner and labels, the
 //! bootstrap and infrastructure phases read through the contract, the node reference from the
 //! workload cluster, phase and conditions, and the ordered deletion. Phases live in
-//! `phases.rs`, the Node in `node.rs`, deletion in `delete.rs`, status in `status.rs`.
+//! `phases.rs`, the Node in `node.rs`, deletion in `delete.rs`, status in `status.rs`, and a
+//! Machine its creator left without its objects in `abandoned.rs`.
 
+mod abandoned;
 mod delete;
 mod node;
 mod phases;
@@ -193,6 +195,10 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
     steps.run(phases::reconcile_owner_and_labels(&mut scope, ctx).await);
     steps.run(phases::reconcile_bootstrap(&mut scope, ctx).await);
     steps.run(phases::reconcile_infrastructure(&mut scope, ctx).await);
+    if abandoned::reconcile(&scope, ctx).await? {
+        // Deleting: the deletion is the next reconcile's, through the finalizer.
+        return Ok(Action::await_change());
+    }
     steps.run(node::reconcile_node(&mut scope, ctx).await);
     status::update(&mut scope, steps.ok());
     write_back(&mut scope, ctx).await?;
