@@ -2,9 +2,8 @@
 //! infrastructure machine cloned from `spec.machineTemplate.spec.infrastructureRef` and the
 //! bootstrap config its role declares (kind, and the spec field its spec is copied from). The
 //! Machine, owned by the control plane, is written first, so that its clones are born owned by
-//! it. The kind a
-//! template stamps out is the one its plugin declares, never derived from the template's name.
-//! On deletion it deletes them before the control plane goes.
+//! it. The kind a template stamps out is the one its plugin declares, never derived from the
+//! template's name. On deletion it deletes them before the control plane goes.
 
 use super::context::Around;
 use super::{DriverError, KindCtx};
@@ -155,7 +154,9 @@ pub(super) async fn check_names(
             }
             Ok(None) | Err(_) => None,
         };
-        let owners = [cp_uid.as_str(), machine_uid.as_deref().unwrap_or(&cp_uid)];
+        let owners: Vec<&str> = std::iter::once(cp_uid.as_str())
+            .chain(machine_uid.as_deref())
+            .collect();
         for kind in [&c.infra, &c.boot] {
             if let Ok(Some(existing)) = resolver.api(&ns, kind).get_opt(&req.name).await
                 && let Some(why) = foreign(&existing, &req.name, &owners)
