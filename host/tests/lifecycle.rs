@@ -72,6 +72,20 @@ async fn env() -> Env {
 }
 
 impl Env {
+    /// The note of an Event with `reason` in the default namespace, if one exists.
+    async fn event_note(&self, reason: &str) -> Option<String> {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), "default");
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .find_map(|e| e.note)
+    }
+
     /// The Machines of MachineDeployment `md`.
     async fn workers(&self, md: &str) -> Vec<Machine> {
         let api: Api<Machine> = Api::namespaced(self.client.clone(), "default");
@@ -546,18 +560,9 @@ async fn a_clone_the_api_server_refuses_takes_its_machine_with_it() {
         "name: demo-md-0\n  namespace: default\nspec:\n  template:\n    metadata:\n      labels: {tier: \"not a label value!\"}\n    spec: {}",
     );
     env.kubectl(&["apply", "-f", "-"], Some(&refused));
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(env.client.clone(), "default");
     let why = env
-        .eventually("the MachineSet to report a refused create", 120, || async {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .filter(|e| e.reason.as_deref() == Some("FailedCreate"))
-                .find_map(|e| e.note)
+        .eventually("the MachineSet to report a refused create", 120, || {
+            env.event_note("FailedCreate")
         })
         .await;
     assert!(
@@ -636,18 +641,9 @@ async fn a_machine_its_creator_left_without_clones_is_deleted() {
         &["apply", "-f", "-"],
         Some(&machine("standalone-waiting", json!([]), json!({}))),
     );
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(env.client.clone(), "default");
     let why = env
         .eventually("the abandoned Machine to be deleted", 150, || async {
-            let note = events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .filter(|e| e.reason.as_deref() == Some("AbandonedByCreator"))
-                .find_map(|e| e.note)?;
+            let note = env.event_note("AbandonedByCreator").await?;
             let machines: Api<Machine> = Api::namespaced(env.client.clone(), "default");
             machines
                 .get_opt("demo-md-0-abandoned")

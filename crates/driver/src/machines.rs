@@ -276,29 +276,20 @@ pub(super) async fn create(
             "apiVersion": API_VERSION, "kind": "Machine", "name": req.name,
             "uid": machine_uid, "controller": true, "blockOwnerDeletion": true,
         }]);
+        let clone = |kind: &Resolved, annotations: &Value, spec: Option<&Value>| {
+            json!({
+                "apiVersion": kind.ar.api_version, "kind": kind.ar.kind,
+                "metadata": {"name": req.name, "namespace": ns, "labels": labels,
+                    "ownerReferences": machine_owner, "annotations": annotations},
+                "spec": spec.cloned().unwrap_or(json!({})),
+            })
+        };
         let clones = async {
-            create_owned(
-                &resolver.api(&ns, &infra),
-                json!({
-                    "apiVersion": infra.ar.api_version, "kind": infra.ar.kind,
-                    "metadata": {"name": req.name, "namespace": ns, "labels": labels,
-                        "ownerReferences": machine_owner, "annotations": cloned_from},
-                    "spec": template.data.pointer(fields::TEMPLATE_SPEC).cloned().unwrap_or(json!({})),
-                }),
-                &owners,
-            )
-            .await?;
-            create_owned(
-                &resolver.api(&ns, &boot),
-                json!({
-                    "apiVersion": boot.ar.api_version, "kind": boot.ar.kind,
-                    "metadata": {"name": req.name, "namespace": ns, "labels": labels,
-                        "ownerReferences": machine_owner, "annotations": annotations},
-                    "spec": cp.data.pointer(&spec_field).cloned().unwrap_or(json!({})),
-                }),
-                &owners,
-            )
-            .await
+            let infra_spec = template.data.pointer(fields::TEMPLATE_SPEC);
+            let infra_clone = clone(&infra, &cloned_from, infra_spec);
+            create_owned(&resolver.api(&ns, &infra), infra_clone, &owners).await?;
+            let boot_clone = clone(&boot, &annotations, cp.data.pointer(&spec_field));
+            create_owned(&resolver.api(&ns, &boot), boot_clone, &owners).await
         };
         if let Err(e) = clones.await {
             // A Machine without its clones would never come up, and the control plane, seeing
