@@ -21,15 +21,15 @@ use std::time::Duration;
 /// them within milliseconds; a minute leaves room for a slow API server.
 const GRACE: Duration = Duration::from_secs(60);
 
-/// The reference this reconcile found missing, if the Machine is one its creator abandoned.
-fn missing(scope: &Scope) -> Option<&ContractVersionedObjectReference> {
+/// The reference this reconcile found missing, with the Machine's creator (`Kind name`), if
+/// the Machine is one its creator abandoned.
+fn missing(scope: &Scope) -> Option<(&ContractVersionedObjectReference, String)> {
     let m = &scope.machine;
-    if m.metadata.deletion_timestamp.is_some()
-        || m.spec.provider_id.is_some()
-        || adopt::on_create_owner(m, scope.cluster.as_deref()).is_none()
-    {
+    if m.metadata.deletion_timestamp.is_some() || m.spec.provider_id.is_some() {
         return None;
     }
+    let creator = adopt::on_create_owner(m, scope.cluster.as_deref())
+        .map(|o| format!("{} {}", o.kind, o.name))?;
     let age = m
         .metadata
         .creation_timestamp
@@ -46,18 +46,22 @@ fn missing(scope: &Scope) -> Option<&ContractVersionedObjectReference> {
             .find(|c| c.type_ == type_)
             .map(|c| c.reason.as_str())
     };
-    if reason(types::INFRASTRUCTURE_READY) == Some(reasons::INFRASTRUCTURE_DOES_NOT_EXIST) {
-        return Some(&m.spec.infrastructure_ref);
-    }
-    if reason(types::BOOTSTRAP_CONFIG_READY) == Some(reasons::BOOTSTRAP_CONFIG_DOES_NOT_EXIST) {
-        return m.spec.bootstrap.config_ref.as_ref();
-    }
-    None
+    let reference =
+        if reason(types::INFRASTRUCTURE_READY) == Some(reasons::INFRASTRUCTURE_DOES_NOT_EXIST) {
+            Some(&m.spec.infrastructure_ref)
+        } else if reason(types::BOOTSTRAP_CONFIG_READY)
+            == Some(reasons::BOOTSTRAP_CONFIG_DOES_NOT_EXIST)
+        {
+            m.spec.bootstrap.config_ref.as_ref()
+        } else {
+            None
+        };
+    reference.map(|r| (r, creator))
 }
 
 /// Deletes the Machine if its creator abandoned it; returns whether it did.
 pub(super) async fn reconcile(scope: &Scope, ctx: &CoreCtx) -> Result<bool, ReconcileError> {
-    let Some(reference) = missing(scope) else {
+    let Some((reference, creator)) = missing(scope) else {
         return Ok(false);
     };
     let ns = scope.machine.namespace().unwrap_or_default();
@@ -78,9 +82,6 @@ pub(super) async fn reconcile(scope: &Scope, ctx: &CoreCtx) -> Result<bool, Reco
     let name = scope.machine.name_any();
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
     api.delete(&name, &DeleteParams::background()).await?;
-    let creator = adopt::on_create_owner(&scope.machine, scope.cluster.as_deref())
-        .map(|o| format!("{} {}", o.kind, o.name))
-        .unwrap_or_default();
     ctx.event(
         &super::object_ref(&scope.machine),
         true,
