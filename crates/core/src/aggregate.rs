@@ -8,6 +8,15 @@ use capw_api::contract::conditions::{self, reasons, types};
 use capw_api::machine::Machine;
 use kube::ResourceExt;
 
+/// The status fields of a MachineSet or MachineDeployment that count Machines: a change of
+/// these alone is progress, written at the pace (`CoreCtx::hold_status`).
+pub(crate) const COUNTERS: &[&str] = &[
+    "replicas",
+    "readyReplicas",
+    "availableReplicas",
+    "upToDateReplicas",
+];
+
 /// Machines younger than this without `UpToDate` are left out of `MachinesUpToDate`, so a
 /// fresh Machine does not make it flicker (upstream's grace).
 const UP_TO_DATE_GRACE_SECONDS: i64 = 10;

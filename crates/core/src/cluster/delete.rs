@@ -37,7 +37,7 @@ async fn step(
         generation,
     );
     scope.status.phase = Some(capw_api::contract::phases::DELETING.into());
-    write_back(scope, ctx).await?;
+    write_back(scope, ctx, false).await?;
     Err(ReconcileError::waiting(reason, message, WAIT))
 }
 

@@ -56,12 +56,21 @@ const FOREIGN: &[&str] = &[conditions::types::TOPOLOGY_RECONCILED];
 const CONFLICT_RETRIES: usize = 3;
 const CONFLICT_PAUSE: Duration = Duration::from_millis(20);
 
+/// The status fields that count Machines: a change of these alone is progress, paced.
+const COUNTERS: &[&str] = &["controlPlane", "workers"];
+
 /// Writes what changed: the endpoint into spec, then status. Nothing when nothing changed.
+/// With `pace`, a status change that is only progress waits for the Cluster's pace
+/// (`CoreCtx::hold_status`); a change of state, such as `initialization`, is written at once.
 ///
 /// The status is written only over the version it was computed from, since the topology
 /// controller sets its condition on the same list: a write refused because the Cluster changed
 /// meanwhile reads it again, keeps the foreign conditions from it and writes once more.
-pub(crate) async fn write_back(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+pub(crate) async fn write_back(
+    scope: &mut Scope,
+    ctx: &CoreCtx,
+    pace: bool,
+) -> Result<(), ReconcileError> {
     let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &scope.ns());
     let name = scope.cluster.name_any();
     let mut version = scope.cluster.resource_version();
@@ -82,6 +91,16 @@ pub(crate) async fn write_back(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), R
         version = written.resource_version();
     }
     let mut before = scope.cluster.status.clone();
+    if let Some(wait) = ctx.hold_status(
+        pace,
+        &*scope.cluster,
+        before.as_ref(),
+        &scope.status,
+        COUNTERS,
+    ) {
+        scope.requeue_after(wait);
+        return Ok(());
+    }
     for _ in 0..CONFLICT_RETRIES {
         match write_status_at(&api, &name, version.clone(), before.as_ref(), &scope.status).await {
             Ok(_) => return Ok(()),
@@ -122,14 +141,14 @@ async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, Reconcile
         generation,
     );
     if paused {
-        write_back(&mut scope, ctx).await?;
+        write_back(&mut scope, ctx, false).await?;
         return Ok(Action::await_change());
     }
     let mut steps = Phases::default();
     steps.run(phases::reconcile_infrastructure(&mut scope, ctx).await);
     steps.run(phases::reconcile_control_plane(&mut scope, ctx).await);
     status::update(&mut scope, ctx, steps.ok());
-    write_back(&mut scope, ctx).await?;
+    write_back(&mut scope, ctx, steps.ok()).await?;
     steps.finish()?;
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
 }

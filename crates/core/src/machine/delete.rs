@@ -36,7 +36,7 @@ async fn step(
         generation,
     );
     super::status::update(scope, true);
-    write_back(scope, ctx).await?;
+    write_back(scope, ctx, false).await?;
     Err(ReconcileError::waiting(reason, message, WAIT))
 }
 

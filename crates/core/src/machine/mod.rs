@@ -93,8 +93,15 @@ fn keep_foreign_conditions(status: &mut MachineStatus, latest: Option<&MachineSt
     conditions::keep_foreign(&mut status.conditions, latest, &OTHERS);
 }
 
-pub(crate) async fn write_back(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
-    let result = write(scope, ctx).await;
+/// Writes what changed: the spec fields core sets, then status. With `pace`, a status change
+/// that is only progress (a waiting condition's reason or message) waits for the Machine's pace
+/// (`CoreCtx::hold_status`), unless the spec changed too.
+pub(crate) async fn write_back(
+    scope: &mut Scope,
+    ctx: &CoreCtx,
+    pace: bool,
+) -> Result<(), ReconcileError> {
+    let result = write(scope, ctx, pace).await;
     if let Some(written) = scope.written.take() {
         ctx.machines_written
             .record(std::mem::take(&mut scope.superseded), written);
@@ -102,9 +109,15 @@ pub(crate) async fn write_back(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), R
     result
 }
 
-async fn write(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+async fn write(scope: &mut Scope, ctx: &CoreCtx, pace: bool) -> Result<(), ReconcileError> {
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &scope.ns());
     let name = scope.machine.name_any();
+    let before = scope.machine.status.as_ref();
+    let pace = pace && scope.spec_patch.is_empty();
+    if let Some(wait) = ctx.hold_status(pace, &*scope.machine, before, &scope.status, &[]) {
+        scope.requeue_after(wait);
+        return Ok(());
+    }
     if !scope.spec_patch.is_empty() {
         let patch = serde_json::json!({"spec": scope.spec_patch});
         let written = api
@@ -177,7 +190,7 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
         generation,
     );
     if is_paused {
-        write_back(&mut scope, ctx).await?;
+        write_back(&mut scope, ctx, false).await?;
         return Ok(Action::await_change());
     }
     if scope.cluster.is_none() {
@@ -201,7 +214,7 @@ async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, Reconcile
     }
     steps.run(node::reconcile_node(&mut scope, ctx).await);
     status::update(&mut scope, steps.ok());
-    write_back(&mut scope, ctx).await?;
+    write_back(&mut scope, ctx, steps.ok()).await?;
     steps.finish()?;
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
 }

@@ -83,8 +83,9 @@ impl Scope {
 }
 
 /// Writes what changed: the deployment's metadata and spec in one request, then its status,
-/// which records the generation that write made. Nothing when nothing changed.
-async fn write_back(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+/// which records the generation that write made. Nothing when nothing changed. With `pace`,
+/// a status change that is only progress waits for the deployment's pace (`CoreCtx::hold_status`).
+async fn write_back(scope: &mut Scope, ctx: &CoreCtx, pace: bool) -> Result<(), ReconcileError> {
     let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &scope.ns());
     if scope
         .object_patch
@@ -107,7 +108,18 @@ async fn write_back(scope: &mut Scope, ctx: &CoreCtx) -> Result<(), ReconcileErr
             written.metadata.generation,
         );
     }
-    write_status(&api, &scope.name(), scope.md.status.as_ref(), &scope.status).await?;
+    let before = scope.md.status.as_ref();
+    if let Some(wait) = ctx.hold_status(
+        pace,
+        &*scope.md,
+        before,
+        &scope.status,
+        crate::aggregate::COUNTERS,
+    ) {
+        scope.requeue = Some(scope.requeue.map_or(wait, |r| r.min(wait)));
+        return Ok(());
+    }
+    write_status(&api, &scope.name(), before, &scope.status).await?;
     Ok(())
 }
 
@@ -159,7 +171,7 @@ async fn apply(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, Reco
         generation,
     );
     if paused {
-        write_back(&mut scope, ctx).await?;
+        write_back(&mut scope, ctx, false).await?;
         return Ok(Action::await_change());
     }
     if let Some(p) = super::machineset::defaults::patch(
@@ -178,7 +190,7 @@ async fn apply(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, Reco
         steps.run(sync::rollout(&mut scope, ctx).await);
     }
     status::update(&mut scope, steps.ok());
-    write_back(&mut scope, ctx).await?;
+    write_back(&mut scope, ctx, steps.ok()).await?;
     steps.finish()?;
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
 }
@@ -190,7 +202,7 @@ async fn cleanup(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, Re
     sync::delete_all(&scope, ctx).await?;
     let remaining = scope.sets.len();
     status::update(&mut scope, true);
-    write_back(&mut scope, ctx).await?;
+    write_back(&mut scope, ctx, false).await?;
     if remaining > 0 {
         return Err(ReconcileError::waiting(
             "WaitingForMachineSetsDeletion",

@@ -89,9 +89,22 @@ impl Scope {
     }
 }
 
-async fn write_back(scope: &Scope, ctx: &CoreCtx) -> Result<(), ReconcileError> {
+/// Writes the status when it changed. With `pace`, a change that is only progress waits for
+/// the set's pace (`CoreCtx::hold_status`).
+async fn write_back(scope: &mut Scope, ctx: &CoreCtx, pace: bool) -> Result<(), ReconcileError> {
     let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &scope.ns());
-    write_status(&api, &scope.name(), scope.ms.status.as_ref(), &scope.status).await?;
+    let before = scope.ms.status.as_ref();
+    if let Some(wait) = ctx.hold_status(
+        pace,
+        &*scope.ms,
+        before,
+        &scope.status,
+        crate::aggregate::COUNTERS,
+    ) {
+        scope.requeue_after(wait);
+        return Ok(());
+    }
+    write_status(&api, &scope.name(), before, &scope.status).await?;
     Ok(())
 }
 
@@ -142,7 +155,7 @@ async fn apply(ms: Arc<MachineSet>, ctx: &CoreCtx) -> Result<Action, ReconcileEr
         generation,
     );
     if paused {
-        write_back(&scope, ctx).await?;
+        write_back(&mut scope, ctx, false).await?;
         return Ok(Action::await_change());
     }
     let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &scope.ns());
@@ -165,7 +178,7 @@ async fn apply(ms: Arc<MachineSet>, ctx: &CoreCtx) -> Result<Action, ReconcileEr
         steps.run(machines::sync_replicas(&mut scope, ctx).await);
     }
     status::update(&mut scope, steps.ok());
-    write_back(&scope, ctx).await?;
+    write_back(&mut scope, ctx, steps.ok()).await?;
     steps.finish()?;
     Ok(Action::requeue(scope.requeue.unwrap_or(SYNC)))
 }
@@ -177,7 +190,7 @@ async fn cleanup(ms: Arc<MachineSet>, ctx: &CoreCtx) -> Result<Action, Reconcile
     machines::delete_all(&scope, ctx).await?;
     let remaining = scope.machines.len();
     status::update(&mut scope, true);
-    write_back(&scope, ctx).await?;
+    write_back(&mut scope, ctx, false).await?;
     if remaining == 0 {
         ctx.expectations
             .forget(&format!("{}/{}", scope.ns(), scope.name()));
