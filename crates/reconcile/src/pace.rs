@@ -45,8 +45,10 @@ impl Pace {
     }
 
     /// How long to hold back the write of `after` over `before` for the object `key` (its
-    /// UID): `None` to write it now. A write now counts against the object's period. `counters`
-    /// are the keys whose values are counts, at any depth.
+    /// UID): `None` to write it now. A write now starts the object's period, except a change of
+    /// state written while the period still runs: GCRA keeps the running one, so the next
+    /// progress may follow it sooner. `counters` are the keys whose values are counts, at any
+    /// depth.
     pub fn hold<S: Serialize>(
         &self,
         key: Option<&str>,
