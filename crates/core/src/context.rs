@@ -253,6 +253,28 @@ impl CoreCtx {
             .hold(obj.meta().uid.as_deref(), before, after, counters)
     }
 
+    /// Writes `after` as `obj`'s status over `before` (the stored one, merged), unless it is
+    /// unchanged or [`Self::hold_status`] holds it back; returns how long it was held.
+    pub(crate) async fn write_status_paced<K, S>(
+        &self,
+        api: &Api<K>,
+        obj: &K,
+        pace: bool,
+        before: Option<&S>,
+        after: &S,
+        counters: &[&str],
+    ) -> Result<Option<std::time::Duration>, kube::Error>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        S: serde::Serialize + PartialEq,
+    {
+        if let Some(wait) = self.hold_status(pace, obj, before, after, counters) {
+            return Ok(Some(wait));
+        }
+        capw_reconcile::skeleton::write_status(api, &obj.name_any(), before, after).await?;
+        Ok(None)
+    }
+
     /// Until every shared cache has listed the world once: controllers read the caches.
     ///
     /// Call it from one task only: kube-runtime's `wait_until_ready` keeps one waker per store,

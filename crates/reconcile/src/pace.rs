@@ -64,12 +64,12 @@ impl Pace {
         {
             self.limiter.retain_recent();
         }
-        let progress = before.is_some_and(|b| progress_only(b, after, counters));
-        match self.limiter.check_key(&key.to_string()) {
-            Ok(()) => None,
-            Err(_) if !progress => None,
-            Err(not_until) => Some(not_until.wait_time_from(self.clock.now())),
-        }
+        // The statuses are compared only when the period still runs: otherwise the write
+        // goes now either way.
+        let not_until = self.limiter.check_key(&key.to_string()).err()?;
+        before
+            .is_some_and(|b| progress_only(b, after, counters))
+            .then(|| not_until.wait_time_from(self.clock.now()))
     }
 }
 

@@ -26,7 +26,7 @@ use capw_api::machinedeployment::{
     MachineDeployment, MachineDeploymentSpec, MachineDeploymentStatus,
 };
 use capw_api::machineset::MachineSet;
-use capw_reconcile::skeleton::{Phases, write_status};
+use capw_reconcile::skeleton::Phases;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -72,6 +72,10 @@ impl Scope {
         self.spec.replicas.unwrap_or(1)
     }
 
+    pub fn requeue_after(&mut self, d: Duration) {
+        self.requeue = Some(self.requeue.map_or(d, |r| r.min(d)));
+    }
+
     pub fn object_ref(&self) -> k8s_openapi::api::core::v1::ObjectReference {
         capw_reconcile::events::reference(&*self.md, &())
     }
@@ -108,18 +112,19 @@ async fn write_back(scope: &mut Scope, ctx: &CoreCtx, pace: bool) -> Result<(), 
             written.metadata.generation,
         );
     }
-    let before = scope.md.status.as_ref();
-    if let Some(wait) = ctx.hold_status(
-        pace,
-        &*scope.md,
-        before,
-        &scope.status,
-        crate::aggregate::COUNTERS,
-    ) {
-        scope.requeue = Some(scope.requeue.map_or(wait, |r| r.min(wait)));
-        return Ok(());
+    let held = ctx
+        .write_status_paced(
+            &api,
+            &*scope.md,
+            pace,
+            scope.md.status.as_ref(),
+            &scope.status,
+            crate::aggregate::COUNTERS,
+        )
+        .await?;
+    if let Some(wait) = held {
+        scope.requeue_after(wait);
     }
-    write_status(&api, &scope.name(), before, &scope.status).await?;
     Ok(())
 }
 

@@ -21,7 +21,7 @@ use capw_api::contract::conditions::set_paused;
 use capw_api::machine::Machine;
 use capw_api::machinedeployment::MachineDeployment;
 use capw_api::machineset::{MachineSet, MachineSetSpec, MachineSetStatus};
-use capw_reconcile::skeleton::{Phases, write_status};
+use capw_reconcile::skeleton::Phases;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -93,18 +93,19 @@ impl Scope {
 /// the set's pace (`CoreCtx::hold_status`).
 async fn write_back(scope: &mut Scope, ctx: &CoreCtx, pace: bool) -> Result<(), ReconcileError> {
     let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &scope.ns());
-    let before = scope.ms.status.as_ref();
-    if let Some(wait) = ctx.hold_status(
-        pace,
-        &*scope.ms,
-        before,
-        &scope.status,
-        crate::aggregate::COUNTERS,
-    ) {
+    let held = ctx
+        .write_status_paced(
+            &api,
+            &*scope.ms,
+            pace,
+            scope.ms.status.as_ref(),
+            &scope.status,
+            crate::aggregate::COUNTERS,
+        )
+        .await?;
+    if let Some(wait) = held {
         scope.requeue_after(wait);
-        return Ok(());
     }
-    write_status(&api, &scope.name(), before, &scope.status).await?;
     Ok(())
 }
 
