@@ -9,6 +9,7 @@
 
 use crate::context::{CoreCtx, Indexes, Requests};
 use crate::referenced::{referrers_of_cluster, referrers_of_machine};
+use crate::written::{OwnWrites, Written};
 use capw_api::cluster::Cluster;
 use capw_api::common::names::CLUSTER_NAME_LABEL;
 use capw_api::machine::Machine;
@@ -126,7 +127,7 @@ pub fn start(shared: Shared, tasks: &mut Vec<JoinHandle<()>>) -> (Arc<CoreCtx>, 
         metrics,
         clusters,
         machines,
-        machines_written: Default::default(),
+        written: Default::default(),
         status_pace: capw_reconcile::pace::Pace::new(crate::context::STATUS_PACE),
         index,
         machine_sets,
@@ -135,15 +136,10 @@ pub fn start(shared: Shared, tasks: &mut Vec<JoinHandle<()>>) -> (Arc<CoreCtx>, 
         expectations: Default::default(),
         secrets,
     });
-    {
-        let ctx = ctx.clone();
-        let mut changes = watch(&machine_feed);
-        tasks.push(tokio::spawn(async move {
-            while let Some(m) = changes.next().await {
-                ctx.machines_written.observe(&m);
-            }
-        }));
-    }
+    follow(&ctx, &cluster_feed, |w| &w.clusters, tasks);
+    follow(&ctx, &machine_feed, |w| &w.machines, tasks);
+    follow(&ctx, &ms_feed, |w| &w.machine_sets, tasks);
+    follow(&ctx, &md_feed, |w| &w.machine_deployments, tasks);
     let feeds = Feeds {
         clusters: cluster_feed,
         machines: machine_feed,
@@ -155,6 +151,24 @@ pub fn start(shared: Shared, tasks: &mut Vec<JoinHandle<()>>) -> (Arc<CoreCtx>, 
         machine_requests,
     };
     (ctx, feeds)
+}
+
+/// Lets the controllers' own writes of `K` follow the cache (`Written::observe`).
+fn follow<K>(
+    ctx: &Arc<CoreCtx>,
+    feed: &Fanout<K>,
+    written: fn(&OwnWrites) -> &Written<K>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let ctx = ctx.clone();
+    let mut changes = watch(feed);
+    tasks.push(tokio::spawn(async move {
+        while let Some(o) = changes.next().await {
+            written(&ctx.written).observe(&o);
+        }
+    }));
 }
 
 /// A reflector cache of `K` over the whole API, its index (if any) fed first; its changes fan

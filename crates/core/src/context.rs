@@ -203,6 +203,16 @@ pub async fn run<K>(
         .await;
 }
 
+/// What [`CoreCtx::write_status_paced`] did.
+pub(crate) enum StatusWrite<K> {
+    /// Nothing changed.
+    Unchanged,
+    /// Only progress changed, within the pace: write it again after this.
+    Held(std::time::Duration),
+    /// The object as the write returned it.
+    Written(K),
+}
+
 pub struct CoreCtx {
     pub client: Client,
     pub resolver: Arc<Resolver>,
@@ -213,8 +223,8 @@ pub struct CoreCtx {
     pub machines: Store<Machine>,
     /// The caches' objects by cluster.
     pub index: Indexes,
-    /// Machines as the core controllers' own last writes returned them (read-your-writes).
-    pub machines_written: super::written::Written<Machine>,
+    /// Objects as the core controllers' own last writes returned them (read-your-writes).
+    pub written: super::written::OwnWrites,
     /// Holds back status writes that only report progress (`capw_reconcile::pace`).
     pub status_pace: capw_reconcile::pace::Pace,
     pub machine_sets: Store<MachineSet>,
@@ -254,7 +264,7 @@ impl CoreCtx {
     }
 
     /// Writes `after` as `obj`'s status over `before` (the stored one, merged), unless it is
-    /// unchanged or [`Self::hold_status`] holds it back; returns how long it was held.
+    /// unchanged or [`Self::hold_status`] holds it back.
     pub(crate) async fn write_status_paced<K, S>(
         &self,
         api: &Api<K>,
@@ -263,16 +273,17 @@ impl CoreCtx {
         before: Option<&S>,
         after: &S,
         counters: &[&str],
-    ) -> Result<Option<std::time::Duration>, kube::Error>
+    ) -> Result<StatusWrite<K>, kube::Error>
     where
         K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
         S: serde::Serialize + PartialEq,
     {
         if let Some(wait) = self.hold_status(pace, obj, before, after, counters) {
-            return Ok(Some(wait));
+            return Ok(StatusWrite::Held(wait));
         }
-        capw_reconcile::skeleton::write_status(api, &obj.name_any(), before, after).await?;
-        Ok(None)
+        let written =
+            capw_reconcile::skeleton::write_status(api, &obj.name_any(), before, after).await?;
+        Ok(written.map_or(StatusWrite::Unchanged, StatusWrite::Written))
     }
 
     /// Until every shared cache has listed the world once: controllers read the caches.

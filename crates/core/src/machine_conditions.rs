@@ -41,7 +41,7 @@ pub async fn set_all(
     m: &Machine,
     updates: &[(&str, &str, &str, &str)],
 ) -> Result<(), ReconcileError> {
-    let newer = ctx.machines_written.stand_in(m);
+    let newer = ctx.written.machines.stand_in(m);
     let m = newer.as_deref().unwrap_or(m);
     let mut list = m.status.clone().unwrap_or_default().conditions;
     let before = list.clone();
@@ -63,7 +63,7 @@ pub async fn set_all(
 
 /// Removes a condition from a Machine's status (guarded as above).
 pub async fn remove(ctx: &CoreCtx, m: &Machine, type_: &str) -> Result<(), ReconcileError> {
-    let newer = ctx.machines_written.stand_in(m);
+    let newer = ctx.written.machines.stand_in(m);
     let m = newer.as_deref().unwrap_or(m);
     let mut list = m.status.clone().unwrap_or_default().conditions;
     let n = list.len();
@@ -82,7 +82,8 @@ async fn patch(
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default());
     match write_conditions_at(&api, &m.name_any(), m.resource_version(), &list).await {
         Ok(written) => {
-            ctx.machines_written
+            ctx.written
+                .machines
                 .record(m.resource_version().into_iter().collect(), written);
             Ok(())
         }

@@ -288,24 +288,25 @@ impl<E> Phases<E> {
 }
 
 /// The deferred status write: merges `after` into the object's status unless it equals what
-/// the object had (`before`), so a reconcile that changed nothing writes nothing.
+/// the object had (`before`), so a reconcile that changed nothing writes nothing. Returns the
+/// object as written, or `None` when nothing changed.
 pub async fn write_status<K, S>(
     api: &Api<K>,
     name: &str,
     before: Option<&S>,
     after: &S,
-) -> Result<bool, kube::Error>
+) -> Result<Option<K>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
     S: Serialize + PartialEq,
 {
     if before == Some(after) {
-        return Ok(false);
+        return Ok(None);
     }
     let patch = serde_json::json!({ "status": after });
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(true)
+        .await
+        .map(Some)
 }
 
 /// [`write_status`] over a known resourceVersion: the write is refused (409) when the object

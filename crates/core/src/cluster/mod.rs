@@ -9,6 +9,7 @@ mod watches;
 
 use super::context::{CoreCtx, Registration};
 use super::error::ReconcileError;
+use super::written::Trail;
 use capw_api::cluster::{Cluster, ClusterStatus};
 use capw_api::common::names::CLUSTER_FINALIZER;
 use capw_api::contract::conditions::{self, set_paused};
@@ -71,9 +72,20 @@ pub(crate) async fn write_back(
     ctx: &CoreCtx,
     pace: bool,
 ) -> Result<(), ReconcileError> {
+    let mut trail = Trail::new(&*scope.cluster);
+    let result = write(scope, ctx, pace, &mut trail).await;
+    ctx.written.clusters.keep(&mut trail);
+    result
+}
+
+async fn write(
+    scope: &mut Scope,
+    ctx: &CoreCtx,
+    pace: bool,
+    trail: &mut Trail<Cluster>,
+) -> Result<(), ReconcileError> {
     let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &scope.ns());
     let name = scope.cluster.name_any();
-    let mut version = scope.cluster.resource_version();
     if let Some(ep) = &scope.endpoint
         && scope.cluster.spec.control_plane_endpoint.as_ref() != Some(ep)
     {
@@ -88,7 +100,7 @@ pub(crate) async fn write_back(
             scope.cluster.metadata.generation,
             written.metadata.generation,
         );
-        version = written.resource_version();
+        trail.wrote(written);
     }
     let mut before = scope.cluster.status.clone();
     if let Some(wait) = ctx.hold_status(
@@ -102,8 +114,13 @@ pub(crate) async fn write_back(
         return Ok(());
     }
     for _ in 0..CONFLICT_RETRIES {
-        match write_status_at(&api, &name, version.clone(), before.as_ref(), &scope.status).await {
-            Ok(_) => return Ok(()),
+        match write_status_at(&api, &name, trail.version(), before.as_ref(), &scope.status).await {
+            Ok(written) => {
+                if let Some(written) = written {
+                    trail.wrote(written);
+                }
+                return Ok(());
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 tokio::time::sleep(CONFLICT_PAUSE).await;
                 let latest = api.get(&name).await?;
@@ -112,7 +129,7 @@ pub(crate) async fn write_back(
                     .as_ref()
                     .map_or(&[][..], |s| &s.conditions[..]);
                 conditions::keep_foreign(&mut scope.status.conditions, foreign, FOREIGN);
-                version = latest.resource_version();
+                trail.reread(&latest);
                 before = latest.status;
             }
             Err(e) => return Err(e.into()),
@@ -126,6 +143,7 @@ pub(crate) async fn write_back(
 }
 
 async fn apply(cluster: Arc<Cluster>, ctx: &CoreCtx) -> Result<Action, ReconcileError> {
+    let cluster = ctx.written.clusters.newest(cluster);
     let mut scope = Scope {
         status: cluster.status.clone().unwrap_or_default(),
         cluster,

@@ -44,7 +44,7 @@ pub(super) async fn reconcile_delete(
     machine: Arc<Machine>,
     ctx: &CoreCtx,
 ) -> Result<Action, ReconcileError> {
-    let machine = ctx.machines_written.newest(machine);
+    let machine = ctx.written.machines.newest(machine);
     let ns = machine.namespace().unwrap_or_default();
     let cluster = ctx
         .clusters
@@ -110,6 +110,6 @@ pub(super) async fn reconcile_delete(
         }
     }
     // The finalizer comes off next: nothing written is needed any more.
-    ctx.machines_written.forget(&machine);
+    ctx.written.machines.forget(&machine);
     Ok(Action::await_change())
 }

@@ -14,6 +14,7 @@ mod watches;
 use super::context::{CoreCtx, Registration};
 use super::error::ReconcileError;
 use super::machine_conditions::OTHERS;
+use super::written::Trail;
 use capw_api::cluster::Cluster;
 use capw_api::common::names::{MACHINE_FINALIZER, PAUSED_ANNOTATION};
 use capw_api::contract::conditions::{self, set_paused};
@@ -38,26 +39,20 @@ pub(crate) struct Scope {
     /// Fields of `spec` core sets (providerID, bootstrap.dataSecretName, failureDomain).
     pub spec_patch: Map<String, Value>,
     pub requeue: Option<Duration>,
-    /// The resourceVersion the status is written over: the read one, or the one this
-    /// reconcile's own Machine writes returned.
-    pub version: Option<String>,
-    /// Versions this reconcile's writes replaced (the read one first).
-    pub superseded: Vec<String>,
-    /// What the last of this reconcile's Machine writes returned.
-    pub written: Option<Machine>,
+    /// This reconcile's writes of the Machine: the status is written over the version the
+    /// last one made.
+    pub trail: Trail<Machine>,
 }
 
 impl Scope {
     pub fn new(machine: Arc<Machine>, cluster: Option<Arc<Cluster>>) -> Self {
         Scope {
             status: machine.status.clone().unwrap_or_default(),
-            version: machine.resource_version(),
+            trail: Trail::new(&*machine),
             machine,
             cluster,
             spec_patch: Map::new(),
             requeue: None,
-            superseded: vec![],
-            written: None,
         }
     }
 
@@ -75,9 +70,7 @@ impl Scope {
 
     /// Notes a write of the Machine: its answer is the version the status is written over.
     pub fn wrote(&mut self, written: Machine) {
-        self.superseded.extend(self.version.take());
-        self.version = written.resource_version();
-        self.written = Some(written);
+        self.trail.wrote(written);
     }
 }
 
@@ -102,10 +95,7 @@ pub(crate) async fn write_back(
     pace: bool,
 ) -> Result<(), ReconcileError> {
     let result = write(scope, ctx, pace).await;
-    if let Some(written) = scope.written.take() {
-        ctx.machines_written
-            .record(std::mem::take(&mut scope.superseded), written);
-    }
+    ctx.written.machines.keep(&mut scope.trail);
     result
 }
 
@@ -138,7 +128,7 @@ async fn write(scope: &mut Scope, ctx: &CoreCtx, pace: bool) -> Result<(), Recon
     // writes again: a read instead of a whole reconcile after a delay.
     let mut before = scope.machine.status.clone();
     for _ in 0..CONFLICT_RETRIES {
-        let version = scope.version.clone();
+        let version = scope.trail.version();
         match write_status_at(&api, &name, version, before.as_ref(), &scope.status).await {
             Ok(Some(written)) => {
                 scope.wrote(written);
@@ -151,8 +141,7 @@ async fn write(scope: &mut Scope, ctx: &CoreCtx, pace: bool) -> Result<(), Recon
                 tokio::time::sleep(CONFLICT_PAUSE).await;
                 let latest = api.get(&name).await?;
                 keep_foreign_conditions(&mut scope.status, latest.status.as_ref());
-                scope.superseded.extend(scope.version.take());
-                scope.version = latest.resource_version();
+                scope.trail.reread(&latest);
                 before = latest.status.clone();
                 scope.machine = Arc::new(latest);
                 // The summaries read the foreign conditions; the observed generation stays
@@ -175,7 +164,7 @@ fn paused(m: &Machine, cluster: Option<&Cluster>) -> bool {
 }
 
 async fn apply(machine: Arc<Machine>, ctx: &CoreCtx) -> Result<Action, ReconcileError> {
-    let machine = ctx.machines_written.newest(machine);
+    let machine = ctx.written.machines.newest(machine);
     let ns = machine.namespace().unwrap_or_default();
     let cluster = ctx
         .clusters

@@ -14,8 +14,9 @@ mod status;
 mod sync;
 mod watches;
 
-use super::context::{CoreCtx, Registration};
+use super::context::{CoreCtx, Registration, StatusWrite};
 use super::error::ReconcileError;
+use super::written::Trail;
 use capw_api::cluster::Cluster;
 use capw_api::common::names::{
     DEPLOYMENT_NAME_LABEL, MACHINEDEPLOYMENT_FINALIZER, PAUSED_ANNOTATION,
@@ -90,6 +91,18 @@ impl Scope {
 /// which records the generation that write made. Nothing when nothing changed. With `pace`,
 /// a status change that is only progress waits for the deployment's pace (`CoreCtx::hold_status`).
 async fn write_back(scope: &mut Scope, ctx: &CoreCtx, pace: bool) -> Result<(), ReconcileError> {
+    let mut trail = Trail::new(&*scope.md);
+    let result = write(scope, ctx, pace, &mut trail).await;
+    ctx.written.machine_deployments.keep(&mut trail);
+    result
+}
+
+async fn write(
+    scope: &mut Scope,
+    ctx: &CoreCtx,
+    pace: bool,
+    trail: &mut Trail<MachineDeployment>,
+) -> Result<(), ReconcileError> {
     let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &scope.ns());
     if scope
         .object_patch
@@ -111,8 +124,9 @@ async fn write_back(scope: &mut Scope, ctx: &CoreCtx, pace: bool) -> Result<(), 
             scope.md.metadata.generation,
             written.metadata.generation,
         );
+        trail.wrote(written);
     }
-    let held = ctx
+    let written = ctx
         .write_status_paced(
             &api,
             &*scope.md,
@@ -122,8 +136,10 @@ async fn write_back(scope: &mut Scope, ctx: &CoreCtx, pace: bool) -> Result<(), 
             crate::aggregate::COUNTERS,
         )
         .await?;
-    if let Some(wait) = held {
-        scope.requeue_after(wait);
+    match written {
+        StatusWrite::Held(wait) => scope.requeue_after(wait),
+        StatusWrite::Written(md) => trail.wrote(md),
+        StatusWrite::Unchanged => {}
     }
     Ok(())
 }
@@ -165,6 +181,7 @@ fn scope_of(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Scope, Reconcil
 }
 
 async fn apply(md: Arc<MachineDeployment>, ctx: &CoreCtx) -> Result<Action, ReconcileError> {
+    let md = ctx.written.machine_deployments.newest(md);
     let mut scope = scope_of(md, ctx)?;
     let generation = scope.generation();
     let paused = scope.md.annotations().contains_key(PAUSED_ANNOTATION)

@@ -13,8 +13,9 @@ mod remediation;
 mod status;
 mod watches;
 
-use super::context::{CoreCtx, Registration};
+use super::context::{CoreCtx, Registration, StatusWrite};
 use super::error::ReconcileError;
+use super::written::Trail;
 use capw_api::cluster::Cluster;
 use capw_api::common::names::{DEPLOYMENT_NAME_LABEL, MACHINESET_FINALIZER, PAUSED_ANNOTATION};
 use capw_api::contract::conditions::set_paused;
@@ -93,7 +94,7 @@ impl Scope {
 /// the set's pace (`CoreCtx::hold_status`).
 async fn write_back(scope: &mut Scope, ctx: &CoreCtx, pace: bool) -> Result<(), ReconcileError> {
     let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &scope.ns());
-    let held = ctx
+    let written = ctx
         .write_status_paced(
             &api,
             &*scope.ms,
@@ -103,8 +104,14 @@ async fn write_back(scope: &mut Scope, ctx: &CoreCtx, pace: bool) -> Result<(), 
             crate::aggregate::COUNTERS,
         )
         .await?;
-    if let Some(wait) = held {
-        scope.requeue_after(wait);
+    match written {
+        StatusWrite::Held(wait) => scope.requeue_after(wait),
+        StatusWrite::Written(ms) => {
+            let mut trail = Trail::new(&*scope.ms);
+            trail.wrote(ms);
+            ctx.written.machine_sets.keep(&mut trail);
+        }
+        StatusWrite::Unchanged => {}
     }
     Ok(())
 }
@@ -145,6 +152,7 @@ async fn scope_of(ms: Arc<MachineSet>, ctx: &CoreCtx) -> Result<Scope, Reconcile
 }
 
 async fn apply(ms: Arc<MachineSet>, ctx: &CoreCtx) -> Result<Action, ReconcileError> {
+    let ms = ctx.written.machine_sets.newest(ms);
     let mut scope = scope_of(ms, ctx).await?;
     let generation = scope.generation();
     let paused = scope.ms.annotations().contains_key(PAUSED_ANNOTATION)
