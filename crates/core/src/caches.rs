@@ -17,13 +17,13 @@ use capw_api::machinedeployment::MachineDeployment;
 use capw_api::machinehealthcheck::MachineHealthCheck;
 use capw_api::machineset::MachineSet;
 use capw_reconcile::by_cluster::ByCluster;
+use capw_reconcile::events::BoundedRecorder;
 use capw_reconcile::external::{Resolver, Tracker};
 use capw_reconcile::fanout::Fanout;
 use capw_reconcile::metrics::Metrics;
 use capw_reconcile::remote::Remotes;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -38,7 +38,7 @@ pub struct Shared {
     pub resolver: Arc<Resolver>,
     /// One client per workload cluster.
     pub remotes: Arc<Remotes>,
-    pub recorder: Recorder,
+    pub recorder: BoundedRecorder,
     pub metrics: Arc<Metrics>,
 }
 

@@ -9,13 +9,13 @@ use capw_api::machinedeployment::MachineDeployment;
 use capw_api::machinehealthcheck::MachineHealthCheck;
 use capw_api::machineset::MachineSet;
 use capw_reconcile::by_cluster::ByCluster;
+use capw_reconcile::events::BoundedRecorder;
 use capw_reconcile::events::publish;
 use capw_reconcile::external::{Resolver, Tracker};
 use capw_reconcile::metrics::Metrics;
 use capw_reconcile::remote::Remotes;
 use capw_reconcile::skeleton::Skeleton;
 use kube::runtime::controller::Action;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
@@ -217,7 +217,7 @@ pub struct CoreCtx {
     pub client: Client,
     pub resolver: Arc<Resolver>,
     pub remotes: std::sync::Arc<Remotes>,
-    pub recorder: Recorder,
+    pub recorder: BoundedRecorder,
     pub metrics: Arc<Metrics>,
     pub clusters: Store<Cluster>,
     pub machines: Store<Machine>,

@@ -21,6 +21,7 @@ use capw_api::cluster::Cluster;
 use capw_api::common::names::{CONTROL_PLANE_NAME_LABEL, PLUGIN_VERSION_ANNOTATION};
 use capw_api::contract::conditions::{reasons, types};
 use capw_api::machine::Machine;
+use capw_reconcile::events::BoundedRecorder;
 use capw_reconcile::external::Resolver;
 use capw_reconcile::fanout::Fanout;
 use capw_reconcile::metrics::{CallOutcome, Metrics};
@@ -31,7 +32,6 @@ use capw_runtime::{Context, Registry};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -125,7 +125,7 @@ pub struct Driver {
     pub registry: Arc<Registry>,
     pub resolver: Arc<Resolver>,
     pub caches: Caches,
-    pub recorder: Recorder,
+    pub recorder: BoundedRecorder,
     pub metrics: Arc<Metrics>,
     running: Mutex<HashMap<String, (String, tokio::task::JoinHandle<()>)>>,
     /// Control-plane Machines created or deleted that the Machine cache does not show yet.
@@ -169,7 +169,7 @@ impl Driver {
         registry: Arc<Registry>,
         resolver: Arc<Resolver>,
         caches: Caches,
-        recorder: Recorder,
+        recorder: BoundedRecorder,
         metrics: Arc<Metrics>,
     ) -> Arc<Driver> {
         Arc::new(Driver {

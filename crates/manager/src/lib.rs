@@ -25,6 +25,7 @@ use capw_driver::Driver;
 pub use capw_reconcile::connect_to::ConnectTo;
 use capw_reconcile::external::Resolver;
 
+use capw_reconcile::events::BoundedRecorder;
 use capw_reconcile::remote;
 use capw_runtime::capabilities::aws::{
     AwsBackend, Environment as AwsEnvironment, Policy as AwsPolicy,
@@ -34,7 +35,7 @@ use capw_runtime::{Registry, Runtime};
 use capw_runtime::{dropin, wasmprovider};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use std::net::SocketAddr;
@@ -247,7 +248,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
         plugins_dir: config.plugins.clone(),
         runtime,
         registry: registry.clone(),
-        recorder: Recorder::new(ids.runtime.clone(), wasmprovider::reporter()),
+        recorder: BoundedRecorder::new(ids.runtime.clone(), wasmprovider::reporter()),
         skeleton: capw_reconcile::skeleton::Skeleton::new(
             "wasmprovider",
             wasmprovider::FINALIZER,
@@ -269,7 +270,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             client: ids.core.clone(),
             resolver: resolver.clone(),
             remotes: remotes.clone(),
-            recorder: Recorder::new(ids.core.clone(), reporter("capw-core")),
+            recorder: BoundedRecorder::new(ids.core.clone(), reporter("capw-core")),
             metrics: metrics.clone(),
         },
         &mut tasks,
@@ -295,7 +296,7 @@ pub async fn start(client: Client, config: HostConfig) -> Result<Host, ManagerEr
             cluster_changes: feeds.clusters.clone(),
             remotes,
         },
-        Recorder::new(ids.driver.clone(), reporter("capw-driver")),
+        BoundedRecorder::new(ids.driver.clone(), reporter("capw-driver")),
         metrics.clone(),
     );
     {

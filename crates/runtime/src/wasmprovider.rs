@@ -8,12 +8,13 @@ use crate::slot::{Rollout, Slot};
 use crate::{Capability, Limits, Registry, Runtime};
 use capw_api::contract::conditions::{reasons, types};
 use capw_api::wasmprovider::{Condition, WasmProvider, WasmProviderStatus};
+use capw_reconcile::events::BoundedRecorder;
 use capw_reconcile::skeleton::{Failure, Skeleton, finalizer_wait, write_status};
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use std::collections::BTreeSet;
@@ -75,7 +76,7 @@ pub struct Ctx {
     pub plugins_dir: PathBuf,
     pub runtime: Arc<Runtime>,
     pub registry: Arc<Registry>,
-    pub recorder: Recorder,
+    pub recorder: BoundedRecorder,
     /// Kinds a plugin passed the ownership check for and is installing: two plugins loading at
     /// once cannot both find a kind free, and the lock is never held across an await.
     pub claims: std::sync::Mutex<std::collections::BTreeMap<String, crate::trust::Claim>>,
