@@ -149,7 +149,10 @@ mod tests {
         recorder.publish(&ev, &about("m")).await.unwrap();
         assert_eq!((creates.load(SeqCst), patches.load(SeqCst)), (1, 1));
         for i in 2..CAPACITY {
-            recorder.publish(&ev, &about(&format!("m{i}"))).await.unwrap();
+            recorder
+                .publish(&ev, &about(&format!("m{i}")))
+                .await
+                .unwrap();
         }
         assert_eq!(creates.load(SeqCst), CAPACITY - 1);
         recorder.publish(&ev, &about("m")).await.unwrap();
