@@ -6,16 +6,17 @@ use kube::{Client, Resource};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// How many Events one kube `Recorder` publishes before [`BoundedRecorder`] starts another:
-/// client-go's correlator keeps as many keys (its LRU).
+/// client-go's core/v1 recorder keeps as many keys in its correlator's LRU.
 const CAPACITY: usize = 4096;
 
 /// kube's `Recorder`, started afresh after every [`CAPACITY`] Events.
 ///
 /// kube's Recorder keeps every Event it published for six minutes, so that a repeat counts into
 /// the first one's series, and walks all of them on each publish. At a thousand clusters that
-/// was about 11,000 Events held at once, each walk as long. client-go bounds the same cache to
-/// 4096 keys; kube offers no bound, hence this wrapper. A repeat published after a rotation
-/// starts a new Event instead of counting into the old one's series.
+/// was about 11,000 Events held at once, each walk as long. client-go's core/v1 recorder bounds
+/// the cache it counts repeats with to 4096 keys (an LRU); kube offers no bound, hence this
+/// wrapper. A repeat published after a rotation starts a new Event instead of counting into the
+/// old one's series.
 #[derive(Clone)]
 pub struct BoundedRecorder {
     client: Client,
