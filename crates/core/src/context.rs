@@ -2,6 +2,7 @@
 //! provider kind resolution with dynamic watches, workload cluster clients, Events and metrics.
 
 use super::error::ReconcileError;
+use super::written::Trail;
 use crate::caches::Feeds;
 use capw_api::cluster::Cluster;
 use capw_api::machine::Machine;
@@ -203,16 +204,6 @@ pub async fn run<K>(
         .await;
 }
 
-/// What [`CoreCtx::write_status_paced`] did.
-pub(crate) enum StatusWrite<K> {
-    /// Nothing changed.
-    Unchanged,
-    /// Only progress changed, within the pace: write it again after this.
-    Held(std::time::Duration),
-    /// The object as the write returned it.
-    Written(K),
-}
-
 pub struct CoreCtx {
     pub client: Client,
     pub resolver: Arc<Resolver>,
@@ -263,8 +254,10 @@ impl CoreCtx {
             .hold(obj.meta().uid.as_deref(), before, after, counters)
     }
 
-    /// Writes `after` as `obj`'s status over `before` (the stored one, merged), unless it is
-    /// unchanged or [`Self::hold_status`] holds it back.
+    /// Writes `after` as the status of `obj`, a MachineSet or MachineDeployment, over `before`
+    /// (the stored one, merged), unless it is unchanged or [`Self::hold_status`] holds it back
+    /// (its counters are `aggregate::COUNTERS`); notes the write in `trail` and returns how
+    /// long it was held.
     pub(crate) async fn write_status_paced<K, S>(
         &self,
         api: &Api<K>,
@@ -272,18 +265,21 @@ impl CoreCtx {
         pace: bool,
         before: Option<&S>,
         after: &S,
-        counters: &[&str],
-    ) -> Result<StatusWrite<K>, kube::Error>
+        trail: &mut Trail<K>,
+    ) -> Result<Option<std::time::Duration>, kube::Error>
     where
         K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
         S: serde::Serialize + PartialEq,
     {
-        if let Some(wait) = self.hold_status(pace, obj, before, after, counters) {
-            return Ok(StatusWrite::Held(wait));
+        if let Some(wait) = self.hold_status(pace, obj, before, after, crate::aggregate::COUNTERS) {
+            return Ok(Some(wait));
         }
         let written =
             capw_reconcile::skeleton::write_status(api, &obj.name_any(), before, after).await?;
-        Ok(written.map_or(StatusWrite::Unchanged, StatusWrite::Written))
+        if let Some(written) = written {
+            trail.wrote(written);
+        }
+        Ok(None)
     }
 
     /// Until every shared cache has listed the world once: controllers read the caches.

@@ -14,7 +14,7 @@ mod status;
 mod sync;
 mod watches;
 
-use super::context::{CoreCtx, Registration, StatusWrite};
+use super::context::{CoreCtx, Registration};
 use super::error::ReconcileError;
 use super::written::Trail;
 use capw_api::cluster::Cluster;
@@ -126,20 +126,18 @@ async fn write(
         );
         trail.wrote(written);
     }
-    let written = ctx
+    let held = ctx
         .write_status_paced(
             &api,
             &*scope.md,
             pace,
             scope.md.status.as_ref(),
             &scope.status,
-            crate::aggregate::COUNTERS,
+            trail,
         )
         .await?;
-    match written {
-        StatusWrite::Held(wait) => scope.requeue_after(wait),
-        StatusWrite::Written(md) => trail.wrote(md),
-        StatusWrite::Unchanged => {}
+    if let Some(wait) = held {
+        scope.requeue_after(wait);
     }
     Ok(())
 }

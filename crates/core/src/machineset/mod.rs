@@ -13,7 +13,7 @@ mod remediation;
 mod status;
 mod watches;
 
-use super::context::{CoreCtx, Registration, StatusWrite};
+use super::context::{CoreCtx, Registration};
 use super::error::ReconcileError;
 use super::written::Trail;
 use capw_api::cluster::Cluster;
@@ -94,24 +94,20 @@ impl Scope {
 /// the set's pace (`CoreCtx::hold_status`).
 async fn write_back(scope: &mut Scope, ctx: &CoreCtx, pace: bool) -> Result<(), ReconcileError> {
     let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &scope.ns());
-    let written = ctx
+    let mut trail = Trail::new(&*scope.ms);
+    let held = ctx
         .write_status_paced(
             &api,
             &*scope.ms,
             pace,
             scope.ms.status.as_ref(),
             &scope.status,
-            crate::aggregate::COUNTERS,
+            &mut trail,
         )
         .await?;
-    match written {
-        StatusWrite::Held(wait) => scope.requeue_after(wait),
-        StatusWrite::Written(ms) => {
-            let mut trail = Trail::new(&*scope.ms);
-            trail.wrote(ms);
-            ctx.written.machine_sets.keep(&mut trail);
-        }
-        StatusWrite::Unchanged => {}
+    ctx.written.machine_sets.keep(&mut trail);
+    if let Some(wait) = held {
+        scope.requeue_after(wait);
     }
     Ok(())
 }
