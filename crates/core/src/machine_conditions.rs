@@ -55,10 +55,33 @@ pub async fn set_all(
             m.metadata.generation,
         );
     }
-    if list == before {
+    if list == before || (generation_only(&before, &list) && !observed_by_machine(m)) {
         return Ok(());
     }
     patch(ctx, m, list).await
+}
+
+/// Whether `after` differs from `before` only in observed generations.
+fn generation_only(before: &[conditions::Condition], after: &[conditions::Condition]) -> bool {
+    let unobserved = |list: &[conditions::Condition]| -> Vec<conditions::Condition> {
+        list.iter()
+            .map(|c| conditions::Condition {
+                observed_generation: None,
+                ..c.clone()
+            })
+            .collect()
+    };
+    unobserved(before) == unobserved(after)
+}
+
+/// Whether the Machine controller has written its status for the Machine's generation. Until
+/// it has, a condition that only needs its observed generation raised waits: when the
+/// generation moved by the Machine controller's own spec write (a data Secret's name, a
+/// providerID), that controller's next status write raises it (`observe_own_write`). Writing
+/// it here first raced that write, and one of the two was refused (409) at a thousand
+/// clusters about once per cluster.
+fn observed_by_machine(m: &Machine) -> bool {
+    m.status.as_ref().and_then(|s| s.observed_generation) >= m.metadata.generation
 }
 
 /// Removes a condition from a Machine's status (guarded as above).
@@ -89,5 +112,43 @@ async fn patch(
         }
         Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capw_api::machine::MachineStatus;
+
+    fn up_to_date(generation: i64) -> conditions::Condition {
+        conditions::Condition {
+            type_: conditions::types::UP_TO_DATE.into(),
+            status: "True".into(),
+            observed_generation: Some(generation),
+            ..Default::default()
+        }
+    }
+
+    /// A raise of the observed generation alone waits for the Machine controller to observe
+    /// the generation; any other change does not.
+    #[test]
+    fn a_generation_only_refresh_waits_for_the_machine_controller() {
+        let before = [up_to_date(1)];
+        assert!(generation_only(&before, &[up_to_date(2)]));
+        let mut flipped = up_to_date(2);
+        flipped.status = "False".into();
+        assert!(!generation_only(&before, &[flipped]));
+
+        let mut m = Machine::new("m", Default::default());
+        m.metadata.generation = Some(2);
+        m.status = Some(MachineStatus {
+            observed_generation: Some(1),
+            ..Default::default()
+        });
+        assert!(!observed_by_machine(&m));
+        if let Some(s) = m.status.as_mut() {
+            s.observed_generation = Some(2);
+        }
+        assert!(observed_by_machine(&m));
     }
 }

@@ -14,7 +14,7 @@ use capw_api::common::names::{
 };
 use capw_api::contract::fields;
 use capw_api::machine::Machine;
-use capw_reconcile::external::Resolved;
+use capw_reconcile::external::{Resolved, Resolver};
 use capw_runtime::plugin::{KindRef, KindRole, MachineRequest};
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::{Resource, ResourceExt};
@@ -39,15 +39,22 @@ fn foreign(existing: &DynamicObject, name: &str, owners: &[&str]) -> Option<Stri
 
 /// Creates `obj`, unless one of its name exists that `owners` do not own.
 async fn create_owned(
-    api: &Api<DynamicObject>,
+    resolver: &Resolver,
+    ns: &str,
+    kind: &Resolved,
     obj: Value,
     owners: &[&str],
 ) -> Result<(), DriverError> {
     let obj: DynamicObject =
         serde_json::from_value(obj).map_err(|e| DriverError::Invalid(e.to_string()))?;
     let name = obj.name_any();
+    let api = resolver.api(ns, kind);
     match api.create(&PostParams::default(), &obj).await {
-        Ok(_) => Ok(()),
+        Ok(created) => {
+            // The Machine controller reads it before its cache may have it.
+            resolver.created(kind, created);
+            Ok(())
+        }
         Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&name).await? {
             Some(existing) => foreign(&existing, &name, owners)
                 .map_or(Ok(()), |why| Err(DriverError::Invalid(why))),
@@ -287,9 +294,9 @@ pub(super) async fn create(
         let clones = async {
             let infra_spec = template.data.pointer(fields::TEMPLATE_SPEC);
             let infra_clone = clone(&infra, &cloned_from, infra_spec);
-            create_owned(&resolver.api(&ns, &infra), infra_clone, &owners).await?;
+            create_owned(resolver, &ns, &infra, infra_clone, &owners).await?;
             let boot_clone = clone(&boot, &annotations, cp.data.pointer(&spec_field));
-            create_owned(&resolver.api(&ns, &boot), boot_clone, &owners).await
+            create_owned(resolver, &ns, &boot, boot_clone, &owners).await
         };
         if let Err(e) = clones.await {
             // A Machine without its clones would never come up, and the control plane, seeing

@@ -12,8 +12,9 @@ use kube::runtime::reflector::{ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Why a provider object could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +45,26 @@ pub struct Resolver {
     client: Client,
     kinds: Mutex<HashMap<(String, String), Resolved>>,
     caches: Mutex<HashMap<(String, String), KindCache>>,
+    created: Created,
 }
+
+/// Objects the host just created, by kind, namespace and name, until their kind's cache shows
+/// them: a reader that looks for one in that gap (a Machine whose MachineSet has just written
+/// its clones) finds it, instead of reporting it missing and writing that into a status
+/// only to write the truth a moment later. An entry goes once the cache shows the object, or
+/// after [`CREATED_TTL`] (an object created and deleted again before the cache saw it).
+#[derive(Default)]
+struct Created {
+    pending: AtomicUsize,
+    objects: Mutex<HashMap<ObjectRef<DynamicObject>, Noted>>,
+}
+
+/// When an object was created, and what its creation returned.
+type Noted = (Instant, Arc<DynamicObject>);
+
+/// How long a created object stands in for its cache's view (the cache is a watch event
+/// behind the write: milliseconds, a second or two under load).
+const CREATED_TTL: Duration = Duration::from_secs(10);
 
 struct KindCache {
     store: Store<DynamicObject>,
@@ -84,6 +104,7 @@ impl Resolver {
             client,
             kinds: Mutex::new(HashMap::new()),
             caches: Mutex::new(HashMap::new()),
+            created: Created::default(),
         })
     }
 
@@ -224,7 +245,9 @@ impl Resolver {
         let (store, ready, _) = self.cache(&r);
         if ready {
             let key = ObjectRef::new_with(&reference.name, r.ar.clone()).within(ns);
-            return Ok(store.get(&key).map(|o| (o, r)));
+            let found = store.get(&key);
+            let found = self.created.settle(&key, found);
+            return Ok(found.map(|o| (o, r)));
         }
         // Read before the watch has listed: trimmed as the cache would hold it.
         Ok(self
@@ -235,6 +258,52 @@ impl Resolver {
                 crate::trim::for_cache(&mut o);
                 (Arc::new(o), r)
             }))
+    }
+}
+
+impl Resolver {
+    /// Notes `obj`, of kind `r`, as created by this host: [`Resolver::get`] finds it before
+    /// the kind's cache shows it.
+    pub fn created(&self, r: &Resolved, mut obj: DynamicObject) {
+        crate::trim::for_cache(&mut obj);
+        let Some(name) = obj.metadata.name.clone() else {
+            return;
+        };
+        let mut key = ObjectRef::new_with(&name, r.ar.clone());
+        if let Some(ns) = obj.metadata.namespace.as_deref() {
+            key = key.within(ns);
+        }
+        let now = Instant::now();
+        let mut objects = lock(&self.created.objects);
+        objects.retain(|_, (at, _)| now.duration_since(*at) < CREATED_TTL);
+        objects.insert(key, (now, Arc::new(obj)));
+        self.created.pending.store(objects.len(), Ordering::Release);
+    }
+}
+
+impl Created {
+    /// What a read of `key` finds: the cache's object once it has one (the note goes), else a
+    /// note younger than [`CREATED_TTL`].
+    fn settle(
+        &self,
+        key: &ObjectRef<DynamicObject>,
+        cached: Option<Arc<DynamicObject>>,
+    ) -> Option<Arc<DynamicObject>> {
+        if self.pending.load(Ordering::Acquire) == 0 {
+            return cached;
+        }
+        let mut objects = lock(&self.objects);
+        let noted = objects.remove(key);
+        let found = match (cached, noted) {
+            (Some(c), _) => Some(c),
+            (None, Some((at, obj))) if at.elapsed() < CREATED_TTL => {
+                objects.insert(key.clone(), (at, obj.clone()));
+                Some(obj)
+            }
+            (None, _) => None,
+        };
+        self.pending.store(objects.len(), Ordering::Release);
+        found
     }
 }
 
@@ -309,5 +378,47 @@ mod tests {
         assert_eq!(pick_version("v1alpha4_v1beta1").as_deref(), Some("v1beta1"));
         assert_eq!(pick_version("v1beta2_v1").as_deref(), Some("v1"));
         assert_eq!(pick_version(""), None);
+    }
+
+    fn key(name: &str) -> ObjectRef<DynamicObject> {
+        let ar = ApiResource {
+            group: "bootstrap.cluster.x-k8s.io".into(),
+            version: "v1beta2".into(),
+            api_version: "bootstrap.cluster.x-k8s.io/v1beta2".into(),
+            kind: "KubeadmConfig".into(),
+            plural: "kubeadmconfigs".into(),
+        };
+        ObjectRef::new_with(name, ar).within("ns")
+    }
+
+    /// A created object stands in until the cache shows it, then the cache's copy is read and
+    /// the note goes; a note past its time stands in for nothing.
+    #[test]
+    fn a_created_object_is_found_until_the_cache_shows_it() {
+        let created = Created::default();
+        let obj = Arc::new(DynamicObject::new("a", &key("a").dyntype));
+        let noted = |at| {
+            created
+                .objects
+                .lock()
+                .unwrap()
+                .insert(key("a"), (at, obj.clone()));
+            created.pending.store(1, Ordering::Release);
+        };
+        noted(Instant::now());
+        assert!(created.settle(&key("a"), None).is_some());
+        assert!(created.settle(&key("b"), None).is_none());
+        let mut cached = DynamicObject::new("a", &key("a").dyntype);
+        cached.metadata.resource_version = Some("7".into());
+        let got = created.settle(&key("a"), Some(Arc::new(cached)));
+        assert_eq!(got.unwrap().metadata.resource_version.as_deref(), Some("7"));
+        assert!(created.settle(&key("a"), None).is_none(), "the note went");
+        assert_eq!(created.pending.load(Ordering::Acquire), 0);
+
+        let Some(old) = Instant::now().checked_sub(CREATED_TTL) else {
+            return;
+        };
+        noted(old);
+        assert!(created.settle(&key("a"), None).is_none());
     }
 }

@@ -10,8 +10,8 @@ use crate::error::ReconcileError;
 use crate::naming;
 use capw_api::common::names::{
     API_VERSION, CLUSTER_NAME_LABEL, DEPLOYMENT_NAME_LABEL, DESIRED_REPLICAS_ANNOTATION,
-    DISABLE_MACHINE_CREATE_ANNOTATION, LAST_APPLIED_ANNOTATION, MAX_REPLICAS_ANNOTATION,
-    REVISION_ANNOTATION, TEMPLATE_HASH_LABEL,
+    DISABLE_MACHINE_CREATE_ANNOTATION, LAST_APPLIED_ANNOTATION, MACHINESET_FINALIZER,
+    MAX_REPLICAS_ANNOTATION, REVISION_ANNOTATION, TEMPLATE_HASH_LABEL,
 };
 use capw_api::contract::conditions::types;
 use capw_api::machine::Machine;
@@ -177,6 +177,9 @@ async fn create_set(
             "name": name, "namespace": ns, "labels": labels,
             "annotations": set_annotations(&scope.md, revision, scope.replicas(), surge),
             "ownerReferences": [adopt::owner_ref("MachineDeployment", &scope.name(), &scope.md.uid().unwrap_or_default(), true)],
+            // The set's own finalizer from the start, as a MachineSet gives its Machines
+            // theirs: the MachineSet controller would otherwise patch it in as its first write.
+            "finalizers": [MACHINESET_FINALIZER],
         },
         "spec": {
             "clusterName": scope.spec.cluster_name,

@@ -234,7 +234,10 @@ async fn create_clone(
         .create(&PostParams::default(), &obj)
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(created) => {
+            ctx.resolver.created(&clone.target, created);
+            Ok(())
+        }
         // Left by an earlier attempt that failed after it: reuse it. The Machine controller
         // adopts it only if nothing else controls it.
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
@@ -281,9 +284,10 @@ fn machine_name(scope: &Scope) -> Result<String, ReconcileError> {
 /// Upstream writes the clones first, owned by the set, and the Machine controller then makes
 /// the Machine their controller: two more writes per Machine, and two more wake-ups of their
 /// providers. The Machine first lets the clones be born with their final owner. Both templates
-/// are read before anything is written, so a missing one still leaves nothing behind; the
-/// Machine's references are briefly dangling, which the Machine controller reports as its
-/// objects not existing yet.
+/// are read before anything is written, so a missing one still leaves nothing behind. The
+/// Machine's references dangle until the clones are written; the clones are then noted with
+/// the resolver, so a Machine controller that reads them before their cache has them finds
+/// them rather than reporting them missing.
 async fn create_one(scope: &Scope, ctx: &CoreCtx) -> Result<String, ReconcileError> {
     let ns = scope.ns();
     let name = machine_name(scope)?;
