@@ -177,6 +177,34 @@ pub fn machine_set_for_cluster(ms: &MachineSet) -> Option<u64> {
     ))
 }
 
+/// What a Cluster reads of one of its Machines: whether it is a control-plane, set or
+/// stand-alone Machine, its `Ready`, `Available` and `UpToDate` (the stand-alone workers'
+/// counters), whether it has a Node (a Cluster without a control-plane provider is initialized
+/// by one), and deletion. A Machine's status is written several times on its way up; the
+/// reasons and messages in between wake no Cluster.
+pub fn machine_for_cluster(m: &Machine) -> Option<u64> {
+    use capw_api::common::names::{CONTROL_PLANE_LABEL, SET_NAME_LABEL};
+    use capw_api::contract::conditions::{is_true, types};
+    let status = m.status.as_ref().map(|s| {
+        (
+            [types::READY, types::AVAILABLE, types::UP_TO_DATE].map(|t| is_true(&s.conditions, t)),
+            s.node_ref.is_some(),
+        )
+    });
+    let owners: Vec<(&str, Option<bool>)> = m
+        .owner_references()
+        .iter()
+        .map(|o| (o.kind.as_str(), o.controller))
+        .collect();
+    hash_of((
+        m.labels().contains_key(CONTROL_PLANE_LABEL),
+        m.labels().contains_key(SET_NAME_LABEL),
+        owners,
+        status,
+        m.metadata.deletion_timestamp.is_some(),
+    ))
+}
+
 /// What a Cluster's worker counters and `WorkersAvailable` read of a MachineDeployment: its
 /// desired replicas, its counters, its `Available` condition and deletion.
 pub fn machine_deployment_for_cluster(md: &MachineDeployment) -> Option<u64> {
@@ -292,5 +320,38 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"));
         assert_ne!(cluster_for_machine_sets(&c), sets);
         assert_eq!(cluster_for_machines(&c), machines);
+    }
+
+    /// A Machine's waiting messages wake no Cluster; what it counts (`Ready`) and its Node do.
+    #[test]
+    fn a_cluster_wakes_for_what_it_counts_of_a_machine() {
+        let machine = |reason: &str, ready: &str, node: bool| -> Machine {
+            let mut status = serde_json::json!({"conditions": [
+                {"type": "Ready", "status": ready, "reason": reason, "message": reason,
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+            if node {
+                status["nodeRef"] = serde_json::json!({"name": "n"});
+            }
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "m", "namespace": "default"},
+                "spec": {"clusterName": "c", "bootstrap": {},
+                         "infrastructureRef": {"apiGroup": "x", "kind": "Y", "name": "z"}},
+                "status": status,
+            }))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let waiting = machine_for_cluster(&machine("WaitingForBootstrapData", "False", false));
+        assert_eq!(
+            machine_for_cluster(&machine("VMBooting", "False", false)),
+            waiting
+        );
+        assert_ne!(
+            machine_for_cluster(&machine("VMBooting", "False", true)),
+            waiting
+        );
+        assert_ne!(
+            machine_for_cluster(&machine("Ready", "True", false)),
+            waiting
+        );
     }
 }
