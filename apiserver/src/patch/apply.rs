@@ -3,7 +3,7 @@
 //! conflicts when two managers want different values for one field.
 
 use serde_json::{Map, Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// How a list merges under apply, from `x-kubernetes-list-type` or the built-in tables.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,7 +94,7 @@ fn fields_and_changes(old: &Value, new: &Value, types: &dyn ListTypes) -> (Field
 struct Walk<'a> {
     types: &'a dyn ListTypes,
     after: FieldSet,
-    /// `None` without an old object: every field is new.
+    /// `None` when only the fields are wanted ([`fields_of`]).
     changed: Option<FieldSet>,
 }
 
@@ -133,15 +133,6 @@ impl Walk<'_> {
             collect(v, path, dotted, self.types, &mut self.after);
             return;
         }
-        if old.is_none() {
-            let mut added = FieldSet::new();
-            collect(v, path, dotted, self.types, &mut added);
-            if let Some(changed) = self.changed.as_mut() {
-                changed.extend(added.iter().cloned());
-            }
-            self.after.extend(added);
-            return;
-        }
         match v {
             Value::Object(m) if !m.is_empty() && !self.types.atomic_map(dotted) => {
                 for (k, c) in m {
@@ -162,12 +153,11 @@ impl Walk<'_> {
                 }
                 ListType::Map(keys) => {
                     // The first of equal keys, as a lookup by key finds it.
-                    let mut before: std::collections::HashMap<String, &Value> =
-                        std::collections::HashMap::new();
+                    let mut before: HashMap<String, &Value> = HashMap::new();
                     for e in old.and_then(Value::as_array).into_iter().flatten() {
                         before.entry(key_of(e, &keys)).or_insert(e);
                     }
-                    let mut seen = std::collections::HashSet::new();
+                    let mut seen = HashSet::new();
                     for e in items {
                         let step = key_of(e, &keys);
                         // A lookup by key finds the first of equal keys: a later one's fields

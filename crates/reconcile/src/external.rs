@@ -259,9 +259,7 @@ impl Resolver {
                 (Arc::new(o), r)
             }))
     }
-}
 
-impl Resolver {
     /// Notes `obj`, of kind `r`, as created by this host: [`Resolver::get`] finds it before
     /// the kind's cache shows it.
     pub fn created(&self, r: &Resolved, mut obj: DynamicObject) {
