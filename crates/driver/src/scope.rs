@@ -28,6 +28,8 @@ pub(super) struct Scope {
     spec_patch: Value,
     /// The status the reconcile builds; written when it differs from `status_before`.
     pub(super) status: Value,
+    /// The status change is only progress, held back (see [`Scope::hold_status`]).
+    status_held: bool,
 }
 
 /// The requests [`Scope::close`] sends.
@@ -56,7 +58,24 @@ impl Scope {
                 .unwrap_or_else(|| json!({})),
             status_before,
             set_annotations: Map::new(),
+            status_held: false,
         }
+    }
+
+    /// How long `settle` holds back this reconcile's status change, which is then not written:
+    /// `None` to write it. A reconcile that writes the object writes its status too, since a
+    /// spec write moves the generation the status observes.
+    pub(super) fn hold_status(
+        &mut self,
+        settle: &capw_reconcile::pace::Settle,
+        uid: Option<&str>,
+    ) -> Option<std::time::Duration> {
+        if self.object_patch().is_some() {
+            return None;
+        }
+        let wait = settle.hold(uid, self.status_before.as_ref(), &self.status);
+        self.status_held = wait.is_some();
+        wait
     }
 
     pub(super) fn annotate(&mut self, key: &str, value: String) {
@@ -76,7 +95,7 @@ impl Scope {
     pub(super) fn writes(&self) -> Writes {
         Writes {
             object: self.object_patch(),
-            status: self.status_changed().then(|| self.status.clone()),
+            status: (!self.status_held && self.status_changed()).then(|| self.status.clone()),
         }
     }
 
@@ -147,7 +166,7 @@ impl Scope {
                 self.advance(from, to);
             }
         }
-        if self.status_changed() {
+        if !self.status_held && self.status_changed() {
             write_status(api, &self.name, None::<&Value>, &self.status).await?;
         }
         Ok(())
@@ -207,6 +226,31 @@ mod tests {
             }))
         );
         assert_eq!(w.status, Some(json!({"ready": true})));
+    }
+
+    /// A new waiting reason is held back unless the object is written too; a change of
+    /// state is not.
+    #[test]
+    fn a_waiting_reason_is_held_unless_the_object_is_written() {
+        let settle = capw_reconcile::pace::Settle::new(std::time::Duration::from_secs(60));
+        let waiting = |reason: &str| json!({"conditions": [{"type": "Ready", "status": "False", "reason": reason}]});
+        let obj = object(json!({"spec": {}, "status": waiting("WaitingForBootstrapData")}));
+        let mut s = Scope::new(&obj);
+        s.status = waiting("VMBooting");
+        assert!(s.hold_status(&settle, Some("uid-1")).is_some());
+        assert_eq!(s.writes().status, None);
+
+        let mut s = Scope::new(&obj);
+        s.status = waiting("VMBooting");
+        s.merge_spec(&json!({"providerID": "docker:///m1"}));
+        assert_eq!(s.hold_status(&settle, Some("uid-1")), None);
+        assert_eq!(s.writes().status, Some(waiting("VMBooting")));
+
+        let mut s = Scope::new(&obj);
+        s.status =
+            json!({"conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned"}]});
+        assert_eq!(s.hold_status(&settle, Some("uid-1")), None);
+        assert!(s.writes().status.is_some());
     }
 
     #[test]

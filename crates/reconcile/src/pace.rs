@@ -17,9 +17,11 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use serde::Serialize;
 use serde_json::{Map, Value};
+use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// How many checks between two sweeps of the objects whose period has long passed.
 const SWEEP_EVERY: u32 = 4096;
@@ -73,11 +75,90 @@ impl Pace {
     }
 }
 
+/// Holds a progress-only status change back until it has stood for a moment, so the change of
+/// state that often follows at once carries it instead of a write of its own.
+///
+/// A provider reports a waiting reason for a step that is about to end (`VMBooting`, while the
+/// in-memory VM registers its Node): at a thousand clusters the next state came 1.2 to 1.5 s
+/// later, and the reason cost a write of the provider object and one of its Machine, which
+/// mirrors it. [`Pace`] lets the first progress after a quiet period through at once, so it
+/// folded none of these. A reason that stands longer than the period is written then, as
+/// before. The first-seen times are kept per object in a map, swept of long-gone entries; no
+/// keyed debouncer crate keeps state between calls that the caller drives.
+pub struct Settle {
+    period: Duration,
+    since: Mutex<HashMap<String, Instant>>,
+}
+
+/// Entries this many periods old belong to objects that were deleted or settled otherwise.
+const SETTLE_SWEEP_PERIODS: u32 = 10;
+
+impl Settle {
+    /// A progress-only change is written once it has stood for `period`.
+    pub fn new(period: Duration) -> Self {
+        Settle {
+            period,
+            since: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How long to hold back the write of `after` over `before` for the object `key` (its UID):
+    /// `None` to write it now. Anything but progress (see [`Pace`]) goes at once and ends the
+    /// object's wait.
+    pub fn hold<S: Serialize>(
+        &self,
+        key: Option<&str>,
+        before: Option<&S>,
+        after: &S,
+    ) -> Option<Duration> {
+        self.hold_at(key, before, after, Instant::now())
+    }
+
+    fn hold_at<S: Serialize>(
+        &self,
+        key: Option<&str>,
+        before: Option<&S>,
+        after: &S,
+        now: Instant,
+    ) -> Option<Duration> {
+        let key = key?;
+        let progress = before.is_some_and(|b| changed_progress_only(b, after));
+        let mut since = self.since.lock().unwrap_or_else(PoisonError::into_inner);
+        if !progress {
+            since.remove(key);
+            return None;
+        }
+        if !since.contains_key(key) && since.len() >= SETTLE_SWEEP_AT {
+            let stale = self.period * SETTLE_SWEEP_PERIODS;
+            since.retain(|_, t| now.saturating_duration_since(*t) < stale);
+        }
+        let first = *since.entry(key.to_string()).or_insert(now);
+        let stood = now.saturating_duration_since(first);
+        if stood >= self.period {
+            since.remove(key);
+            None
+        } else {
+            Some(self.period - stood)
+        }
+    }
+}
+
+/// How many waiting objects before a new one sweeps the map.
+const SETTLE_SWEEP_AT: usize = 1024;
+
 /// Whether `after` differs from `before` at most in counters and in the reason, message and
 /// times of conditions whose status stays the same.
 fn progress_only<S: Serialize>(before: &S, after: &S, counters: &[&str]) -> bool {
     match (serde_json::to_value(before), serde_json::to_value(after)) {
         (Ok(b), Ok(a)) => state(&b, counters) == state(&a, counters),
+        _ => false,
+    }
+}
+
+/// Whether `after` differs from `before`, and only in progress.
+fn changed_progress_only<S: Serialize>(before: &S, after: &S) -> bool {
+    match (serde_json::to_value(before), serde_json::to_value(after)) {
+        (Ok(b), Ok(a)) => b != a && state(&b, &[]) == state(&a, &[]),
         _ => false,
     }
 }
@@ -150,6 +231,51 @@ mod tests {
         for a in [flipped, phase, added] {
             assert!(!progress_only(&b, &a, COUNTERS), "{a}");
         }
+    }
+
+    #[test]
+    fn progress_is_written_once_it_has_stood_for_the_period() {
+        let settle = Settle::new(Duration::from_secs(2));
+        let t0 = Instant::now();
+        let b = json!({"conditions": [cond("False", "WaitingForBootstrapData")]});
+        let booting = json!({"conditions": [cond("False", "VMBooting")]});
+        let ready = json!({"conditions": [cond("True", "Provisioned")]});
+        let hold = |before: &Value, after: &Value, at: u64| {
+            settle.hold_at(
+                Some("uid-1"),
+                Some(before),
+                after,
+                t0 + Duration::from_millis(at),
+            )
+        };
+        // New progress waits the whole period, and then what is left of it.
+        assert_eq!(hold(&b, &booting, 0), Some(Duration::from_secs(2)));
+        assert_eq!(hold(&b, &booting, 1500), Some(Duration::from_millis(500)));
+        // Once it has stood for the period it is written, and a later progress waits anew.
+        assert_eq!(hold(&b, &booting, 2000), None);
+        assert_eq!(hold(&b, &booting, 2100), Some(Duration::from_secs(2)));
+        // A change of state goes at once, carrying the progress, and ends the wait.
+        assert_eq!(hold(&b, &ready, 2200), None);
+        assert_eq!(hold(&b, &booting, 2300), Some(Duration::from_secs(2)));
+        // Nothing changed, no status yet, or no UID: never held.
+        assert_eq!(hold(&b, &b, 2400), None);
+        assert_eq!(settle.hold_at(Some("uid-2"), None, &booting, t0), None);
+        assert_eq!(settle.hold_at(None, Some(&b), &booting, t0), None);
+    }
+
+    #[test]
+    fn settled_entries_of_gone_objects_are_swept() {
+        let settle = Settle::new(Duration::from_secs(1));
+        let t0 = Instant::now();
+        let b = json!({"conditions": [cond("False", "A")]});
+        let a = json!({"conditions": [cond("False", "B")]});
+        for i in 0..SETTLE_SWEEP_AT {
+            settle.hold_at(Some(&format!("gone-{i}")), Some(&b), &a, t0);
+        }
+        let later = t0 + Duration::from_secs(60);
+        assert!(settle.hold_at(Some("new"), Some(&b), &a, later).is_some());
+        let since = settle.since.lock().unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(since.len(), 1);
     }
 
     #[test]
