@@ -3,7 +3,9 @@
 //! first real step. The driver does the same, but that request also carries the plugin
 //! version annotation of the version about to be called, and the reconcile goes on to call
 //! it: the finalizer, the annotation and the first call cost one write and one reconcile
-//! where they cost two of each (kube's finalizer helper returns after its write).
+//! where they cost two of each (kube's finalizer helper returns after its write). Clones the
+//! host creates are born with both (`Resolver::mark`), so this write is left for the objects
+//! users create.
 //!
 //! A paused object gets the finalizer alone (no call will happen) and goes on to its `Paused`
 //! condition. Since the reconcile that adds the finalizer always goes on, the driver's watch

@@ -22,7 +22,7 @@ use capw_api::common::names::{CONTROL_PLANE_NAME_LABEL, PLUGIN_VERSION_ANNOTATIO
 use capw_api::contract::conditions::{reasons, types};
 use capw_api::machine::Machine;
 use capw_reconcile::events::BoundedRecorder;
-use capw_reconcile::external::Resolver;
+use capw_reconcile::external::{Marks, Resolver};
 use capw_reconcile::fanout::Fanout;
 use capw_reconcile::metrics::{CallOutcome, Metrics};
 use capw_reconcile::relevance;
@@ -223,6 +223,20 @@ impl Driver {
             }
             keep
         });
+        // Objects the host creates of a driven kind are born with what the driver's first
+        // write would put on them (`Resolver::mark`), in the version serving them now.
+        let marks = wanted
+            .iter()
+            .filter(|(key, (plugin, ..))| running.get(*key).is_some_and(|(p, _)| p == plugin))
+            .map(|(_, (plugin, p, k, _))| {
+                let marks = Marks {
+                    finalizer: provider_finalizer(&k.kind, &k.group),
+                    version: format!("{plugin}/{}", p.metadata.version),
+                };
+                ((k.group.clone(), k.kind.clone()), marks)
+            })
+            .collect();
+        self.resolver.serve(marks);
         for (key, (plugin, p, k, role)) in wanted {
             if running.contains_key(&key) {
                 continue;
@@ -241,7 +255,7 @@ impl Driver {
             tracing::info!(kind = %key, %plugin, "driving kind");
             let skeleton = Skeleton::new(
                 ar.kind.to_lowercase(),
-                format!("{}.{}", ar.kind.to_lowercase(), ar.group),
+                provider_finalizer(&ar.kind, &ar.group),
                 self.metrics.clone(),
             );
             let kctx = Arc::new(KindCtx {
@@ -280,6 +294,11 @@ impl Driver {
         v.sort();
         v
     }
+}
+
+/// The finalizer the driver puts on the objects of a kind it serves.
+fn provider_finalizer(kind: &str, group: &str) -> String {
+    format!("{}.{group}", kind.to_lowercase())
 }
 
 fn same_kind(r: &capw_api::common::ContractVersionedObjectReference, ar: &ApiResource) -> bool {

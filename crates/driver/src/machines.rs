@@ -45,8 +45,9 @@ async fn create_owned(
     obj: Value,
     owners: &[&str],
 ) -> Result<(), DriverError> {
-    let obj: DynamicObject =
+    let mut obj: DynamicObject =
         serde_json::from_value(obj).map_err(|e| DriverError::Invalid(e.to_string()))?;
+    resolver.mark(kind, &mut obj);
     let name = obj.name_any();
     let api = resolver.api(ns, kind);
     match api.create(&PostParams::default(), &obj).await {

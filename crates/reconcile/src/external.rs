@@ -46,6 +46,22 @@ pub struct Resolver {
     kinds: Mutex<HashMap<(String, String), Resolved>>,
     caches: Mutex<HashMap<(String, String), KindCache>>,
     created: Created,
+    served: Served,
+}
+
+/// What the driver puts on an object of each kind it serves, by group and kind.
+#[derive(Default)]
+struct Served(Mutex<HashMap<(String, String), Marks>>);
+
+/// What the driver puts on a provider object before its first plugin call: its finalizer and
+/// the version of the plugin about to be called. An object the host creates of a kind the
+/// driver serves is born with them ([`Resolver::mark`]), which saves the driver's first write
+/// of each clone; the driver puts them on any other object itself, as before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marks {
+    pub finalizer: String,
+    /// `<plugin>/<version>`, for the plugin version annotation.
+    pub version: String,
 }
 
 /// Objects the host just created, by kind, namespace and name, until their kind's cache shows
@@ -105,9 +121,44 @@ impl Resolver {
             kinds: Mutex::new(HashMap::new()),
             caches: Mutex::new(HashMap::new()),
             created: Created::default(),
+            served: Served::default(),
         })
     }
 
+    /// The kinds the driver serves now, and what it puts on their objects; kinds left out
+    /// are served no more.
+    pub fn serve(&self, marks: HashMap<(String, String), Marks>) {
+        *lock(&self.served.0) = marks;
+    }
+
+    /// Gives `obj`, of kind `r`, which the host is about to create, what the driver would put
+    /// on it first, when the driver serves the kind.
+    pub fn mark(&self, r: &Resolved, obj: &mut DynamicObject) {
+        self.served.mark(r, obj);
+    }
+}
+
+impl Served {
+    fn mark(&self, r: &Resolved, obj: &mut DynamicObject) {
+        let key = (r.ar.group.clone(), r.ar.kind.clone());
+        let Some(marks) = lock(&self.0).get(&key).cloned() else {
+            return;
+        };
+        let finalizers = obj.metadata.finalizers.get_or_insert_with(Vec::new);
+        if !finalizers.contains(&marks.finalizer) {
+            finalizers.push(marks.finalizer);
+        }
+        obj.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                capw_api::common::names::PLUGIN_VERSION_ANNOTATION.to_string(),
+                marks.version,
+            );
+    }
+}
+
+impl Resolver {
     pub async fn resolve(&self, group: &str, kind: &str) -> Result<Resolved, ExternalError> {
         let key = (group.to_string(), kind.to_string());
         if let Some(r) = lock(&self.kinds).get(&key) {
@@ -369,6 +420,7 @@ pub fn owner_of_kind<K: Resource<DynamicType = ()>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::ResourceExt;
 
     #[test]
     fn the_newest_version_of_a_contract_label_wins() {
@@ -387,6 +439,54 @@ mod tests {
             plural: "kubeadmconfigs".into(),
         };
         ObjectRef::new_with(name, ar).within("ns")
+    }
+
+    /// An object of a served kind is born with the driver's finalizer (kept once, after any
+    /// of its own) and the plugin version; other kinds, and kinds served no more, get nothing.
+    #[test]
+    fn a_clone_of_a_served_kind_is_born_with_the_drivers_marks() {
+        let served = Served::default();
+        let ar = key("a").dyntype;
+        let r = Resolved {
+            ar: ar.clone(),
+            contract: Contract::V1Beta2,
+        };
+        let marks = Marks {
+            finalizer: "kubeadmconfig.bootstrap.cluster.x-k8s.io".into(),
+            version: "bootstrap/0.1.0".into(),
+        };
+        let born = |served: &Served| {
+            let mut obj = DynamicObject::new("a", &ar);
+            obj.metadata.finalizers = Some(vec!["theirs".into()]);
+            served.mark(&r, &mut obj);
+            obj
+        };
+        assert_eq!(
+            born(&served).metadata.finalizers,
+            Some(vec!["theirs".into()])
+        );
+        assert_eq!(born(&served).metadata.annotations, None);
+        *served.0.lock().unwrap() = HashMap::from([(
+            ("bootstrap.cluster.x-k8s.io".into(), "KubeadmConfig".into()),
+            marks,
+        )]);
+        let obj = born(&served);
+        assert_eq!(
+            obj.metadata.finalizers,
+            Some(vec![
+                "theirs".into(),
+                "kubeadmconfig.bootstrap.cluster.x-k8s.io".into()
+            ])
+        );
+        assert_eq!(
+            obj.annotations()
+                .get("runtime.capw.dev/plugin-version")
+                .map(String::as_str),
+            Some("bootstrap/0.1.0")
+        );
+        let mut twice = obj.clone();
+        served.mark(&r, &mut twice);
+        assert_eq!(twice.metadata.finalizers, obj.metadata.finalizers);
     }
 
     /// A created object stands in until the cache shows it, then the cache's copy is read and

@@ -226,8 +226,9 @@ async fn create_clone(
         &machine.uid().unwrap_or_default(),
         true
     )]);
-    let obj: DynamicObject =
+    let mut obj: DynamicObject =
         serde_json::from_value(object).map_err(|e| ReconcileError::Invalid(e.to_string()))?;
+    ctx.resolver.mark(&clone.target, &mut obj);
     match ctx
         .resolver
         .api(ns, &clone.target)
