@@ -459,7 +459,9 @@ async fn finalizers_and_owner_references_are_rebuilt_and_idle_writes_nothing() {
 
     // Converged: a minute without a single write and without plugin calls.
     env.converged("demo", 6).await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Progress a reconcile saw last (a count, a waiting reason) is written once it has stood
+    // for the status pace, 5 s (`capw_reconcile::pace`): wait it out before counting.
+    tokio::time::sleep(Duration::from_secs(10)).await;
     let (versions, calls) = (env.versions().await, env.calls());
     tokio::time::sleep(Duration::from_secs(60)).await;
     let after = env.versions().await;

@@ -835,7 +835,9 @@ async fn lifecycle_finalizers_and_owners_are_rebuilt_without_duplicates_and_idle
         }
         out
     };
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Progress a reconcile saw last (a count, a waiting reason) is written once it has stood
+    // for the status pace, 5 s (`capw_reconcile::pace`): wait it out before counting.
+    tokio::time::sleep(Duration::from_secs(10)).await;
     let idle = versions().await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     let after = versions().await;

@@ -229,11 +229,11 @@ pub struct CoreCtx {
     pub machine_tracker: Arc<Tracker<Machine>>,
 }
 
-/// At most one progress-only status write per object and this period: counts and waiting
-/// reasons lag by at most this, while a change of state is written at once and carries them.
-/// Under load a cluster's transitions come seconds apart (at a thousand clusters a worker
-/// took about 50 s from creation to Running, its status writes 5 to 20 s apart), so a
-/// one-second pace folded almost nothing; five seconds folds about a tenth of the status writes.
+/// A progress-only status change waits until it has stood for this period, and so is written
+/// at most once per period and object: counts and waiting reasons lag by at most this, while a
+/// change of state is written at once and carries them. Under load a cluster's transitions
+/// come seconds apart (at a thousand clusters a worker took about 50 s from creation to
+/// Running, its status writes 5 to 20 s apart), so a one-second pace folded almost nothing.
 pub(crate) const STATUS_PACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl CoreCtx {

@@ -131,11 +131,11 @@ pub struct Driver {
     /// Control-plane Machines created or deleted that the Machine cache does not show yet.
     expectations: capw_reconcile::expectations::Expectations,
     /// Holds a provider object's waiting reason until it has stood for [`SETTLE`].
-    settle: capw_reconcile::pace::Settle,
+    settle: capw_reconcile::pace::Pace,
 }
 
 /// How long a provider's new waiting reason stands before it is written: the change of state
-/// that often follows within it carries it instead (`capw_reconcile::pace::Settle`).
+/// that often follows within it carries it instead (`capw_reconcile::pace::Pace`).
 const SETTLE: Duration = Duration::from_secs(2);
 
 /// While a waiting reason is held, the object is looked at again within this, as often as a
@@ -191,7 +191,7 @@ impl Driver {
             metrics,
             running: Mutex::new(HashMap::new()),
             expectations: Default::default(),
-            settle: capw_reconcile::pace::Settle::new(SETTLE),
+            settle: capw_reconcile::pace::Pace::new(SETTLE),
         })
     }
 

@@ -67,13 +67,13 @@ impl Scope {
     /// spec write moves the generation the status observes.
     pub(super) fn hold_status(
         &mut self,
-        settle: &capw_reconcile::pace::Settle,
+        settle: &capw_reconcile::pace::Pace,
         uid: Option<&str>,
     ) -> Option<std::time::Duration> {
         if self.object_patch().is_some() {
             return None;
         }
-        let wait = settle.hold(uid, self.status_before.as_ref(), &self.status);
+        let wait = settle.hold(uid, self.status_before.as_ref(), &self.status, &[]);
         self.status_held = wait.is_some();
         wait
     }
@@ -232,7 +232,7 @@ mod tests {
     /// state is not.
     #[test]
     fn a_waiting_reason_is_held_unless_the_object_is_written() {
-        let settle = capw_reconcile::pace::Settle::new(std::time::Duration::from_secs(60));
+        let settle = capw_reconcile::pace::Pace::new(std::time::Duration::from_secs(60));
         let waiting = |reason: &str| json!({"conditions": [{"type": "Ready", "status": "False", "reason": reason}]});
         let obj = object(json!({"spec": {}, "status": waiting("WaitingForBootstrapData")}));
         let mut s = Scope::new(&obj);

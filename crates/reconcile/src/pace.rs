@@ -5,52 +5,52 @@
 //! change many times. Under load each change was a write of its own: at a thousand clusters a
 //! MachineDeployment's status was written 12 times per cluster against 3 for one cluster
 //! alone, because its Machines reached each count at different moments. A change that is only
-//! progress is written at most once per period per object, folding the counts in between; a
-//! change of anything else (a condition's status, a phase, a flag, an observed generation, a
+//! progress waits until it has stood for the period, folding the counts in between; a change
+//! of anything else (a condition's status, a phase, a flag, an observed generation, a
 //! reference) is written at once, since other controllers and `kubectl wait` act on those,
 //! and it carries the progress along. Nothing is lost: a held-back status is written by the
-//! reconcile the returned wait schedules, or by an earlier one.
+//! reconcile the returned wait schedules, or by an earlier one. Progress so lags by at most
+//! the period, and is written at most once per period and object.
 //!
-//! The per-object period is `governor`'s keyed GCRA limiter with a burst of one.
+//! The wait starts when progress is first seen, not at the last write: a step about to end
+//! reports its waiting reason (`VMBooting`, while the in-memory VM registers its Node) a second
+//! or so before the change of state that ends it, and a Cluster's worker counts move a few
+//! seconds before its `Available` flips. A limiter that lets the first progress after a quiet
+//! period through (GCRA with a burst of one, as this was) wrote each of those, then the state.
+//! The first-seen times are a map per object, swept of long-gone entries: a rate limiter such
+//! as `governor` keeps when the last write was, not when the pending change was first seen.
 
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
-use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// How many checks between two sweeps of the objects whose period has long passed.
-const SWEEP_EVERY: u32 = 4096;
-
-/// At most one progress-only status write per object and period.
+/// Progress-only status changes, held per object until they have stood for a period.
 pub struct Pace {
-    limiter: DefaultKeyedRateLimiter<String>,
-    clock: DefaultClock,
-    checks: AtomicU32,
+    period: Duration,
+    since: Mutex<HashMap<String, Instant>>,
 }
 
+/// Entries this many periods old belong to objects deleted, or settled by a write that
+/// happened without asking.
+const SWEEP_PERIODS: u32 = 10;
+
+/// How many waiting objects before a new one sweeps the map.
+const SWEEP_AT: usize = 1024;
+
 impl Pace {
-    /// At most one progress-only write per `period` (at least a millisecond) and object.
+    /// A progress-only change is written once it has stood for `period`.
     pub fn new(period: Duration) -> Self {
-        let quota = Quota::with_period(period.max(Duration::from_millis(1)))
-            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
-            .allow_burst(NonZeroU32::MIN);
         Pace {
-            limiter: RateLimiter::keyed(quota),
-            clock: DefaultClock::default(),
-            checks: AtomicU32::new(0),
+            period,
+            since: Mutex::new(HashMap::new()),
         }
     }
 
     /// How long to hold back the write of `after` over `before` for the object `key` (its
-    /// UID): `None` to write it now. A write now starts the object's period, except a change of
-    /// state written while the period still runs: GCRA keeps the running one, so the next
-    /// progress may follow it sooner. `counters` are the keys whose values are counts, at any
-    /// depth.
+    /// UID): `None` to write it now. A change of state, or no change, ends the object's wait.
+    /// `counters` are the keys whose values are counts, at any depth.
     pub fn hold<S: Serialize>(
         &self,
         key: Option<&str>,
@@ -58,60 +58,7 @@ impl Pace {
         after: &S,
         counters: &[&str],
     ) -> Option<Duration> {
-        let key = key?;
-        if self
-            .checks
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(SWEEP_EVERY)
-        {
-            self.limiter.retain_recent();
-        }
-        // The statuses are compared only when the period still runs: otherwise the write
-        // goes now either way.
-        let not_until = self.limiter.check_key(&key.to_string()).err()?;
-        before
-            .is_some_and(|b| progress_only(b, after, counters))
-            .then(|| not_until.wait_time_from(self.clock.now()))
-    }
-}
-
-/// Holds a progress-only status change back until it has stood for a moment, so the change of
-/// state that often follows at once carries it instead of a write of its own.
-///
-/// A provider reports a waiting reason for a step that is about to end (`VMBooting`, while the
-/// in-memory VM registers its Node): at a thousand clusters the next state came 1.2 to 1.5 s
-/// later, and the reason cost a write of the provider object and one of its Machine, which
-/// mirrors it. [`Pace`] lets the first progress after a quiet period through at once, so it
-/// folded none of these. A reason that stands longer than the period is written then, as
-/// before. The first-seen times are kept per object in a map, swept of long-gone entries; no
-/// keyed debouncer crate keeps state between calls that the caller drives.
-pub struct Settle {
-    period: Duration,
-    since: Mutex<HashMap<String, Instant>>,
-}
-
-/// Entries this many periods old belong to objects that were deleted or settled otherwise.
-const SETTLE_SWEEP_PERIODS: u32 = 10;
-
-impl Settle {
-    /// A progress-only change is written once it has stood for `period`.
-    pub fn new(period: Duration) -> Self {
-        Settle {
-            period,
-            since: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// How long to hold back the write of `after` over `before` for the object `key` (its UID):
-    /// `None` to write it now. Anything but progress (see [`Pace`]) goes at once and ends the
-    /// object's wait.
-    pub fn hold<S: Serialize>(
-        &self,
-        key: Option<&str>,
-        before: Option<&S>,
-        after: &S,
-    ) -> Option<Duration> {
-        self.hold_at(key, before, after, Instant::now())
+        self.hold_at(key, before, after, counters, Instant::now())
     }
 
     fn hold_at<S: Serialize>(
@@ -119,17 +66,18 @@ impl Settle {
         key: Option<&str>,
         before: Option<&S>,
         after: &S,
+        counters: &[&str],
         now: Instant,
     ) -> Option<Duration> {
         let key = key?;
-        let progress = before.is_some_and(|b| changed_progress_only(b, after));
+        let progress = before.is_some_and(|b| progress_only(b, after, counters));
         let mut since = self.since.lock().unwrap_or_else(PoisonError::into_inner);
         if !progress {
             since.remove(key);
             return None;
         }
-        if !since.contains_key(key) && since.len() >= SETTLE_SWEEP_AT {
-            let stale = self.period * SETTLE_SWEEP_PERIODS;
+        if !since.contains_key(key) && since.len() >= SWEEP_AT {
+            let stale = self.period * SWEEP_PERIODS;
             since.retain(|_, t| now.saturating_duration_since(*t) < stale);
         }
         let first = *since.entry(key.to_string()).or_insert(now);
@@ -143,22 +91,11 @@ impl Settle {
     }
 }
 
-/// How many waiting objects before a new one sweeps the map.
-const SETTLE_SWEEP_AT: usize = 1024;
-
-/// Whether `after` differs from `before` at most in counters and in the reason, message and
-/// times of conditions whose status stays the same.
+/// Whether `after` differs from `before`, and at most in counters and in the reason, message
+/// and times of conditions whose status stays the same.
 fn progress_only<S: Serialize>(before: &S, after: &S, counters: &[&str]) -> bool {
     match (serde_json::to_value(before), serde_json::to_value(after)) {
-        (Ok(b), Ok(a)) => state(&b, counters) == state(&a, counters),
-        _ => false,
-    }
-}
-
-/// Whether `after` differs from `before`, and only in progress.
-fn changed_progress_only<S: Serialize>(before: &S, after: &S) -> bool {
-    match (serde_json::to_value(before), serde_json::to_value(after)) {
-        (Ok(b), Ok(a)) => b != a && state(&b, &[]) == state(&a, &[]),
+        (Ok(b), Ok(a)) => b != a && state(&b, counters) == state(&a, counters),
         _ => false,
     }
 }
@@ -219,6 +156,10 @@ mod tests {
         let b = json!({"replicas": 1, "readyReplicas": 0, "conditions": [cond("False", "A")]});
         let a = json!({"replicas": 3, "readyReplicas": 2, "conditions": [cond("False", "B")]});
         assert!(progress_only(&b, &a, COUNTERS));
+        assert!(
+            !progress_only(&b, &b, COUNTERS),
+            "no change is not progress"
+        );
     }
 
     #[test]
@@ -235,73 +176,53 @@ mod tests {
 
     #[test]
     fn progress_is_written_once_it_has_stood_for_the_period() {
-        let settle = Settle::new(Duration::from_secs(2));
+        let pace = Pace::new(Duration::from_secs(2));
         let t0 = Instant::now();
-        let b = json!({"conditions": [cond("False", "WaitingForBootstrapData")]});
-        let booting = json!({"conditions": [cond("False", "VMBooting")]});
-        let ready = json!({"conditions": [cond("True", "Provisioned")]});
-        let hold = |before: &Value, after: &Value, at: u64| {
-            settle.hold_at(
-                Some("uid-1"),
-                Some(before),
-                after,
-                t0 + Duration::from_millis(at),
-            )
+        let b = json!({"replicas": 1, "conditions": [cond("False", "WaitingForBootstrapData")]});
+        let booting = json!({"replicas": 1, "conditions": [cond("False", "VMBooting")]});
+        let counted = json!({"replicas": 2, "conditions": [cond("False", "VMBooting")]});
+        let ready = json!({"replicas": 2, "conditions": [cond("True", "Provisioned")]});
+        let hold = |after: &Value, at: u64| {
+            let at = t0 + Duration::from_millis(at);
+            pace.hold_at(Some("uid-1"), Some(&b), after, COUNTERS, at)
         };
-        // New progress waits the whole period, and then what is left of it.
-        assert_eq!(hold(&b, &booting, 0), Some(Duration::from_secs(2)));
-        assert_eq!(hold(&b, &booting, 1500), Some(Duration::from_millis(500)));
-        // Once it has stood for the period it is written, and a later progress waits anew.
-        assert_eq!(hold(&b, &booting, 2000), None);
-        assert_eq!(hold(&b, &booting, 2100), Some(Duration::from_secs(2)));
+        // New progress waits the whole period, later progress what is left of it.
+        assert_eq!(hold(&booting, 0), Some(Duration::from_secs(2)));
+        assert_eq!(hold(&counted, 1500), Some(Duration::from_millis(500)));
+        // Once it has stood for the period it is written, and the next progress waits anew.
+        assert_eq!(hold(&counted, 2000), None);
+        assert_eq!(hold(&booting, 2100), Some(Duration::from_secs(2)));
         // A change of state goes at once, carrying the progress, and ends the wait.
-        assert_eq!(hold(&b, &ready, 2200), None);
-        assert_eq!(hold(&b, &booting, 2300), Some(Duration::from_secs(2)));
-        // Nothing changed, no status yet, or no UID: never held.
-        assert_eq!(hold(&b, &b, 2400), None);
-        assert_eq!(settle.hold_at(Some("uid-2"), None, &booting, t0), None);
-        assert_eq!(settle.hold_at(None, Some(&b), &booting, t0), None);
+        assert_eq!(hold(&ready, 2200), None);
+        assert_eq!(hold(&booting, 2300), Some(Duration::from_secs(2)));
+        // No change ends the wait too.
+        assert_eq!(hold(&b, 2400), None);
+        assert_eq!(hold(&booting, 2500), Some(Duration::from_secs(2)));
+        // Another object waits on its own; no status yet, or no UID: never held.
+        let other = pace.hold_at(Some("uid-2"), Some(&b), &booting, COUNTERS, t0);
+        assert_eq!(other, Some(Duration::from_secs(2)));
+        assert_eq!(
+            pace.hold_at(Some("uid-3"), None, &booting, COUNTERS, t0),
+            None
+        );
+        assert_eq!(pace.hold_at(None, Some(&b), &booting, COUNTERS, t0), None);
     }
 
     #[test]
-    fn settled_entries_of_gone_objects_are_swept() {
-        let settle = Settle::new(Duration::from_secs(1));
+    fn the_waits_of_gone_objects_are_swept() {
+        let pace = Pace::new(Duration::from_secs(1));
         let t0 = Instant::now();
         let b = json!({"conditions": [cond("False", "A")]});
         let a = json!({"conditions": [cond("False", "B")]});
-        for i in 0..SETTLE_SWEEP_AT {
-            settle.hold_at(Some(&format!("gone-{i}")), Some(&b), &a, t0);
+        for i in 0..SWEEP_AT {
+            pace.hold_at(Some(&format!("gone-{i}")), Some(&b), &a, &[], t0);
         }
         let later = t0 + Duration::from_secs(60);
-        assert!(settle.hold_at(Some("new"), Some(&b), &a, later).is_some());
-        let since = settle.since.lock().unwrap_or_else(PoisonError::into_inner);
-        assert_eq!(since.len(), 1);
-    }
-
-    #[test]
-    fn progress_is_held_back_within_the_period_and_state_is_not() {
-        let pace = Pace::new(Duration::from_secs(60));
-        let b = json!({"replicas": 1, "conditions": [cond("False", "A")]});
-        let progress = json!({"replicas": 2, "conditions": [cond("False", "A")]});
-        let state = json!({"replicas": 2, "conditions": [cond("True", "A")]});
-        // The first write of an object goes at once, and starts its period.
-        assert_eq!(
-            pace.hold(Some("uid-1"), Some(&b), &progress, COUNTERS),
-            None
-        );
-        let wait = pace.hold(Some("uid-1"), Some(&b), &progress, COUNTERS);
         assert!(
-            wait.is_some_and(|w| w > Duration::from_secs(50)),
-            "{wait:?}"
+            pace.hold_at(Some("new"), Some(&b), &a, &[], later)
+                .is_some()
         );
-        assert_eq!(pace.hold(Some("uid-1"), Some(&b), &state, COUNTERS), None);
-        // Another object has its own period; an object with no UID, or no status yet, is
-        // never held back.
-        assert_eq!(
-            pace.hold(Some("uid-2"), Some(&b), &progress, COUNTERS),
-            None
-        );
-        assert_eq!(pace.hold(None, Some(&b), &progress, COUNTERS), None);
-        assert_eq!(pace.hold(Some("uid-1"), None, &progress, COUNTERS), None);
+        let since = pace.since.lock().unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(since.len(), 1);
     }
 }
