@@ -130,17 +130,17 @@ pub struct Driver {
     running: Mutex<HashMap<String, (String, tokio::task::JoinHandle<()>)>>,
     /// Control-plane Machines created or deleted that the Machine cache does not show yet.
     expectations: capw_reconcile::expectations::Expectations,
-    /// Holds a provider object's waiting reason until it has stood for [`SETTLE`].
-    settle: capw_reconcile::pace::Pace,
+    /// Holds a provider object's waiting reason until it has stood for [`PROVIDER_PACE`].
+    pace: capw_reconcile::pace::Pace,
 }
 
 /// How long a provider's new waiting reason stands before it is written: the change of state
 /// that often follows within it carries it instead (`capw_reconcile::pace::Pace`).
-const SETTLE: Duration = Duration::from_secs(2);
+const PROVIDER_PACE: Duration = Duration::from_secs(2);
 
 /// While a waiting reason is held, the object is looked at again within this, as often as a
 /// plugin polling a step that is about to end asks to (the in-memory VM: every second).
-const SETTLE_RECHECK: Duration = Duration::from_secs(1);
+const PACE_RECHECK: Duration = Duration::from_secs(1);
 
 /// One served kind.
 struct KindCtx {
@@ -191,7 +191,7 @@ impl Driver {
             metrics,
             running: Mutex::new(HashMap::new()),
             expectations: Default::default(),
-            settle: capw_reconcile::pace::Pace::new(SETTLE),
+            pace: capw_reconcile::pace::Pace::new(PROVIDER_PACE),
         })
     }
 
@@ -660,7 +660,7 @@ async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driver
     }
     // A failed phase's status is written at once: it reports the failure.
     let held = match result {
-        Ok(_) => scope.hold_status(&kctx.driver.settle, obj.uid().as_deref()),
+        Ok(_) => scope.hold_status(&kctx.driver.pace, obj.uid().as_deref()),
         Err(_) => None,
     };
     let written = scope
@@ -668,7 +668,7 @@ async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driver
         .await;
     let action = result?;
     written?;
-    Ok(held.map_or(action, |wait| Action::requeue(wait.min(SETTLE_RECHECK))))
+    Ok(held.map_or(action, |wait| Action::requeue(wait.min(PACE_RECHECK))))
 }
 
 async fn apply_phases(

@@ -62,18 +62,18 @@ impl Scope {
         }
     }
 
-    /// How long `settle` holds back this reconcile's status change, which is then not written:
+    /// How long `pace` holds back this reconcile's status change, which is then not written:
     /// `None` to write it. A reconcile that writes the object writes its status too, since a
     /// spec write moves the generation the status observes.
     pub(super) fn hold_status(
         &mut self,
-        settle: &capw_reconcile::pace::Pace,
+        pace: &capw_reconcile::pace::Pace,
         uid: Option<&str>,
     ) -> Option<std::time::Duration> {
         if self.object_patch().is_some() {
             return None;
         }
-        let wait = settle.hold(uid, self.status_before.as_ref(), &self.status, &[]);
+        let wait = pace.hold(uid, self.status_before.as_ref(), &self.status, &[]);
         self.status_held = wait.is_some();
         wait
     }
@@ -232,24 +232,24 @@ mod tests {
     /// state is not.
     #[test]
     fn a_waiting_reason_is_held_unless_the_object_is_written() {
-        let settle = capw_reconcile::pace::Pace::new(std::time::Duration::from_secs(60));
+        let pace = capw_reconcile::pace::Pace::new(std::time::Duration::from_secs(60));
         let waiting = |reason: &str| json!({"conditions": [{"type": "Ready", "status": "False", "reason": reason}]});
         let obj = object(json!({"spec": {}, "status": waiting("WaitingForBootstrapData")}));
         let mut s = Scope::new(&obj);
         s.status = waiting("VMBooting");
-        assert!(s.hold_status(&settle, Some("uid-1")).is_some());
+        assert!(s.hold_status(&pace, Some("uid-1")).is_some());
         assert_eq!(s.writes().status, None);
 
         let mut s = Scope::new(&obj);
         s.status = waiting("VMBooting");
         s.merge_spec(&json!({"providerID": "docker:///m1"}));
-        assert_eq!(s.hold_status(&settle, Some("uid-1")), None);
+        assert_eq!(s.hold_status(&pace, Some("uid-1")), None);
         assert_eq!(s.writes().status, Some(waiting("VMBooting")));
 
         let mut s = Scope::new(&obj);
         s.status =
             json!({"conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned"}]});
-        assert_eq!(s.hold_status(&settle, Some("uid-1")), None);
+        assert_eq!(s.hold_status(&pace, Some("uid-1")), None);
         assert!(s.writes().status.is_some());
     }
 

@@ -136,29 +136,7 @@ impl Resolver {
     pub fn mark(&self, r: &Resolved, obj: &mut DynamicObject) {
         self.served.mark(r, obj);
     }
-}
 
-impl Served {
-    fn mark(&self, r: &Resolved, obj: &mut DynamicObject) {
-        let key = (r.ar.group.clone(), r.ar.kind.clone());
-        let Some(marks) = lock(&self.0).get(&key).cloned() else {
-            return;
-        };
-        let finalizers = obj.metadata.finalizers.get_or_insert_with(Vec::new);
-        if !finalizers.contains(&marks.finalizer) {
-            finalizers.push(marks.finalizer);
-        }
-        obj.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(
-                capw_api::common::names::PLUGIN_VERSION_ANNOTATION.to_string(),
-                marks.version,
-            );
-    }
-}
-
-impl Resolver {
     pub async fn resolve(&self, group: &str, kind: &str) -> Result<Resolved, ExternalError> {
         let key = (group.to_string(), kind.to_string());
         if let Some(r) = lock(&self.kinds).get(&key) {
@@ -327,6 +305,26 @@ impl Resolver {
         objects.retain(|_, (at, _)| now.duration_since(*at) < CREATED_TTL);
         objects.insert(key, (now, Arc::new(obj)));
         self.created.pending.store(objects.len(), Ordering::Release);
+    }
+}
+
+impl Served {
+    fn mark(&self, r: &Resolved, obj: &mut DynamicObject) {
+        let key = (r.ar.group.clone(), r.ar.kind.clone());
+        let Some(marks) = lock(&self.0).get(&key).cloned() else {
+            return;
+        };
+        let finalizers = obj.metadata.finalizers.get_or_insert_with(Vec::new);
+        if !finalizers.contains(&marks.finalizer) {
+            finalizers.push(marks.finalizer);
+        }
+        obj.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                capw_api::common::names::PLUGIN_VERSION_ANNOTATION.to_string(),
+                marks.version,
+            );
     }
 }
 
