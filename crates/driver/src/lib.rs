@@ -659,9 +659,10 @@ async fn apply(obj: Arc<DynamicObject>, kctx: &KindCtx) -> Result<Action, Driver
         kctx.wakes.expect_own_spec_write(&obj);
     }
     // A failed phase's status is written at once: it reports the failure.
-    let held = match result {
-        Ok(_) => scope.hold_status(&kctx.driver.pace, obj.uid().as_deref()),
-        Err(_) => None,
+    let held = if result.is_ok() {
+        scope.hold_status(&kctx.driver.pace, obj.uid().as_deref())
+    } else {
+        None
     };
     let written = scope
         .close(&kctx.api(&obj.namespace().unwrap_or_default()))

@@ -29,14 +29,22 @@ use std::time::{Duration, Instant};
 /// Progress-only status changes, held per object until they have stood for a period.
 pub struct Pace {
     period: Duration,
-    since: Mutex<HashMap<String, Instant>>,
+    waits: Mutex<Waits>,
+}
+
+/// When each object's pending progress was first seen.
+struct Waits {
+    since: HashMap<String, Instant>,
+    /// The map's size at which a new object sweeps it: twice what a sweep left, so a thousand
+    /// clusters' live waits are not scanned on every new one.
+    sweep_at: usize,
 }
 
 /// Entries this many periods old belong to objects deleted, or settled by a write that
 /// happened without asking.
 const SWEEP_PERIODS: u32 = 10;
 
-/// How many waiting objects before a new one sweeps the map.
+/// How many waiting objects, at least, before a new one sweeps the map.
 const SWEEP_AT: usize = 1024;
 
 impl Pace {
@@ -44,7 +52,10 @@ impl Pace {
     pub fn new(period: Duration) -> Self {
         Pace {
             period,
-            since: Mutex::new(HashMap::new()),
+            waits: Mutex::new(Waits {
+                since: HashMap::new(),
+                sweep_at: SWEEP_AT,
+            }),
         }
     }
 
@@ -71,14 +82,16 @@ impl Pace {
     ) -> Option<Duration> {
         let key = key?;
         let progress = before.is_some_and(|b| progress_only(b, after, counters));
-        let mut since = self.since.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut waits = self.waits.lock().unwrap_or_else(PoisonError::into_inner);
+        let Waits { since, sweep_at } = &mut *waits;
         if !progress {
             since.remove(key);
             return None;
         }
-        if !since.contains_key(key) && since.len() >= SWEEP_AT {
+        if !since.contains_key(key) && since.len() >= *sweep_at {
             let stale = self.period * SWEEP_PERIODS;
             since.retain(|_, t| now.saturating_duration_since(*t) < stale);
+            *sweep_at = (since.len() * 2).max(SWEEP_AT);
         }
         let first = *since.entry(key.to_string()).or_insert(now);
         let stood = now.saturating_duration_since(first);
@@ -222,7 +235,23 @@ mod tests {
             pace.hold_at(Some("new"), Some(&b), &a, &[], later)
                 .is_some()
         );
-        let since = pace.since.lock().unwrap_or_else(PoisonError::into_inner);
-        assert_eq!(since.len(), 1);
+        let waits = pace.waits.lock().unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(waits.since.len(), 1);
+    }
+
+    /// Live waits survive a sweep, and the next sweep waits until the map has doubled: a new
+    /// object does not scan them all again.
+    #[test]
+    fn a_sweep_that_finds_live_waits_is_not_repeated_at_once() {
+        let pace = Pace::new(Duration::from_secs(1));
+        let t0 = Instant::now();
+        let b = json!({"conditions": [cond("False", "A")]});
+        let a = json!({"conditions": [cond("False", "B")]});
+        for i in 0..=SWEEP_AT {
+            pace.hold_at(Some(&format!("live-{i}")), Some(&b), &a, &[], t0);
+        }
+        let waits = pace.waits.lock().unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(waits.since.len(), SWEEP_AT + 1);
+        assert_eq!(waits.sweep_at, 2 * SWEEP_AT);
     }
 }
