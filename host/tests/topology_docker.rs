@@ -154,7 +154,7 @@ async fn node_versions(env: &Env) -> Vec<String> {
         .map(|n| {
             n["status"]["nodeInfo"]["kubeletVersion"]
                 .as_str()
-                .unwrap()
+                .unwrap_or_default()
                 .to_string()
         })
         .collect()

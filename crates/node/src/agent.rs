@@ -105,15 +105,18 @@ pub async fn report_api_server(
     ready: bool,
 ) -> Result<(), kube::Error> {
     let status = api_server_pod_status(ready);
-    ensure_with_status(pods, api_server_pod(r), &Patch::Merge(&status)).await
+    // The server gives a new Pod its own `Pending` status, so the report is always a patch.
+    ensure_with_status(pods, api_server_pod(r), &Patch::Merge(&status), false).await
 }
 
 /// Creates `object` unless it exists, then patches its status: what the kubelet does for its
-/// Node and for each mirror Pod, on every heartbeat.
+/// Node and for each mirror Pod, on every heartbeat. With `born_with_status` the object is
+/// created carrying the status, and a create that succeeds needs no patch.
 async fn ensure_with_status<K>(
     api: &Api<K>,
-    object: serde_json::Value,
+    mut object: serde_json::Value,
     status: &Patch<&serde_json::Value>,
+    born_with_status: bool,
 ) -> Result<(), kube::Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
@@ -122,8 +125,12 @@ where
         .as_str()
         .unwrap_or_default()
         .to_string();
+    if born_with_status && let Patch::Strategic(body) | Patch::Merge(body) = status {
+        object["status"] = body["status"].clone();
+    }
     let typed: K = serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
     match api.create(&PostParams::default(), &typed).await {
+        Ok(_) if born_with_status => return Ok(()),
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(e),
@@ -160,8 +167,9 @@ pub fn ready_status(r: &Registration<'_>) -> serde_json::Value {
 pub async fn register(nodes: &Api<Node>, r: &Registration<'_>) -> Result<(), kube::Error> {
     let status = ready_status(r);
     // Strategic: conditions merge by type, so conditions the agent did not set stay, as a
-    // kubelet leaves them.
-    ensure_with_status(nodes, object(r), &Patch::Strategic(&status)).await
+    // kubelet leaves them. The Node is born with its status, as a kubelet registers it, so
+    // `kubectl get nodes` never lists it without its version.
+    ensure_with_status(nodes, object(r), &Patch::Strategic(&status), true).await
 }
 
 /// The ConfigMap `kubeadm init` uploads: the ClusterConfiguration document, as kubeadm reads

@@ -794,13 +794,22 @@ async fn register(
     };
     // Strategic: conditions merge by type, so a condition the agent did not set (an
     // operator's, or a test's standing in for a failing kubelet) stays, as with a kubelet.
+    // The Node is born with its status, as a kubelet registers it.
     let status = PatchBody::Strategic(capw_node::agent::ready_status(&r));
-    ensure_with_status(core, "nodes", "", capw_node::agent::object(&r), status).await?;
+    ensure_with_status(
+        core,
+        "nodes",
+        "",
+        capw_node::agent::object(&r),
+        status,
+        true,
+    )
+    .await?;
     if reg.control_plane {
         // Ready: this write goes through the server the Pod stands for.
         let status = PatchBody::Merge(capw_node::agent::api_server_pod_status(true));
         let pod = capw_node::agent::api_server_pod(&r);
-        ensure_with_status(core, "pods", "kube-system", pod, status).await?;
+        ensure_with_status(core, "pods", "kube-system", pod, status, false).await?;
     }
     if let Some(cc) = &reg.cluster_configuration {
         put_config_map(core, capw_node::agent::kubeadm_config_map(cc)).await?;
@@ -853,13 +862,15 @@ async fn put_config_map(
 }
 
 /// `capw_node::agent`'s create-unless-present then status patch of a core/v1 `resource`,
-/// written to the simulated cluster's store directly.
+/// written to the simulated cluster's store directly; with `born_with_status`, a create
+/// carries the status and needs no patch.
 async fn ensure_with_status(
     core: &Core,
     resource: &str,
     ns: &str,
-    object: serde_json::Value,
+    mut object: serde_json::Value,
     status: PatchBody,
+    born_with_status: bool,
 ) -> Result<(), capw_apiserver::status::ApiError> {
     let Some(rt) = core.registry.get("", "v1", resource) else {
         return Ok(());
@@ -872,12 +883,16 @@ async fn ensure_with_status(
         .as_str()
         .unwrap_or_default()
         .to_string();
-    if let Err(e) = core
+    if born_with_status && let PatchBody::Strategic(body) | PatchBody::Merge(body) = &status {
+        object["status"] = body["status"].clone();
+    }
+    match core
         .write(&rt, ns, &name, "", Op::Create(object), &opts)
         .await
-        && e.code != 409
     {
-        return Err(e);
+        Ok(_) if born_with_status => return Ok(()),
+        Err(e) if e.code != 409 => return Err(e),
+        _ => {}
     }
     core.write(&rt, ns, &name, "status", Op::Patch(status), &opts)
         .await?;
