@@ -26,9 +26,29 @@ pub fn compile(source: &str) -> Result<Program, ParseErrors> {
 fn build() -> Env {
     #[allow(unused_mut)]
     let mut env = Env::stdlib().with_optional_support(true);
+    matches_overloads(&mut env);
     #[cfg(feature = "ip")]
     ip_overloads(&mut env);
     env
+}
+
+/// `matches`, as cel's own (its `regex` feature is off, so the name is free), with the pattern
+/// compiled once (`crate::regex_cache`) instead of on every call.
+fn matches_overloads(env: &mut Env) {
+    use cel::common::types::{CelBool, CelString};
+    fn matches(this: &CelString<'_>, re: &CelString<'_>) -> Result<CelBool, cel::ExecutionError> {
+        crate::regex_cache::compiled(re.inner())
+            .map(|compiled| CelBool::from(compiled.is_match(this.inner())))
+            .map_err(|err| {
+                cel::ExecutionError::function_error(
+                    "matches",
+                    format!("'{}' not a valid regex:\n{err}", re.inner()),
+                )
+            })
+    }
+    // The names are free in this environment, so these cannot conflict.
+    let _ = cel::add_overload!(env, fn matches: (CelString, CelString) -> Result<CelBool>, id = "matches");
+    let _ = cel::add_member_overload!(env, fn matches: (CelString, CelString) -> Result<CelBool>);
 }
 
 #[cfg(feature = "ip")]

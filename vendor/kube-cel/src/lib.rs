@@ -119,6 +119,7 @@ pub use cel;
 mod env;
 mod ext;
 mod functions;
+mod regex_cache;
 
 pub use env::{compile, env};
 
@@ -191,6 +192,21 @@ mod tests {
     fn test_integration_sets() {
         assert_eq!(eval("sets.contains([1, 2, 3], [1, 2])"), Value::Bool(true));
         assert_eq!(eval("sets.intersects([1, 2], [2, 3])"), Value::Bool(true));
+    }
+
+    /// cel's own `matches` is replaced (`env::matches_overloads`); both call forms and the
+    /// error for a bad pattern stay as cel had them.
+    #[test]
+    fn matches_is_declared_in_both_forms() {
+        assert_eq!(eval("'abc-1'.matches('^[a-z]+-[0-9]$')"), Value::Bool(true));
+        assert_eq!(eval("matches('abc', '^[0-9]+$')"), Value::Bool(false));
+        assert_eq!(eval("'abc'.matches('b')"), Value::Bool(true));
+        let ctx = Context::with_env(crate::env()).with_all();
+        let err = crate::compile("'foobar'.matches('(foo')").unwrap().execute(&ctx).unwrap_err();
+        assert!(
+            err.to_string().contains("'(foo' not a valid regex"),
+            "{err}"
+        );
     }
 
     #[test]

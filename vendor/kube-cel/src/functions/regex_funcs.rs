@@ -8,7 +8,6 @@ use cel::{
     extractors::{Arguments, This},
     objects::Value,
 };
-use regex::Regex;
 use std::sync::Arc;
 
 /// Register all regex extension functions.
@@ -20,7 +19,7 @@ pub(crate) fn register(ctx: &mut Context<'_, '_>) -> Result<(), cel::Declaration
 
 /// `<string>.find(<string>) -> <string>`
 fn find(This(this): This<Arc<String>>, pattern: Arc<String>) -> ResolveResult {
-    let re = Regex::new(&pattern)
+    let re = crate::regex_cache::compiled(&pattern)
         .map_err(|e| ExecutionError::function_error("find", format!("invalid regex: {e}")))?;
     let result = re.find(&this).map(|m| m.as_str().to_string()).unwrap_or_default();
     Ok(Value::String(Arc::new(result)))
@@ -39,7 +38,7 @@ fn find_all(This(this): This<Arc<String>>, Arguments(args): Arguments) -> Resolv
         }
     };
 
-    let re = Regex::new(&pattern)
+    let re = crate::regex_cache::compiled(&pattern)
         .map_err(|e| ExecutionError::function_error("findAll", format!("invalid regex: {e}")))?;
 
     let limit = match args.get(1) {
