@@ -186,9 +186,7 @@ fn check_node(s: &Value, path: &str, out: &mut Vec<Cause>) {
         ));
     }
     if let Some(d) = obj.get("default") {
-        let mut value = d.clone();
-        let errs = validate(&mut value, s, &join(path, "default"));
-        out.extend(errs);
+        out.extend(validate(d, s, &join(path, "default")));
     }
 }
 
@@ -200,11 +198,11 @@ pub struct Pruned(pub Vec<String>);
 /// only known ObjectMeta fields at the root and in embedded resources.
 pub fn prune(obj: &mut Value, schema: &Value) -> Pruned {
     let mut pruned = Pruned::default();
-    prune_node(obj, schema, "", true, &mut pruned);
+    prune_node(obj, schema, &FieldPath::Root(""), true, &mut pruned);
     pruned
 }
 
-fn prune_node(v: &mut Value, s: &Value, path: &str, root: bool, pruned: &mut Pruned) {
+fn prune_node(v: &mut Value, s: &Value, at: &FieldPath<'_>, root: bool, pruned: &mut Pruned) {
     let embedded = root || flag(s, "x-kubernetes-embedded-resource");
     match v {
         Value::Object(m) => {
@@ -212,7 +210,7 @@ fn prune_node(v: &mut Value, s: &Value, path: &str, root: bool, pruned: &mut Pru
                 meta.retain(|k, _| {
                     let keep = OBJECT_META_FIELDS.contains(&k.as_str());
                     if !keep {
-                        pruned.0.push(join(&join(path, "metadata"), k));
+                        pruned.0.push(join(&join(&at.render(), "metadata"), k));
                     }
                     keep
                 });
@@ -221,37 +219,33 @@ fn prune_node(v: &mut Value, s: &Value, path: &str, root: bool, pruned: &mut Pru
             let additional = s.get("additionalProperties");
             let preserve = flag(s, "x-kubernetes-preserve-unknown-fields")
                 || additional == Some(&Value::Bool(true));
-            let keys: Vec<String> = m.keys().cloned().collect();
-            for k in keys {
+            // Removed after the walk, which borrows the map; reported in the walk's order.
+            let mut dropped = vec![];
+            for (k, child) in m.iter_mut() {
                 if embedded && (k == "apiVersion" || k == "kind" || k == "metadata") {
                     continue;
                 }
-                let child_path = join(path, &k);
                 let child_schema = props
-                    .and_then(|p| p.get(&k))
+                    .and_then(|p| p.get(k))
                     .or(additional.filter(|a| a.is_object()));
                 match child_schema {
-                    Some(cs) => {
-                        let drop_null =
-                            m.get(&k).is_some_and(Value::is_null) && !flag(cs, "nullable");
-                        if drop_null {
-                            m.remove(&k);
-                        } else if let Some(child) = m.get_mut(&k) {
-                            prune_node(child, cs, &child_path, false, pruned);
-                        }
-                    }
+                    Some(cs) if child.is_null() && !flag(cs, "nullable") => dropped.push(k.clone()),
+                    Some(cs) => prune_node(child, cs, &FieldPath::Field(at, k), false, pruned),
                     None if preserve => {}
                     None => {
-                        m.remove(&k);
-                        pruned.0.push(child_path);
+                        pruned.0.push(FieldPath::Field(at, k).render());
+                        dropped.push(k.clone());
                     }
                 }
+            }
+            for k in dropped {
+                m.remove(&k);
             }
         }
         Value::Array(items) => {
             if let Some(is) = s.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
-                    prune_node(item, is, &format!("{path}[{i}]"), false, pruned);
+                    prune_node(item, is, &FieldPath::Index(at, i), false, pruned);
                 }
             }
         }
@@ -305,6 +299,45 @@ pub fn default(v: &mut Value, s: &Value) {
     }
 }
 
+/// Whether [`default`] would leave `v` as it is: every defaulted property is present. Stored
+/// objects were defaulted when written, so this spares copying one only to default it.
+pub fn defaulted(v: &Value, s: &Value) -> bool {
+    match v {
+        Value::Object(m) => {
+            let props = s.get("properties").and_then(Value::as_object);
+            let declared = props.is_none_or(|props| {
+                props.iter().all(|(k, ps)| match m.get(k) {
+                    Some(child) => defaulted(child, ps),
+                    None => ps.get("default").is_none(),
+                })
+            });
+            declared
+                && s.get("additionalProperties")
+                    .filter(|a| a.is_object())
+                    .is_none_or(|ap| {
+                        m.iter()
+                            .filter(|(k, _)| props.is_none_or(|p| !p.contains_key(*k)))
+                            .all(|(_, child)| defaulted(child, ap))
+                    })
+        }
+        Value::Array(items) => s
+            .get("items")
+            .is_none_or(|is| items.iter().all(|item| defaulted(item, is))),
+        _ => true,
+    }
+}
+
+/// `v` with its schema defaults, copied only when defaulting changes it.
+pub fn with_defaults<'a>(v: &'a Value, s: &Value) -> std::borrow::Cow<'a, Value> {
+    if defaulted(v, s) {
+        std::borrow::Cow::Borrowed(v)
+    } else {
+        let mut owned = v.clone();
+        default(&mut owned, s);
+        std::borrow::Cow::Owned(owned)
+    }
+}
+
 fn show(v: &Value) -> String {
     match v {
         Value::Object(_) => "\"object\"".into(),
@@ -334,19 +367,56 @@ fn invalid(path: &str, v: &Value, why: String) -> Cause {
 }
 
 /// Validates `v` against the schema node `s`; `path` is the field path used in messages.
-/// Takes `&mut` only so integral floats (`10.0`) from some clients can be normalised.
-pub fn validate(v: &mut Value, s: &Value, path: &str) -> Vec<Cause> {
+pub fn validate(v: &Value, s: &Value, path: &str) -> Vec<Cause> {
     let mut out = vec![];
-    validate_node(v, s, path, &mut out);
+    validate_node(v, s, &FieldPath::Root(path), &mut out);
     out
 }
 
-fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
-    let shown = if path.is_empty() { "body" } else { path };
+/// Where a value is, rendered only for a message: most writes have nothing to report, and
+/// formatting every node's path was a third of the schema walk.
+enum FieldPath<'a> {
+    Root(&'a str),
+    Field(&'a FieldPath<'a>, &'a str),
+    Index(&'a FieldPath<'a>, usize),
+}
+
+impl FieldPath<'_> {
+    fn render(&self) -> String {
+        match self {
+            FieldPath::Root(p) => (*p).to_string(),
+            FieldPath::Field(parent, k) => join(&parent.render(), k),
+            FieldPath::Index(parent, i) => format!("{}[{i}]", parent.render()),
+        }
+    }
+
+    /// Whether the path renders as nothing: the body itself.
+    fn is_empty(&self) -> bool {
+        match self {
+            FieldPath::Root(p) => p.is_empty(),
+            FieldPath::Field(parent, k) => k.is_empty() && parent.is_empty(),
+            FieldPath::Index(..) => false,
+        }
+    }
+
+    /// The path, and how a message names it (`body` at the root).
+    fn both(&self) -> (String, String) {
+        let path = self.render();
+        let shown = if path.is_empty() {
+            "body".to_string()
+        } else {
+            path.clone()
+        };
+        (path, shown)
+    }
+}
+
+fn validate_node(v: &Value, s: &Value, at: &FieldPath<'_>, out: &mut Vec<Cause>) {
     if v.is_null() {
         if !flag(s, "nullable") && !flag(s, "x-kubernetes-preserve-unknown-fields") {
+            let (path, shown) = at.both();
             out.push(invalid(
-                path,
+                &path,
                 v,
                 format!(
                     "{shown} in body must be of type {}",
@@ -358,8 +428,9 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
     }
     if flag(s, "x-kubernetes-int-or-string") {
         if !(v.is_string() || type_name(v) == "integer") {
+            let (path, shown) = at.both();
             out.push(invalid(
-                path,
+                &path,
                 v,
                 format!(
                     "{shown} in body must be of type integer or string: {}",
@@ -371,9 +442,10 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
         let actual = type_name(v);
         let ok = actual == t || (t == "number" && actual == "integer");
         if !ok {
+            let (path, shown) = at.both();
             out.push(Cause::new(
                 "FieldValueTypeInvalid",
-                path,
+                &path,
                 format!(
                     "Invalid value: {}: {shown} in body must be of type {t}: \"{actual}\"",
                     show(v)
@@ -391,9 +463,10 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
             .map(Value::to_string)
             .collect::<Vec<_>>()
             .join(", ");
+        let path = at.render();
         out.push(Cause::new(
             "FieldValueNotSupported",
-            path,
+            &path,
             format!("Unsupported value: {}: supported values: {list}", show(v)),
         ));
     }
@@ -408,8 +481,9 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
                     } else {
                         "less than or equal to"
                     };
+                    let (path, shown) = at.both();
                     out.push(invalid(
-                        path,
+                        &path,
                         &Value::Number(n.clone()),
                         format!("{shown} in body should be {rel} {}", trim_float(max)),
                     ));
@@ -423,8 +497,9 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
                     } else {
                         "greater than or equal to"
                     };
+                    let (path, shown) = at.both();
                     out.push(invalid(
-                        path,
+                        &path,
                         &Value::Number(n.clone()),
                         format!("{shown} in body should be {rel} {}", trim_float(min)),
                     ));
@@ -433,8 +508,9 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
             if s.get("format").and_then(Value::as_str) == Some("int32")
                 && (x > i32::MAX as f64 || x < i32::MIN as f64)
             {
+                let (path, shown) = at.both();
                 out.push(invalid(
-                    path,
+                    &path,
                     &Value::Number(n.clone()),
                     format!("{shown} in body must be of format int32"),
                 ));
@@ -447,9 +523,10 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
                 .and_then(Value::as_u64)
                 .filter(|m| len > *m)
             {
+                let path = at.render();
                 out.push(Cause::new(
                     "FieldValueTooLong",
-                    path,
+                    &path,
                     format!("Too long: may not be more than {max} bytes"),
                 ));
             }
@@ -458,23 +535,27 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
                 .and_then(Value::as_u64)
                 .filter(|m| len < *m)
             {
+                let (path, shown) = at.both();
                 out.push(invalid(
-                    path,
+                    &path,
                     &Value::String(st.clone()),
                     format!("{shown} in body should be at least {min} chars long"),
                 ));
             }
             if let Some(p) = s.get("pattern").and_then(Value::as_str) {
                 match regex::Regex::new(p) {
-                    Ok(re) if !re.is_match(st) => out.push(invalid(
-                        path,
-                        &Value::String(st.clone()),
-                        format!("{shown} in body should match '{p}'"),
-                    )),
+                    Ok(re) if !re.is_match(st) => {
+                        let (path, shown) = at.both();
+                        out.push(invalid(
+                            &path,
+                            &Value::String(st.clone()),
+                            format!("{shown} in body should match '{p}'"),
+                        ))
+                    }
                     Ok(_) => {}
                     Err(_) => out.push(Cause::new(
                         "FieldValueInvalid",
-                        path,
+                        at.render(),
                         format!("Invalid value: the schema pattern {p:?} does not compile"),
                     )),
                 }
@@ -482,8 +563,9 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
             if let Some(f) = s.get("format").and_then(Value::as_str)
                 && !formats::valid(f, st)
             {
+                let (path, shown) = at.both();
                 out.push(invalid(
-                    path,
+                    &path,
                     &Value::String(st.clone()),
                     format!("{shown} in body must be of type {f}: {st:?}"),
                 ));
@@ -492,24 +574,26 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
         Value::Array(items) => {
             let n = items.len() as u64;
             if let Some(max) = s.get("maxItems").and_then(Value::as_u64).filter(|m| n > *m) {
+                let path = at.render();
                 out.push(Cause::new(
                     "FieldValueTooMany",
-                    path,
+                    &path,
                     format!("Too many: {n}: must have at most {max} items"),
                 ));
             }
             if let Some(min) = s.get("minItems").and_then(Value::as_u64).filter(|m| n < *m) {
+                let (path, shown) = at.both();
                 out.push(invalid(
-                    path,
+                    &path,
                     &Value::Array(items.clone()),
                     format!("{shown} in body should have at least {min} items"),
                 ));
             }
             match list_type(s) {
-                ListType::Set => duplicates(items, path, |e| e.to_string(), out),
+                ListType::Set => duplicates(items, at, |e| e.to_string(), out),
                 ListType::Map(keys) => duplicates(
                     items,
-                    path,
+                    at,
                     |e| {
                         keys.iter()
                             .map(|k| e.get(k).cloned().unwrap_or(Value::Null).to_string())
@@ -519,13 +603,13 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
                     out,
                 ),
                 ListType::Atomic if flag(s, "uniqueItems") => {
-                    duplicates(items, path, |e| e.to_string(), out)
+                    duplicates(items, at, |e| e.to_string(), out)
                 }
                 ListType::Atomic => {}
             }
             if let Some(is) = s.get("items") {
-                for (i, item) in items.iter_mut().enumerate() {
-                    validate_node(item, is, &format!("{path}[{i}]"), out);
+                for (i, item) in items.iter().enumerate() {
+                    validate_node(item, is, &FieldPath::Index(at, i), out);
                 }
             }
         }
@@ -535,7 +619,7 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
                     if !m.contains_key(r) {
                         out.push(Cause::new(
                             "FieldValueRequired",
-                            join(path, r),
+                            join(&at.render(), r),
                             "Required value",
                         ));
                     }
@@ -547,9 +631,10 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
                 .and_then(Value::as_u64)
                 .filter(|x| n > *x)
             {
+                let path = at.render();
                 out.push(Cause::new(
                     "FieldValueTooMany",
-                    path,
+                    &path,
                     format!("Too many: {n}: must have at most {max} items"),
                 ));
             }
@@ -558,21 +643,22 @@ fn validate_node(v: &mut Value, s: &Value, path: &str, out: &mut Vec<Cause>) {
                 .and_then(Value::as_u64)
                 .filter(|x| n < *x)
             {
+                let (path, shown) = at.both();
                 out.push(invalid(
-                    path,
+                    &path,
                     &Value::Object(m.clone()),
                     format!("{shown} in body should have at least {min} properties"),
                 ));
             }
             let props = s.get("properties").and_then(Value::as_object);
             let additional = s.get("additionalProperties").filter(|a| a.is_object());
-            let embedded = path.is_empty() || flag(s, "x-kubernetes-embedded-resource");
-            for (k, child) in m.iter_mut() {
+            let embedded = at.is_empty() || flag(s, "x-kubernetes-embedded-resource");
+            for (k, child) in m.iter() {
                 if embedded && k == "metadata" {
                     continue;
                 }
                 if let Some(cs) = props.and_then(|p| p.get(k)).or(additional) {
-                    validate_node(child, cs, &join(path, k), out);
+                    validate_node(child, cs, &FieldPath::Field(at, k), out);
                 }
             }
         }
@@ -588,13 +674,18 @@ fn trim_float(x: f64) -> String {
     }
 }
 
-fn duplicates(items: &[Value], path: &str, key: impl Fn(&Value) -> String, out: &mut Vec<Cause>) {
+fn duplicates(
+    items: &[Value],
+    at: &FieldPath<'_>,
+    key: impl Fn(&Value) -> String,
+    out: &mut Vec<Cause>,
+) {
     let mut seen = std::collections::HashSet::new();
     for (i, e) in items.iter().enumerate() {
         if !seen.insert(key(e)) {
             out.push(Cause::new(
                 "FieldValueDuplicate",
-                format!("{path}[{i}]"),
+                FieldPath::Index(at, i).render(),
                 format!("Duplicate value: {e}"),
             ));
         }
@@ -831,10 +922,10 @@ mod tests {
         assert_eq!(o["spec"]["replicas"], 1);
         assert_eq!(o["spec"]["raw"], json!({"a":{"b":[1]}}));
         assert!(o["spec"]["size"].is_null());
-        assert!(validate(&mut o, &s, "").is_empty());
+        assert!(validate(&o, &s, "").is_empty());
 
-        let mut bad = json!({"spec":{"replicas":11,"size":"Huge"}});
-        let errs = validate(&mut bad, &s, "");
+        let bad = json!({"spec":{"replicas":11,"size":"Huge"}});
+        let errs = validate(&bad, &s, "");
         let fields: Vec<_> = errs.iter().map(|c| c.field.as_str()).collect();
         assert_eq!(fields, vec!["spec.color", "spec.replicas", "spec.size"]);
         assert_eq!(
@@ -843,14 +934,43 @@ mod tests {
         );
         assert!(errs[2].message.starts_with("Unsupported value: \"Huge\""));
 
-        let mut wrong = json!({"spec":{"color":"x","replicas":"x"}});
+        let wrong = json!({"spec":{"color":"x","replicas":"x"}});
         assert!(
-            validate(&mut wrong, &s, "")[0]
+            validate(&wrong, &s, "")[0]
                 .message
                 .contains("must be of type integer")
         );
-        let mut dup = json!({"spec":{"color":"x","items":[{"name":"a"},{"name":"a"}]}});
-        assert_eq!(validate(&mut dup, &s, "")[0].reason, "FieldValueDuplicate");
+        let dup = json!({"spec":{"color":"x","items":[{"name":"a"},{"name":"a"}]}});
+        assert_eq!(validate(&dup, &s, "")[0].reason, "FieldValueDuplicate");
+    }
+
+    #[test]
+    fn paths_are_rendered_for_what_is_reported() {
+        let s = widget_schema();
+        let bad = json!({"spec":{"color":"x","items":[{"name":"a"},{"name":1},{"name":"a"}]}});
+        let fields: Vec<_> = validate(&bad, &s, "obj")
+            .into_iter()
+            .map(|c| c.field)
+            .collect();
+        assert_eq!(fields, vec!["obj.spec.items[2]", "obj.spec.items[1].name"]);
+        let mut o = json!({"spec":{"color":"x","items":[{"name":"a","x":1}],"y":null}});
+        assert_eq!(prune(&mut o, &s).0, vec!["spec.items[0].x", "spec.y"]);
+        assert_eq!(o, json!({"spec":{"color":"x","items":[{"name":"a"}]}}));
+    }
+
+    #[test]
+    fn defaults_are_copied_in_only_when_missing() {
+        let s = widget_schema();
+        let mut o = json!({"spec":{"color":"red","items":[{"name":"a"}]}});
+        assert!(!defaulted(&o, &s));
+        let copy = with_defaults(&o, &s);
+        assert!(matches!(copy, std::borrow::Cow::Owned(_)));
+        assert_eq!(copy["spec"]["replicas"], 1);
+        default(&mut o, &s);
+        assert!(matches!(
+            with_defaults(&o, &s),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]
@@ -874,7 +994,7 @@ mod tests {
         let s = widget_schema();
         let mut o = json!({"spec":{"color":null}});
         prune(&mut o, &s);
-        assert_eq!(validate(&mut o, &s, "")[0].field, "spec.color");
+        assert_eq!(validate(&o, &s, "")[0].field, "spec.color");
     }
 
     #[test]

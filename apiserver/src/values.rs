@@ -28,11 +28,11 @@ pub fn unknown_fields(value: &mut Value, schema: &Value) -> Vec<String> {
 /// Validates `value` against `schema` (types, formats, bounds, then the CEL rules unless an
 /// earlier error keeps them from running, as kube does); the causes' fields start at `path`.
 pub fn validate(value: &Value, schema: &Value, path: &str) -> Vec<Cause> {
-    let mut body = value.clone();
-    let mut causes = schema::validate(&mut body, schema, path);
+    let mut causes = schema::validate(value, schema, path);
     if causes.iter().any(schema::blocks_cel) {
         return causes;
     }
+    let mut body = value.clone();
     let compiled = kube_cel::compile_schema(schema);
     // The rules see the value with its schema defaults, as kube's do.
     schema::default(&mut body, schema);

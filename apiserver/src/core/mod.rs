@@ -139,8 +139,9 @@ pub struct DeleteOptions {
 pub struct Written {
     /// What the store did.
     pub outcome: Outcome,
-    /// The object as the client asked to see it.
-    pub view: Value,
+    /// The object as the client asked to see it: the stored object itself when that already is
+    /// the view.
+    pub view: Arc<Value>,
     /// Warnings for the response's `Warning` headers (unknown fields, for example).
     pub warnings: Vec<String>,
 }
@@ -219,6 +220,25 @@ impl Core {
         match rt.builtin {
             Some(Builtin::EventV1) => Self::stamp_view(rt, builtin::event_to_v1(&stored)),
             _ => Self::stamp_view(rt, stored),
+        }
+    }
+
+    /// [`Core::to_view`] of a stored object, shared with the store instead of copied when the
+    /// object already is that view: the version served is the one stored and its defaults are
+    /// in, as they are for nearly every write.
+    pub(super) fn shared_view(&self, rt: &ResourceType, stored: &Arc<Value>) -> Arc<Value> {
+        let top = |k: &str| stored.get(k).and_then(Value::as_str);
+        let is_view = rt.builtin != Some(Builtin::EventV1)
+            && top("apiVersion") == Some(rt.api_version().as_str())
+            && top("kind") == Some(rt.kind.as_str())
+            && rt
+                .schema
+                .as_ref()
+                .is_none_or(|s| schema::defaulted(stored, s));
+        if is_view {
+            stored.clone()
+        } else {
+            Arc::new(self.to_view(rt, stored))
         }
     }
 

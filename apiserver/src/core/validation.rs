@@ -118,19 +118,15 @@ impl Core {
                 }
             }
             schema::default(obj, s);
-            let mut body = obj.clone();
-            let mut schema_errs = schema::validate(&mut body, s, "");
+            let body = &*obj;
+            let mut schema_errs = schema::validate(body, s, "");
             // The old object in the form the new one is compared with; only needed to
             // ratchet errors and for transition rules.
             let old = old
                 .filter(|_| !schema_errs.is_empty() || rt.cel.is_some())
-                .map(|o| {
-                    let mut o = o.clone();
-                    schema::default(&mut o, s);
-                    o
-                });
+                .map(|o| schema::with_defaults(o, s));
             if let Some(o) = &old {
-                schema_errs.retain(|c| !schema::ratcheted(c, &body, o));
+                schema_errs.retain(|c| !schema::ratcheted(c, body, o));
             }
             let blocked = schema_errs.iter().any(schema::blocks_cel);
             causes.extend(schema_errs);
@@ -138,7 +134,7 @@ impl Core {
                 if blocked {
                     causes.push(schema::cel_not_checked());
                 } else {
-                    causes.extend(schema::validate_cel(&body, s, compiled, old.as_ref()));
+                    causes.extend(schema::validate_cel(body, s, compiled, old.as_deref()));
                 }
             }
         }

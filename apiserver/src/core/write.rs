@@ -103,11 +103,11 @@ impl Core {
                 ),
             ));
         }
-        let new = Self::from_view(rt, new);
+        let mut new = Self::from_view(rt, new);
         let mut obj = if sub == "status" {
             let mut o = cur.clone();
-            match new.get("status") {
-                Some(s) => o["status"] = s.clone(),
+            match new.as_object_mut().and_then(|m| m.remove("status")) {
+                Some(s) => o["status"] = s,
                 None => {
                     if let Some(m) = o.as_object_mut() {
                         m.remove("status");
@@ -168,9 +168,7 @@ impl Core {
             // defaulted form, or merely reading and writing back would look like a spec change.
             let changed = !same_content(&obj, cur, skip_status)
                 && rt.schema.as_ref().is_none_or(|s| {
-                    let mut before = cur.clone();
-                    schema::default(&mut before, s);
-                    !same_content(&obj, &before, skip_status)
+                    !same_content(&obj, &schema::with_defaults(cur, s), skip_status)
                 });
             if changed {
                 let g = cur
@@ -203,19 +201,19 @@ impl Core {
         &self,
         rt: &ResourceType,
         sub: &str,
-        view: &Value,
+        view: Value,
         body: PatchBody,
         opts: &WriteOptions,
     ) -> Result<(Value, bool), ApiError> {
         Ok(match body {
             PatchBody::Merge(p) => {
-                let mut out = view.clone();
+                let mut out = view;
                 patch::merge::merge(&mut out, &p);
                 (out, false)
             }
-            PatchBody::Json(ops) => (patch::json::apply(view, &ops).map_err(patch_error)?, false),
+            PatchBody::Json(ops) => (patch::json::apply(&view, &ops).map_err(patch_error)?, false),
             PatchBody::Strategic(p) => (
-                patch::strategic::apply(view, &p).map_err(patch_error)?,
+                patch::strategic::apply(&view, &p).map_err(patch_error)?,
                 false,
             ),
             PatchBody::Apply(mut a) => {
@@ -231,7 +229,7 @@ impl Core {
                 let now = meta::now_rfc3339();
                 let av = rt.api_version();
                 let who = Self::who(opts, &av, sub, &now);
-                let out = ssa::apply(view, &a, &who, rt).map_err(|conflicts| {
+                let out = ssa::apply(&view, &a, &who, rt).map_err(|conflicts| {
                     let causes: Vec<Cause> = conflicts
                         .iter()
                         .map(|c| {
@@ -245,7 +243,7 @@ impl Core {
                     let mut e = ApiError::conflict_msg(
                         &rt.group,
                         &rt.plural,
-                        meta::str_field(view, "name"),
+                        meta::str_field(&view, "name"),
                         "",
                     );
                     e.message = ssa::conflict_message(&conflicts);
@@ -290,7 +288,7 @@ impl Core {
                 }
                 let mut seed = json!({"metadata": {"name": name}});
                 Self::check_identity(rt, &mut seed, ns, Some(name))?;
-                let (mut obj, _) = self.apply_patch(rt, sub, &seed, PatchBody::Apply(a), opts)?;
+                let (mut obj, _) = self.apply_patch(rt, sub, seed, PatchBody::Apply(a), opts)?;
                 Self::check_identity(rt, &mut obj, ns, Some(name))?;
                 meta_mut(&mut obj).remove("resourceVersion");
                 Ok(Proposed::Put(
@@ -306,7 +304,7 @@ impl Core {
                 // `test` or `replace` it, and a stale one answers 409. A patch that leaves it
                 // alone applies to the latest object and never conflicts.
                 let view = self.to_view(rt, cur);
-                let (patched, applied) = self.apply_patch(rt, sub, &view, p, opts)?;
+                let (patched, applied) = self.apply_patch(rt, sub, view, p, opts)?;
                 self.updated(rt, ns, name, sub, cur, patched, opts, applied, warnings)
             }
             (Op::Mutate(f), Some(cur)) => {
@@ -503,7 +501,7 @@ impl Core {
                 })
                 .await?
         };
-        let view = self.to_view(rt, outcome.object());
+        let view = self.shared_view(rt, outcome.object());
         if rt.builtin == Some(Builtin::Crd)
             && matches!(outcome, Outcome::Created(_) | Outcome::Updated(_))
             && !opts.dry_run
