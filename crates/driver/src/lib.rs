@@ -397,6 +397,7 @@ async fn run_kind(kctx: Arc<KindCtx>) {
             );
             // The provider objects of a Cluster's Machines follow its pause and initialization.
             let machines = kctx.driver.caches.machines.clone();
+            let by_cluster = kctx.driver.caches.machines_by_cluster.clone();
             let ar3 = ar.clone();
             c = c.watches_stream(
                 relevant_changes(
@@ -409,11 +410,10 @@ async fn run_kind(kctx: Arc<KindCtx>) {
                 ),
                 move |cl: Cluster| {
                     let ns = cl.namespace().unwrap_or_default();
-                    machines
-                        .state_filter(|m| {
-                            m.spec.cluster_name == cl.name_any()
-                                && m.metadata.namespace.as_deref() == Some(ns.as_str())
-                        })
+                    // By the index: a scan of every Machine per Cluster change cost as much as
+                    // the number of clusters.
+                    by_cluster
+                        .get(&machines, &ns, &cl.name_any())
                         .into_iter()
                         .filter_map(|m| {
                             let r = if role == Role::InfraMachine {
