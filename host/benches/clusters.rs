@@ -800,8 +800,8 @@ async fn run(mode: Mode, clusters: usize, workers: usize) -> Outcome {
     let by_kind: Vec<String> = requests_by_kind(&client)
         .await
         .into_iter()
-        .take(16)
-        .map(|(k, n)| format!("{k} {:.1}", n as f64 / clusters as f64))
+        .filter(|(_, n)| *n as f64 / clusters as f64 >= 0.05)
+        .map(|(k, n)| format!("{k} {:.2}", n as f64 / clusters as f64))
         .collect();
     eprintln!(
         "  {mode:?}: requests per cluster by verb and resource since start: {}",
