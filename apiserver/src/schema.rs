@@ -463,10 +463,9 @@ fn validate_node(v: &Value, s: &Value, at: &FieldPath<'_>, out: &mut Vec<Cause>)
             .map(Value::to_string)
             .collect::<Vec<_>>()
             .join(", ");
-        let path = at.render();
         out.push(Cause::new(
             "FieldValueNotSupported",
-            &path,
+            at.render(),
             format!("Unsupported value: {}: supported values: {list}", show(v)),
         ));
     }
@@ -523,10 +522,9 @@ fn validate_node(v: &Value, s: &Value, at: &FieldPath<'_>, out: &mut Vec<Cause>)
                 .and_then(Value::as_u64)
                 .filter(|m| len > *m)
             {
-                let path = at.render();
                 out.push(Cause::new(
                     "FieldValueTooLong",
-                    &path,
+                    at.render(),
                     format!("Too long: may not be more than {max} bytes"),
                 ));
             }
@@ -574,10 +572,9 @@ fn validate_node(v: &Value, s: &Value, at: &FieldPath<'_>, out: &mut Vec<Cause>)
         Value::Array(items) => {
             let n = items.len() as u64;
             if let Some(max) = s.get("maxItems").and_then(Value::as_u64).filter(|m| n > *m) {
-                let path = at.render();
                 out.push(Cause::new(
                     "FieldValueTooMany",
-                    &path,
+                    at.render(),
                     format!("Too many: {n}: must have at most {max} items"),
                 ));
             }
@@ -631,10 +628,9 @@ fn validate_node(v: &Value, s: &Value, at: &FieldPath<'_>, out: &mut Vec<Cause>)
                 .and_then(Value::as_u64)
                 .filter(|x| n > *x)
             {
-                let path = at.render();
                 out.push(Cause::new(
                     "FieldValueTooMany",
-                    &path,
+                    at.render(),
                     format!("Too many: {n}: must have at most {max} items"),
                 ));
             }
