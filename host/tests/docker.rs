@@ -1125,3 +1125,70 @@ fn an_image_that_only_starts_like_an_allowed_one_is_refused() {
     env.delete_cluster(cluster);
     let _ = Command::new("docker").args(["rmi", sneaky]).output();
 }
+
+/// `capw image build` again from the same binaries keeps the image; from other binaries it
+/// imports a new one and removes the one it replaced, so rebuilds leave no untagged copies of
+/// capw on the engine's disk.
+#[test]
+fn rebuilding_the_node_image_keeps_an_unchanged_one_and_removes_a_replaced_one() {
+    let _shared = shared_engine();
+    support::node_image();
+    let tag = "capw-node:rebuild-check";
+    let dir = tempfile::tempdir().unwrap();
+    // Two static busyboxes that differ by a trailing byte, which the ELF loader ignores.
+    let busybox = |name: &str| {
+        // busybox dispatches on its own file name.
+        let p = dir.path().join(name).join("busybox");
+        std::fs::create_dir(dir.path().join(name)).unwrap();
+        let mut bytes = std::fs::read("/bin/busybox").expect("/bin/busybox (busybox-static)");
+        bytes.extend_from_slice(name.as_bytes());
+        std::fs::write(&p, bytes).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    };
+    let (a, b) = (busybox("a"), busybox("b"));
+    let build = |busybox: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_capw"))
+            .args(["image", "build", "--tag", tag, "--busybox"])
+            .arg(busybox)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let id = || {
+        docker(&["image", "inspect", "--format", "{{.Id}}", tag])
+            .trim()
+            .to_string()
+    };
+    let _ = Command::new("docker").args(["rmi", tag]).output();
+
+    let first = build(&a);
+    assert!(first.contains(&format!("built {tag}")), "{first}");
+    let first_id = id();
+    let again = build(&a);
+    assert!(
+        again.contains(&format!("{tag} is up to date ({first_id})")),
+        "{again}"
+    );
+    assert_eq!(id(), first_id, "the unchanged image was replaced");
+
+    let other = build(&b);
+    assert!(other.contains(&format!("built {tag}")), "{other}");
+    assert_ne!(id(), first_id, "a different busybox kept the old image");
+    let old = Command::new("docker")
+        .args(["image", "inspect", &first_id])
+        .output()
+        .unwrap();
+    assert!(
+        !old.status.success(),
+        "the replaced image {first_id} is still on the engine"
+    );
+    docker(&["rmi", tag]);
+}

@@ -24,6 +24,8 @@ const NOHUP: &str = "#!/bin/sh\ntrap '' HUP\nexec \"$@\"\n";
 /// kubeadm bootstrap provider's user data writes.
 const KUBEADM: &str = "#!/bin/sh\nexec capw kubeadm \"$@\"\n";
 
+const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\n";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
     #[error(
@@ -43,8 +45,18 @@ pub enum ImageError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{tool} failed: {detail}. Is the Docker engine running? (`docker info`)")]
+    #[error("{tool} failed: {detail}{}", engine_hint(tool))]
     Tool { tool: String, detail: String },
+}
+
+/// The Docker engine is the usual suspect for a failed `docker` command, and never for tar or
+/// busybox.
+fn engine_hint(tool: &str) -> &'static str {
+    if tool.starts_with("docker") {
+        ". Is the Docker engine running? (`docker info`)"
+    } else {
+        ""
+    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ImageError + '_ {
@@ -172,8 +184,11 @@ fn layout(root: &Path, opts: &BuildOptions) -> Result<(), ImageError> {
         let link = root.join("bin").join(applet);
         symlink("busybox", &link).map_err(io(&link))?;
     }
+    // A debug capw is hundreds of MiB: a link where the file system allows one, not a copy.
     let capw = root.join("usr/local/bin/capw");
-    std::fs::copy(opts.capw, &capw).map_err(io(opts.capw))?;
+    if std::fs::hard_link(opts.capw, &capw).is_err() {
+        std::fs::copy(opts.capw, &capw).map_err(io(opts.capw))?;
+    }
     let init = root.join("etc/capw/init.sh");
     std::fs::write(&init, INIT).map_err(io(&init))?;
     std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755)).map_err(io(&init))?;
@@ -189,17 +204,82 @@ fn layout(root: &Path, opts: &BuildOptions) -> Result<(), ImageError> {
     std::fs::set_permissions(&kubeadm, std::fs::Permissions::from_mode(0o755))
         .map_err(io(&kubeadm))?;
     let passwd = root.join("etc/passwd");
-    std::fs::write(&passwd, "root:x:0:0:root:/root:/bin/sh\n").map_err(io(&passwd))?;
+    std::fs::write(&passwd, PASSWD).map_err(io(&passwd))?;
     Ok(())
 }
 
+/// The label holding [`content_digest`]: what an image built here was built from.
+const CONTENT_LABEL: &str = "dev.capw.node.content";
+
+/// What [`build`] did.
+pub struct Built {
+    pub id: String,
+    /// False when the tag already held an image of the same content, which was kept.
+    pub imported: bool,
+}
+
+/// A digest of everything the image is made of: the two binaries and the files written here.
+/// Two builds with the same digest would import the same filesystem.
+fn content_digest(opts: &BuildOptions) -> Result<String, ImageError> {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    for text in [INIT, NOHUP, KUBEADM, PASSWD] {
+        hasher.update((text.len() as u64).to_le_bytes());
+        hasher.update(text.as_bytes());
+    }
+    for path in [opts.capw, opts.busybox] {
+        let mut file = std::fs::File::open(path).map_err(io(path))?;
+        let len = std::io::copy(&mut file, &mut hasher).map_err(io(path))?;
+        hasher.update(len.to_le_bytes());
+    }
+    Ok(format!("sha256:{:x}", hasher.finalize()))
+}
+
+/// The id and content label of the image `tag` names now, if any.
+fn tagged(tag: &str) -> Option<(String, Option<String>)> {
+    let out = Command::new("docker")
+        .args(["image", "inspect", tag])
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let images: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let image = images.get(0)?;
+    let id = image.get("Id")?.as_str()?.to_string();
+    let label = image
+        .pointer(&format!("/Config/Labels/{CONTENT_LABEL}"))
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_string);
+    Some((id, label))
+}
+
 /// Builds the image and returns its id. `progress` hears each step.
-pub fn build(opts: &BuildOptions, mut progress: impl FnMut(&str)) -> Result<String, ImageError> {
+///
+/// Building again from the same binaries keeps the image the tag already names, and a new
+/// import removes the image it replaces when no container uses it: each import holds a copy of
+/// capw, and repeated builds would otherwise fill the engine's disk with untagged ones.
+pub fn build(opts: &BuildOptions, mut progress: impl FnMut(&str)) -> Result<Built, ImageError> {
     if !is_static(opts.capw)? {
         return Err(ImageError::NotStatic(opts.capw.to_path_buf()));
     }
     if !is_static(opts.busybox)? {
         return Err(ImageError::NotStatic(opts.busybox.to_path_buf()));
+    }
+    let digest = content_digest(opts)?;
+    let previous = tagged(opts.tag);
+    if let Some((id, Some(label))) = &previous
+        && *label == digest
+    {
+        progress(&format!(
+            "{} already holds this capw and busybox ({digest}); nothing to import",
+            opts.tag
+        ));
+        return Ok(Built {
+            id: id.clone(),
+            imported: false,
+        });
     }
     let staging = tempfile::tempdir().map_err(io(&std::env::temp_dir()))?;
     progress(&format!(
@@ -208,38 +288,105 @@ pub fn build(opts: &BuildOptions, mut progress: impl FnMut(&str)) -> Result<Stri
         opts.busybox.display()
     ));
     layout(staging.path(), opts)?;
-    progress("packing it with tar");
-    let tarball = staging.path().with_extension("tar");
-    run(
-        "tar",
-        Command::new("tar")
-            .arg("-C")
-            .arg(staging.path())
-            .arg("-cf")
-            .arg(&tarball)
-            .arg("."),
-    )?;
-    progress(&format!("importing it as {} (docker import)", opts.tag));
-    let id = run(
-        "docker import",
-        Command::new("docker")
-            .args([
-                "import",
-                "--change",
-                r#"CMD ["/bin/sh", "/etc/capw/init.sh"]"#,
-            ])
-            .args(["--change", "ENV PATH=/usr/local/bin:/bin"])
-            .arg(&tarball)
-            .arg(opts.tag)
-            .stdin(Stdio::null()),
-    );
-    let _ = std::fs::remove_file(&tarball);
-    Ok(id?.trim().to_string())
+    progress(&format!(
+        "importing it as {} (tar | docker import)",
+        opts.tag
+    ));
+    let id = import(staging.path(), opts.tag, &digest)?;
+    if let Some((old, _)) = previous
+        && old != id
+    {
+        // Refused while a container or another tag uses it; that image stays, and says why.
+        if let Err(ImageError::Tool { detail, .. }) = run(
+            "docker image rm",
+            Command::new("docker")
+                .args(["image", "rm", &old])
+                .stdin(Stdio::null()),
+        ) {
+            progress(&format!(
+                "kept the image {} the tag named before: {detail}",
+                short(&old)
+            ));
+        }
+    }
+    Ok(Built { id, imported: true })
+}
+
+fn short(id: &str) -> &str {
+    let hex = id.strip_prefix("sha256:").unwrap_or(id);
+    hex.get(..12).unwrap_or(hex)
+}
+
+/// `tar` of `root` streamed into `docker import`: no tarball on disk next to the layer the
+/// engine writes.
+fn import(root: &Path, tag: &str, digest: &str) -> Result<String, ImageError> {
+    let spawn_error = |tool: &str| {
+        let tool = tool.to_string();
+        move |e: std::io::Error| ImageError::Tool {
+            tool,
+            detail: e.to_string(),
+        }
+    };
+    let mut tar = Command::new("tar")
+        .arg("-C")
+        .arg(root)
+        .args(["-cf", "-", "."])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn_error("tar"))?;
+    let Some(stream) = tar.stdout.take() else {
+        return Err(ImageError::Tool {
+            tool: "tar".into(),
+            detail: "no output pipe".into(),
+        });
+    };
+    let docker = Command::new("docker")
+        .args([
+            "import",
+            "--change",
+            r#"CMD ["/bin/sh", "/etc/capw/init.sh"]"#,
+        ])
+        .args(["--change", "ENV PATH=/usr/local/bin:/bin"])
+        .args(["--change", &format!("LABEL {CONTENT_LABEL}={digest}")])
+        .args(["-", tag])
+        .stdin(stream)
+        .output()
+        .map_err(spawn_error("docker import"));
+    let tar = tar.wait_with_output().map_err(spawn_error("tar"))?;
+    let docker = docker?;
+    if !docker.status.success() {
+        return Err(ImageError::Tool {
+            tool: "docker import".into(),
+            detail: String::from_utf8_lossy(&docker.stderr).trim().to_string(),
+        });
+    }
+    if !tar.status.success() {
+        return Err(ImageError::Tool {
+            tool: "tar".into(),
+            detail: String::from_utf8_lossy(&tar.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&docker.stdout).trim().to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_failed_docker_command_points_at_the_engine() {
+        let err = |tool: &str| {
+            ImageError::Tool {
+                tool: tool.into(),
+                detail: "boom".into(),
+            }
+            .to_string()
+        };
+        assert_eq!(err("busybox --list"), "busybox --list failed: boom");
+        assert!(err("docker import").contains("Is the Docker engine running?"));
+    }
 
     #[test]
     fn tells_static_binaries_from_dynamic_ones_and_other_files() {

@@ -11,6 +11,10 @@ pub enum Command {
     /// The static capw comes from --capw, or is this binary when it is static, or the newest
     /// build in target/x86_64-unknown-linux-musl/. Make one with
     /// `cargo build --release --target x86_64-unknown-linux-musl -p capw-cli`.
+    ///
+    /// The image is labelled with a digest of what it holds: building again from the same
+    /// binaries keeps it, and a new import removes the image it replaces unless a container
+    /// still uses it.
     Build(BuildArgs),
 }
 
@@ -35,7 +39,11 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
         capw: &capw,
         busybox: &args.busybox,
     };
-    let id = capw_node::image::build(&opts, |step| println!("==> {step}"))?;
-    println!("built {} ({id})", args.tag);
+    let built = capw_node::image::build(&opts, |step| println!("==> {step}"))?;
+    if built.imported {
+        println!("built {} ({})", args.tag, built.id);
+    } else {
+        println!("{} is up to date ({})", args.tag, built.id);
+    }
     Ok(())
 }
