@@ -146,15 +146,20 @@ pub struct BuildOptions<'a> {
 }
 
 fn run(tool: &str, cmd: &mut Command) -> Result<String, ImageError> {
-    let out = cmd.output().map_err(|e| ImageError::Tool {
+    checked(tool, cmd.output())
+}
+
+/// A finished command's stdout, or its failure (not started, or stderr when it exited non-zero).
+fn checked(tool: &str, out: std::io::Result<std::process::Output>) -> Result<String, ImageError> {
+    let failed = |detail: String| ImageError::Tool {
         tool: tool.into(),
-        detail: e.to_string(),
-    })?;
+        detail,
+    };
+    let out = out.map_err(|e| failed(e.to_string()))?;
     if !out.status.success() {
-        return Err(ImageError::Tool {
-            tool: tool.into(),
-            detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
+        return Err(failed(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -320,13 +325,6 @@ fn short(id: &str) -> &str {
 /// `tar` of `root` streamed into `docker import`: no tarball on disk next to the layer the
 /// engine writes.
 fn import(root: &Path, tag: &str, digest: &str) -> Result<String, ImageError> {
-    let spawn_error = |tool: &str| {
-        let tool = tool.to_string();
-        move |e: std::io::Error| ImageError::Tool {
-            tool,
-            detail: e.to_string(),
-        }
-    };
     let mut tar = Command::new("tar")
         .arg("-C")
         .arg(root)
@@ -335,13 +333,13 @@ fn import(root: &Path, tag: &str, digest: &str) -> Result<String, ImageError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(spawn_error("tar"))?;
-    let Some(stream) = tar.stdout.take() else {
-        return Err(ImageError::Tool {
+        .map_err(|e| ImageError::Tool {
             tool: "tar".into(),
-            detail: "no output pipe".into(),
-        });
-    };
+            detail: e.to_string(),
+        })?;
+    let stream = tar.stdout.take().map_or(Stdio::null(), Stdio::from);
+    // The import's end of the pipe is dropped with its Command, so tar never waits on a reader
+    // that is gone.
     let docker = Command::new("docker")
         .args([
             "import",
@@ -352,23 +350,11 @@ fn import(root: &Path, tag: &str, digest: &str) -> Result<String, ImageError> {
         .args(["--change", &format!("LABEL {CONTENT_LABEL}={digest}")])
         .args(["-", tag])
         .stdin(stream)
-        .output()
-        .map_err(spawn_error("docker import"));
-    let tar = tar.wait_with_output().map_err(spawn_error("tar"))?;
-    let docker = docker?;
-    if !docker.status.success() {
-        return Err(ImageError::Tool {
-            tool: "docker import".into(),
-            detail: String::from_utf8_lossy(&docker.stderr).trim().to_string(),
-        });
-    }
-    if !tar.status.success() {
-        return Err(ImageError::Tool {
-            tool: "tar".into(),
-            detail: String::from_utf8_lossy(&tar.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&docker.stdout).trim().to_string())
+        .output();
+    // docker's failure first: tar fails too when the import stops reading.
+    let id = checked("docker import", docker)?;
+    checked("tar", tar.wait_with_output())?;
+    Ok(id.trim().to_string())
 }
 
 #[cfg(test)]
