@@ -242,15 +242,14 @@ fn content_digest(opts: &BuildOptions) -> Result<String, ImageError> {
 
 /// The id and content label of the image `tag` names now, if any.
 fn tagged(tag: &str) -> Option<(String, Option<String>)> {
-    let out = Command::new("docker")
-        .args(["image", "inspect", tag])
-        .stdin(Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let images: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let out = run(
+        "docker image inspect",
+        Command::new("docker")
+            .args(["image", "inspect", tag])
+            .stdin(Stdio::null()),
+    )
+    .ok()?;
+    let images: serde_json::Value = serde_json::from_str(&out).ok()?;
     let image = images.get(0)?;
     let id = image.get("Id")?.as_str()?.to_string();
     let label = image
